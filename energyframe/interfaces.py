@@ -1,0 +1,259 @@
+"""The whole plugin contract: ``PowerSource``, ``Workload`` and ``Reporter``.
+
+A plugin is a class registered under an entry-point group (``energyframe.power``,
+``energyframe.workloads``, ``energyframe.reporters``); the entry-point name is what users type.
+Constructors only store validated options; hardware is touched in ``start``/``setup``, so that a
+bad option is reported before anything runs. docs/writing-plugins.md documents every method here.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+from .options import Option, resolve_options
+
+if TYPE_CHECKING:
+    from .results import RunResult
+    from .samples import SampleSeries
+
+
+class Plugin:
+    """Shared by the three plugin kinds: declared options, validated values, a display name."""
+
+    #: what ``energyframe list`` prints beside the name
+    DESCRIPTION: ClassVar[str] = ""
+    #: the options the plugin accepts
+    OPTIONS: ClassVar[Sequence[Option]] = ()
+
+    def __init__(self, name: str | None = None, **options: Any) -> None:
+        self.name = name or type(self).__name__
+        self.options: dict[str, Any] = resolve_options(
+            self.OPTIONS, options, f"{self.kind_label()} {self.name!r}"
+        )
+
+    @classmethod
+    def kind_label(cls) -> str:
+        for base, label in ((PowerSource, "power source"), (Workload, "workload"), (Reporter, "reporter")):
+            if issubclass(cls, base):
+                return label
+        return "plugin"
+
+
+class Quantity(str, enum.Enum):
+    """What a channel's values are."""
+
+    ENERGY = "energy"  # cumulative energy in J (a counter); window energy = E(end) - E(start)
+    POWER = "power"  # power in W; window energy = integral of the piecewise-linear signal
+    STATE = "state"  # anything else (clocks, temperature, flag bits); summarised, not integrated
+
+
+class Scope(str, enum.Enum):
+    """What a channel measures the energy of."""
+
+    GPU = "gpu"
+    CPU = "cpu"
+    DRAM = "dram"
+    SYSTEM_WALL = "system-wall"
+    OTHER = "other"
+
+
+class ClockBase(str, enum.Enum):
+    """Which clock a channel's timestamps are in."""
+
+    MONOTONIC = "monotonic"  # time.monotonic() seconds (system-wide on Linux)
+    WALL = "wall"  # Unix seconds (time.time())
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One stream of samples a power source produces.
+
+    Args:
+        name: unique within the run, e.g. ``gpu0``, ``gpu0.power_instant``, ``meter1``, ``wall``.
+        quantity: ENERGY (cumulative J), POWER (W) or STATE.
+        scope: what is measured (gpu, cpu, system-wall, ...).
+        resolution_s: how often the reading changes (update period). Units: s.
+        clock: the clock of the timestamps the source reports.
+        unit: ``J`` for ENERGY, ``W`` for POWER; free text for STATE (``MHz``, ``C``).
+        primary: shown in summary tables; secondary channels are kept in windows.csv.
+        description: one line for humans (what the reading is, known caveats).
+    """
+
+    name: str
+    quantity: Quantity
+    scope: Scope = Scope.OTHER
+    resolution_s: float = 0.0
+    clock: ClockBase = ClockBase.MONOTONIC
+    unit: str = ""
+    primary: bool = True
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.unit:
+            default = {Quantity.ENERGY: "J", Quantity.POWER: "W"}.get(self.quantity, "")
+            object.__setattr__(self, "unit", default)
+
+    @property
+    def integrable(self) -> bool:
+        return self.quantity in (Quantity.ENERGY, Quantity.POWER)
+
+
+class Sample(NamedTuple):
+    """One reading: ``value`` of ``channel`` at ``time_s`` on the channel's clock."""
+
+    channel: str
+    time_s: float
+    value: float
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What a power source is given when it starts.
+
+    Args:
+        raw_dir: a folder of the run directory where the source may keep raw logs (its own
+            format) that survive a crash; create it if you use it. ``None`` when the run is
+            not saved.
+        warn: report a problem that does not stop the run (kept in run.json's warnings).
+    """
+
+    raw_dir: Path | None = None
+    warn: Callable[[str], None] = print
+
+
+@dataclass(frozen=True)
+class Detection:
+    """Whether a source can run on this machine, and why (shown when auto-detecting)."""
+
+    available: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class WindowAnnotation:
+    """What a source adds to one window of one of its channels: extra columns and flags."""
+
+    columns: Mapping[str, Any] = field(default_factory=dict)
+    flags: Sequence[str] = ()
+
+
+class PowerSource(Plugin, ABC):
+    """Acquires timestamped energy or power samples in the background."""
+
+    #: sources of the same scope compete in auto-detection; the highest priority wins.
+    #: ``None`` means never chosen automatically (e.g. needs a port or a file).
+    AUTO_PRIORITY: ClassVar[int | None] = None
+    AUTO_SCOPE: ClassVar[Scope] = Scope.OTHER
+
+    @classmethod
+    def detect(cls) -> Detection:
+        """Say whether this source can run here without starting it (cheap, no side effects)."""
+        return Detection(False, "not auto-detected")
+
+    @abstractmethod
+    def start(self, context: SourceContext) -> Sequence[Channel]:
+        """Begin background acquisition and return the channels it will produce.
+
+        Raises:
+            PowerSourceError: the hardware, driver or permissions are missing, with the fix.
+        """
+
+    @abstractmethod
+    def read(self) -> list[Sample]:
+        """Return the samples acquired since the last call, oldest first, without blocking.
+
+        After acquisition has failed, the remaining samples are returned first; the next call
+        raises ``PowerSourceError`` saying what went wrong.
+        """
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop acquiring and release the hardware; samples not yet read stay readable."""
+
+    def info(self) -> Mapping[str, Any]:
+        """Describe what was measured (device names, driver versions) for run.json."""
+        return {}
+
+    def min_window_s(self, channels: Sequence[Channel]) -> float:
+        """The shortest window this source measures well; the orchestrator's default.
+
+        The default is ten update periods of the coarsest integrable channel.
+        """
+        periods = [c.resolution_s for c in channels if c.integrable and c.primary]
+        return 10.0 * max(periods, default=0.0)
+
+    def annotate(
+        self, channel: Channel, start_s: float, end_s: float, series: Mapping[str, SampleSeries]
+    ) -> WindowAnnotation:
+        """Add columns and flags to one window of ``channel`` (e.g. clocks, throttling).
+
+        ``series`` holds this source's samples by channel name, on the run's monotonic timeline.
+        """
+        return WindowAnnotation()
+
+
+def no_sync() -> None:
+    """Nothing to wait for (CPU work, or a subprocess that has exited)."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A named piece of work the orchestrator repeats and measures.
+
+    Args:
+        name: shown in tables and used as ``phase`` in windows.csv.
+        step: runs one iteration; the orchestrator decides how many per window.
+        sync: waits until the device has finished all queued work (e.g.
+            ``torch.cuda.synchronize``); called before a window opens and before it closes.
+        iterations: a fixed count per window; ``None`` lets the orchestrator calibrate it.
+        warmup: iterations before measuring; ``None`` uses the run's setting.
+        trials: windows to measure; ``None`` uses the run's setting.
+        work: work per iteration by unit, e.g. ``{"tokens": 5}``, for per-unit figures.
+        setup: called once before the phase's warm-up; teardown once after its last window.
+    """
+
+    name: str
+    step: Callable[[], Any]
+    sync: Callable[[], None] = no_sync
+    iterations: int | None = None
+    warmup: int | None = None
+    trials: int | None = None
+    work: Mapping[str, float] = field(default_factory=dict)
+    setup: Callable[[], None] | None = None
+    teardown: Callable[[], None] | None = None
+
+
+class Workload(Plugin, ABC):
+    """Work to measure: set up, one or more phases, torn down."""
+
+    def setup(self) -> None:
+        """Allocate what the phases need (models, tensors). Runs before any phase."""
+
+    @abstractmethod
+    def phases(self) -> Sequence[Phase]:
+        """The phases to measure, in order. Called after ``setup``."""
+
+    def teardown(self) -> None:
+        """Release what ``setup`` allocated. Runs even when a phase failed."""
+
+    def info(self) -> Mapping[str, Any]:
+        """Describe the work (device, model, shapes) for run.json."""
+        return {}
+
+    @property
+    def exit_code(self) -> int | None:
+        """For workloads that run a program: its exit status, which the CLI returns."""
+        return None
+
+
+class Reporter(Plugin, ABC):
+    """Presents a finished or interrupted run."""
+
+    @abstractmethod
+    def report(self, result: RunResult, run_dir: Path | None) -> None:
+        """Present ``result``; ``run_dir`` is where the run was saved (``None`` if it was not)."""
