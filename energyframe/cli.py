@@ -1,0 +1,221 @@
+"""The ``energyframe`` command. Thin: parse, call the library, print.
+
+Imports stay inside the commands so that ``energyframe --help`` starts fast and never imports
+torch (benchmarks/startup_time.py measures it).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from .errors import EnergyFrameError, UsageError
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("energyframe")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class _Group(click.Group):
+    """Turns library errors into ``Error: <message>`` and their exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except EnergyFrameError as e:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"Error: {e}", err=True)
+            sys.exit(e.exit_code)
+
+
+@click.group(cls=_Group, context_settings=CONTEXT)
+@click.version_option(_version(), "--version", prog_name="energyframe")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug messages.")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool, quiet: bool) -> None:
+    """Measure the latency and the energy of GPU work, or of any command."""
+    ctx.obj = {"debug": debug}
+    logger = logging.getLogger("energyframe")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if debug else logging.WARNING if quiet else logging.INFO)
+    logger.propagate = False
+
+
+@main.command("list", context_settings=CONTEXT)
+@click.argument("kind", required=False, type=click.Choice(["power", "workloads", "reporters"]))
+def list_plugins(kind: str | None) -> None:
+    """List installed plugins by kind, with version, options and load errors."""
+    from . import registry
+
+    kinds = [kind] if kind else list(registry.GROUPS)
+    for k in kinds:
+        click.secho(f"{registry.LABELS[k]}s ({registry.GROUPS[k]}):", bold=True)
+        entries = registry.entries(k)
+        if not entries:
+            click.echo("  (none installed)")
+        for entry in entries:
+            where = f"{entry.distribution} {entry.version}" if entry.distribution else entry.target
+            if entry.error:
+                click.echo(f"  {entry.name}  [{where}]  ", nl=False)
+                click.secho(f"FAILED TO LOAD: {entry.error}", fg="red")
+                continue
+            click.echo(f"  {entry.name}  [{where}]  {entry.cls.DESCRIPTION}")
+            for option in entry.cls.OPTIONS:
+                default = "required" if option.required else f"default {option.default!r}"
+                click.echo(f"      {option.name} ({option.describe_type()}, {default}): {option.help}")
+
+
+@main.command(context_settings={**CONTEXT, "ignore_unknown_options": False})
+@click.option(
+    "--power",
+    "power",
+    multiple=True,
+    metavar="SPEC",
+    help="Power source spec, repeatable (nvml, nvml:gpus=0,1, replay:file=x.csv). "
+    "Omitted: auto-detect. 'none': timing only.",
+)
+@click.option("--workload", "workload", metavar="SPEC", help="Workload spec, e.g. cpu-matmul:sizes=512.")
+@click.option(
+    "--reporter",
+    "reporters",
+    multiple=True,
+    metavar="SPEC",
+    help="Reporter spec, repeatable (console, csv, json). Default: console.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Run directory. Default: runs/<UTC time>-<workload>.",
+)
+@click.option("--trials", type=click.IntRange(min=1), default=5, show_default=True, help="Windows per phase.")
+@click.option(
+    "--min-window",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Shortest window in seconds. Default: from the sources' resolution (1 s for NVML).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Warm-up iterations per phase. Default: warm up for --warmup-s.",
+)
+@click.option(
+    "--warmup-s",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Warm-up time per phase when --warmup is not given.",
+)
+@click.option(
+    "--cooldown",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds of pause between windows.",
+)
+@click.option(
+    "--idle",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds of idle-power baseline after set-up (enables dynamic energy).",
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run(
+    power, workload, reporters, out, trials, min_window, warmup, warmup_s, cooldown, idle, command
+) -> None:
+    """Measure a workload, or a command given after --.
+
+    \b
+    energyframe run --power nvml --workload cpu-matmul:sizes=1024
+    energyframe run --power nvml -- python train.py --epochs 1
+    """
+    from . import orchestrator
+    from .store import default_run_dir
+    from .workloads.command import CommandWorkload
+
+    if command and workload:
+        raise UsageError("give either --workload or a command after --, not both")
+    if not command and not workload:
+        raise UsageError("nothing to measure: give --workload SPEC or a command after --")
+    the_workload = CommandWorkload(name="command", argv=list(command)) if command else workload
+    config = orchestrator.RunConfig(
+        trials=trials,
+        min_window_s=min_window,
+        warmup=warmup,
+        warmup_s=warmup_s,
+        cooldown_s=cooldown,
+        idle_s=idle,
+    )
+    power_arg = _power_arg(power)
+    name = "command" if command else workload.partition(":")[0]
+    out = out or default_run_dir(name)
+    result = orchestrator.run(
+        the_workload, power=power_arg, reporters=list(reporters) or ["console"], out=out, config=config
+    )
+    code = result.meta.get("exit_code")
+    if code:
+        sys.exit(code)
+
+
+def _power_arg(power: tuple[str, ...]):
+    if not power:
+        return "auto"
+    if any(p.strip().lower() == "none" for p in power):
+        if len(power) > 1:
+            raise UsageError("--power none cannot be combined with other power sources")
+        return None
+    return list(power)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--all-channels", is_flag=True, help="Also show secondary channels.")
+@click.option("--windows", "show_windows", is_flag=True, help="Also print every window.")
+def show(run_dir: Path, all_channels: bool, show_windows: bool) -> None:
+    """Print a saved run."""
+    from .display import render, summary_table
+    from .results import RunResult
+
+    result = RunResult.load(run_dir)
+    meta = result.meta
+    click.echo(f"run:      {run_dir}")
+    status = result.status + (f" ({result.reason})" if result.reason else "")
+    click.echo(f"status:   {status}")
+    workload = meta.get("workload", {})
+    if workload:
+        click.echo(f"workload: {workload.get('name')} {workload.get('options', {})}")
+    sources = ", ".join(s["name"] for s in meta.get("sources", [])) or "none (timing only)"
+    click.echo(f"power:    {sources}")
+    click.echo(f"started:  {meta.get('started_at')}   ended: {meta.get('ended_at') or '-'}")
+    if meta.get("exit_code") is not None:
+        click.echo(f"exit code of the measured command: {meta['exit_code']}")
+    if result.meta.get("samples_origin") == "samples.partial.csv":
+        click.echo(
+            f"samples:  {len(result.samples)} recovered from samples.partial.csv (the run did not finish)"
+        )
+    rows = list(result.summaries) if all_channels else result.primary_summaries()
+    if rows:
+        click.echo(render(summary_table(rows)), nl=False)
+    else:
+        click.echo("no phase summaries (no window finished)")
+    if show_windows and not result.windows.empty:
+        click.echo(result.windows.to_string(index=False))
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}")

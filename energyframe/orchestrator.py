@@ -1,0 +1,299 @@
+"""The run lifecycle behind ``energyframe run`` and ``ef.run``.
+
+start sources -> set up the workload -> optional idle baseline -> for each phase: warm up,
+calibrate the iterations per window, measure ``trials`` windows (each opened and closed after a
+device sync, on the monotonic clock), optional cool-down between them -> tear down -> stop
+sources -> integrate every channel over every window -> save -> report.
+
+Nothing here knows about a vendor: sources, workloads and reporters are plugins.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import registry
+from .errors import EnergyFrameError, PowerSourceError, RunInterrupted, UsageError, WorkloadError
+from .interfaces import Phase, Reporter, Workload
+from .measurement import Measurement, PowerArg, describe_exception, resolve_power
+from .options import Spec
+from .results import COMPLETE, INCOMPLETE, RunResult
+from .versions import plugin_distribution
+
+log = logging.getLogger("energyframe")
+
+#: window length when no power source sets one (timing only): long enough that the clock's
+#: resolution and one iteration's jitter do not matter
+TIMING_ONLY_MIN_WINDOW_S = 0.1
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How phases are measured.
+
+    Args:
+        trials: windows per phase (a phase may fix its own).
+        min_window_s: shortest window; ``None`` derives it from the sources' resolution
+            (e.g. 1 s for a counter that ticks every 100 ms). Units: s.
+        warmup: warm-up iterations before calibrating; ``None`` warms up for ``warmup_s``.
+        warmup_s: warm-up time when ``warmup`` is not given. Units: s.
+        cooldown_s: pause between a phase's windows. Units: s.
+        idle_s: measure idle power this long after set-up, for dynamic energy. Units: s.
+        max_iterations: upper bound of the calibrated iterations per window.
+    """
+
+    trials: int = 5
+    min_window_s: float | None = None
+    warmup: int | None = None
+    warmup_s: float = 1.0
+    cooldown_s: float = 0.0
+    idle_s: float = 0.0
+    max_iterations: int = 1_000_000_000
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise UsageError(f"trials must be at least 1, got {self.trials}")
+        for name in ("warmup_s", "cooldown_s", "idle_s"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.min_window_s is not None and self.min_window_s <= 0:
+            raise UsageError(f"min_window_s must be positive, got {self.min_window_s}")
+
+
+def run_iterations(step: Callable[[], Any], n: int) -> None:
+    for _ in range(n):
+        step()
+
+
+#: calibrated windows aim this much above --min-window, because iterations later in a run are
+#: often a little faster than during calibration
+CALIBRATION_MARGIN = 1.1
+
+
+def _timed(phase: Phase, n: int) -> float:
+    phase.sync()
+    t0 = time.monotonic()
+    run_iterations(phase.step, n)
+    phase.sync()
+    return time.monotonic() - t0
+
+
+def calibrate(phase: Phase, min_window_s: float, max_iterations: int) -> tuple[int, float]:
+    """Iterations per window so that a window lasts at least ``min_window_s``.
+
+    Times growing batches (each synced) until one lasts a fifth of the target and scales up;
+    then runs the chosen count once and scales again if it fell short (up to three times).
+    Returns the iteration count and the time per iteration of the last check. Units: s.
+    """
+    n = 1
+    while True:
+        dt = _timed(phase, n)
+        if dt >= 0.2 * min_window_s or n >= max_iterations:
+            break
+        grow = 10 if dt < 1e-3 else max(2, math.ceil(0.25 * min_window_s / max(dt, 1e-9)))
+        n = min(max_iterations, n * grow)
+    for _ in range(3):
+        if dt >= min_window_s or n >= max_iterations:
+            break
+        n = max(n + 1, min(max_iterations, math.ceil(CALIBRATION_MARGIN * n * min_window_s / max(dt, 1e-12))))
+        dt = _timed(phase, n)
+    return max(1, n), dt / n
+
+
+def warm_up(phase: Phase, config: RunConfig) -> int:
+    """Run the phase before measuring it (clocks ramp up, caches and allocators fill)."""
+    if phase.warmup is not None or config.warmup is not None:
+        n = phase.warmup if phase.warmup is not None else config.warmup
+        if n:
+            run_iterations(phase.step, n)
+            phase.sync()
+        return n
+    if phase.iterations is not None:  # fixed-count phases (a command) are not repeated to warm up
+        return 0
+    n = 0
+    deadline = time.monotonic() + config.warmup_s
+    while True:
+        phase.step()
+        n += 1
+        if n % 8 == 0 or time.monotonic() >= deadline:
+            phase.sync()
+            if time.monotonic() >= deadline:
+                return n
+
+
+def measure_phase(m: Measurement, phase: Phase, config: RunConfig, min_window_s: float) -> None:
+    if phase.work:
+        m.set_work(phase.name, phase.work)
+    warmed = warm_up(phase, config)
+    if phase.iterations is not None:
+        iterations, note = phase.iterations, "fixed"
+    else:
+        iterations, per_iter = calibrate(phase, min_window_s, config.max_iterations)
+        note = f"~{per_iter * 1e3:.4g} ms each, windows >= {min_window_s:g} s"
+    trials = phase.trials or config.trials
+    log.info(
+        "phase %r: %d warm-up, %d iterations per window (%s), %d trials",
+        phase.name,
+        warmed,
+        iterations,
+        note,
+        trials,
+    )
+    step = phase.step
+    for trial in range(trials):
+        if trial and config.cooldown_s:
+            time.sleep(config.cooldown_s)
+        m.begin_window(phase.name, iterations, sync=phase.sync)
+        for _ in range(iterations):
+            step()
+        record = m.end_window(phase.name, sync=phase.sync)
+        log.info("  %s trial %d/%d: %.4g s", phase.name, trial + 1, trials, record.duration_s)
+
+
+def default_min_window(m: Measurement) -> float:
+    assert m.recorder is not None
+    values = [source.min_window_s(m.recorder.source_channels.get(source.name, [])) for source in m.sources]
+    return max([v for v in values if v > 0], default=TIMING_ONLY_MIN_WINDOW_S)
+
+
+def _plugin_meta(plugin: Any) -> dict:
+    dist, version = plugin_distribution(type(plugin))
+    return {
+        "name": plugin.name,
+        "class": f"{type(plugin).__module__}.{type(plugin).__qualname__}",
+        "distribution": dist,
+        "version": version,
+        "options": plugin.options,
+    }
+
+
+class _Signals:
+    """Turn SIGTERM into ``RunInterrupted`` while a run is going (main thread only)."""
+
+    def __enter__(self) -> _Signals:
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._on_term)
+        return self
+
+    def _on_term(self, signum, frame) -> None:
+        raise RunInterrupted("terminated by SIGTERM")
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
+def run(
+    workload: str | Spec | Workload,
+    power: str | Sequence[PowerArg] | None = "auto",
+    reporters: Sequence[str | Spec | Reporter] = ("console",),
+    out: Path | str | None = None,
+    config: RunConfig | None = None,
+) -> RunResult:
+    """Measure a workload: what ``energyframe run`` does.
+
+    Args:
+        workload: a spec (``"cpu-matmul:size=256"``) or a ``Workload`` instance.
+        power: ``"auto"``, ``None`` (timing only), or specs / ``PowerSource`` instances.
+        reporters: reporter specs or instances, called with the finished result.
+        out: run directory (``None``: keep the result in memory only).
+        config: trials, window length, warm-up, cool-down, idle baseline.
+
+    Raises:
+        UsageError: a bad plugin name or option, before anything starts.
+        RunInterrupted: SIGINT or SIGTERM; the run was saved with status ``incomplete``.
+        EnergyFrameError: a source or the workload failed; the run was saved as incomplete.
+        Each raised error carries the saved ``RunResult`` as ``error.result``.
+    """
+    config = config or RunConfig()
+    # validate every plugin and option before anything starts
+    the_workload = registry.create(registry.WORKLOADS, workload)
+    the_reporters = registry.create_all(registry.REPORTERS, list(reporters))
+    sources, notes = resolve_power(power)
+    for note in notes[:1]:
+        log.info(note)
+    meta = {
+        "workload": _plugin_meta(the_workload),
+        "reporters": [_plugin_meta(r) for r in the_reporters],
+        "config": asdict(config),
+    }
+    m = Measurement(sources, out=out, sync=None, meta=meta, notes=notes)
+    error: BaseException | None = None
+    status, reason = COMPLETE, None
+    with _Signals():
+        m.start()
+        assert m.recorder is not None
+        try:
+            try:
+                the_workload.setup()
+                if config.idle_s > 0:
+                    log.info("measuring idle power for %g s", config.idle_s)
+                    m.measure_idle(config.idle_s)
+                min_window_s = config.min_window_s or default_min_window(m)
+                m.meta["config"]["min_window_s_used"] = min_window_s
+                m.recorder.interrupt_on_failure = True
+                for phase in the_workload.phases():
+                    if phase.setup is not None:
+                        phase.setup()
+                    try:
+                        measure_phase(m, phase, config, min_window_s)
+                    finally:
+                        if phase.teardown is not None:
+                            phase.teardown()
+                m.recorder.interrupt_on_failure = False
+            finally:
+                m.recorder.interrupt_on_failure = False
+                try:
+                    the_workload.teardown()
+                except Exception as e:
+                    m.warn(f"workload teardown failed: {e}")
+        except (Exception, KeyboardInterrupt) as e:
+            error = e
+            status, reason = INCOMPLETE, describe_exception(e, m.recorder)
+        m.meta["workload"]["info"] = _safe_info(the_workload)
+        m.meta["exit_code"] = the_workload.exit_code
+        try:
+            result = m.finish(status, reason)
+        except KeyboardInterrupt:  # a second Ctrl-C while saving: stop trying to be neat
+            raise RunInterrupted("interrupted by SIGINT while saving") from None
+    for reporter in the_reporters:
+        try:
+            reporter.report(result, m.out)
+        except Exception as e:
+            log.warning("reporter %r failed: %s", reporter.name, e)
+    if error is not None:
+        raise _as_run_error(error, result, m.recorder.failure) from error
+    return result
+
+
+def _safe_info(workload: Workload) -> dict:
+    try:
+        return dict(workload.info())
+    except Exception as e:
+        return {"error": str(e)}
+
+
+def _as_run_error(
+    error: BaseException, result: RunResult, source_failure: PowerSourceError | None
+) -> EnergyFrameError:
+    """The error ``run`` raises, carrying the saved result as ``.result``."""
+    if source_failure is not None:
+        # a failing source interrupts the main thread; report the source, not the interrupt
+        wrapped: EnergyFrameError = PowerSourceError(result.reason or str(source_failure))
+    elif isinstance(error, EnergyFrameError):
+        wrapped = error
+    elif isinstance(error, KeyboardInterrupt):
+        wrapped = RunInterrupted(result.reason or "interrupted by SIGINT")
+    else:
+        wrapped = WorkloadError(f"the workload failed: {type(error).__name__}: {error}")
+    wrapped.result = result  # type: ignore[attr-defined]
+    return wrapped
