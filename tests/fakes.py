@@ -1,0 +1,116 @@
+"""Test doubles at the plugin seam: a power source with a known signal that can be told to fail."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from energyframe.errors import PowerSourceError
+from energyframe.interfaces import (
+    Channel,
+    ClockBase,
+    Phase,
+    PowerSource,
+    Quantity,
+    Sample,
+    Scope,
+    WindowAnnotation,
+    Workload,
+)
+from energyframe.options import Option
+
+
+class SignalSource(PowerSource):
+    """Emits a constant power as a counter (``<name>``) and as power samples (``<name>.power``),
+    every ``period_s``, from a thread; fails after ``fail_after_s`` if set."""
+
+    DESCRIPTION = "test source"
+    OPTIONS = (
+        Option("watts", "float", 100.0),
+        Option("period_s", "float", 0.01),
+        Option("fail_after_s", "float", None),
+        Option("silent_after_s", "float", None),
+        Option("fail_on_start", "bool", False),
+    )
+
+    def start(self, context):
+        if self.options["fail_on_start"]:
+            raise PowerSourceError("no such meter (test)")
+        self._samples: list[Sample] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._error: PowerSourceError | None = None
+        self._t0 = time.monotonic()
+        self.stopped = False
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        period = self.options["period_s"]
+        return [
+            Channel(self.name, Quantity.ENERGY, Scope.GPU, period, ClockBase.MONOTONIC),
+            Channel(f"{self.name}.power", Quantity.POWER, Scope.GPU, period, ClockBase.WALL, primary=False),
+            Channel(f"{self.name}.clock", Quantity.STATE, Scope.GPU, period, unit="MHz", primary=False),
+        ]
+
+    def _loop(self):
+        watts, period = self.options["watts"], self.options["period_s"]
+        while not self._stop.wait(period):
+            now = time.monotonic()
+            elapsed = now - self._t0
+            if self.options["fail_after_s"] is not None and elapsed > self.options["fail_after_s"]:
+                self._error = PowerSourceError("meter unplugged (test)")
+                return
+            if self.options["silent_after_s"] is not None and elapsed > self.options["silent_after_s"]:
+                continue
+            wall = time.time()
+            with self._lock:
+                self._samples.append(Sample(self.name, now, watts * elapsed))
+                self._samples.append(Sample(f"{self.name}.power", wall, watts))
+                self._samples.append(Sample(f"{self.name}.clock", now, 1980.0))
+
+    def read(self):
+        with self._lock:
+            out, self._samples = self._samples, []
+        if not out and self._error is not None:
+            raise self._error
+        return out
+
+    def stop(self):
+        self.stopped = True
+        self._stop.set()
+        self._thread.join()
+
+    def annotate(self, channel, start_s, end_s, series):
+        if channel.name != self.name:
+            return WindowAnnotation()
+        clock = series[f"{self.name}.clock"].between(start_s, end_s)
+        mean = float(clock.values.mean()) if len(clock) else float("nan")
+        return WindowAnnotation({"sm_clock_mhz": mean}, ("throttled",) if mean < 1000 else ())
+
+
+class ListWorkload(Workload):
+    """Phases given in Python, for tests."""
+
+    def __init__(self, phases, name="list", fail_in_setup=False):
+        super().__init__(name)
+        self._phases = phases
+        self.torn_down = False
+        self.fail_in_setup = fail_in_setup
+
+    def setup(self):
+        if self.fail_in_setup:
+            raise RuntimeError("no GPU here (test)")
+
+    def phases(self):
+        return self._phases
+
+    def teardown(self):
+        self.torn_down = True
+
+
+def busy_phase(name="busy", seconds=0.001, **kw):
+    def step():
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    return Phase(name=name, step=step, **kw)

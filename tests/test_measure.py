@@ -1,0 +1,103 @@
+"""``ef.measure``: windows around the user's own code."""
+
+import time
+
+import pytest
+
+import energyframe as ef
+from energyframe.errors import PowerSourceError, UsageError
+from energyframe.results import RunResult
+from tests.fakes import SignalSource
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_named_nested_windows(tmp_path):
+    with ef.measure(power=[SignalSource(name="gpu", watts=200.0)], out=tmp_path / "m") as m:
+        with m.window("epoch"):
+            for _ in range(3):
+                with m.window("step", iterations=10) as w:
+                    spin(0.05)
+                    w.iterations = 20  # known only at the end
+    result = m.result
+    w = result.windows[result.windows["channel"] == "gpu"]
+    steps = w[w["phase"] == "step"]
+    assert list(steps["trial"]) == [0, 1, 2]
+    assert list(steps["iterations"]) == [20, 20, 20]
+    epoch = w[w["phase"] == "epoch"].iloc[0]
+    assert epoch["start_s"] <= steps["start_s"].min() and epoch["end_s"] >= steps["end_s"].max()
+    assert epoch["energy_j"] == pytest.approx(200.0 * epoch["duration_s"], rel=1e-3)
+    assert result.summary("step", "gpu").trials == 3
+    table = result.table()
+    assert "step" in table and "epoch" in table and "gpu" in table
+    assert RunResult.load(tmp_path / "m").summaries == result.summaries
+
+
+def test_begin_and_end_window_without_a_with_block():
+    with ef.measure(power=None) as m:
+        m.begin_window("a")
+        m.begin_window("b", iterations=5)
+        spin(0.01)
+        m.end_window("a")
+        m.end_window("b")
+        with pytest.raises(UsageError, match="no open window named 'c'"):
+            m.end_window("c")
+    assert sorted(m.result.windows["phase"]) == ["a", "b"]
+
+
+def test_custom_sync_is_called_at_both_edges():
+    calls = []
+    with ef.measure(power=None, sync=lambda: calls.append(time.monotonic())) as m:
+        with m.window("w"):
+            spin(0.01)
+    record = m.records[0]
+    assert len(calls) == 2
+    assert calls[0] <= record.start_s and calls[1] <= record.end_s
+
+
+def test_a_window_whose_code_raises_is_dropped_and_the_run_is_incomplete():
+    with pytest.raises(ZeroDivisionError):
+        with ef.measure(power=None) as m:
+            with m.window("ok"):
+                pass
+            with m.window("bad"):
+                raise ZeroDivisionError("division by zero")
+    assert m.result.status == "incomplete"
+    assert m.result.reason == "ZeroDivisionError: division by zero"
+    assert list(m.result.windows["phase"]) == ["ok"]
+
+
+def test_result_is_not_available_while_running():
+    with ef.measure(power=None) as m:
+        with pytest.raises(UsageError, match="still running"):
+            m.result  # noqa: B018
+
+
+def test_failed_source_surfaces_at_the_next_window_close():
+    source = SignalSource(name="gpu", fail_after_s=0.3)
+    with pytest.raises(PowerSourceError, match="meter unplugged"):
+        with ef.measure(power=[source]) as m:
+            for _ in range(50):
+                with m.window("w"):
+                    time.sleep(0.1)
+    assert m.result.status == "incomplete"
+    assert "power source 'gpu' failed" in m.result.reason
+
+
+def test_idle_baseline_from_the_api():
+    with ef.measure(power=[SignalSource(name="gpu", watts=60.0)], idle_s=0.2) as m:
+        with m.window("w"):
+            spin(0.05)
+    assert m.result.meta["idle_baseline"]["gpu"]["power_w"] == pytest.approx(60.0, rel=1e-6)
+
+
+def test_auto_detect_without_hardware_is_timing_only():
+    with ef.measure() as m:
+        with m.window("w"):
+            pass
+    assert m.sources == []
+    assert m.result.meta["notes"][0] == "power sources auto-detected: none (timing only)"

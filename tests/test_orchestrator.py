@@ -1,0 +1,209 @@
+"""The run lifecycle with real built-in plugins (replay, cpu-matmul) and sources that fail."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+import energyframe as ef
+from energyframe.errors import PowerSourceError, UsageError, WorkloadError
+from energyframe.interfaces import Phase
+from energyframe.orchestrator import RunConfig, calibrate
+from energyframe.results import RunResult
+from tests.fakes import ListWorkload, SignalSource, busy_phase
+
+FAST = RunConfig(trials=3, min_window_s=0.1, warmup_s=0.02)
+
+
+def test_constant_power_gives_exact_window_energy(power_csv, tmp_path):
+    csv = power_csv(100.0, period_s=0.05, duration_s=1.0)
+    result = ef.run(
+        "cpu-matmul:sizes=32,64",
+        power=[f"replay:file={csv},loop=true"],
+        reporters=[],
+        out=tmp_path / "run",
+        config=FAST,
+    )
+    assert result.complete
+    w = result.windows
+    assert list(w["phase"].unique()) == ["matmul-32", "matmul-64"]
+    assert len(w) == 6 and (w["channel"] == "replay").all()
+    for _, row in w.iterrows():
+        assert row["energy_j"] == pytest.approx(100.0 * row["duration_s"], rel=1e-9)
+        assert row["mean_power_w"] == pytest.approx(100.0, rel=1e-9)
+        assert row["energy_per_iter_j"] == pytest.approx(row["energy_j"] / row["iterations"])
+        assert row["duration_s"] >= 0.1 * 0.9  # calibrated to the minimum window, with a margin
+        assert row["end_s"] - row["start_s"] == pytest.approx(row["duration_s"], abs=1e-5)
+        assert row["flags"] == ""
+    s = result.summary("matmul-64", "replay")
+    assert s.trials == 3 and s.energy_per_iter_j.n == 3
+    assert s.mean_power_w.median == pytest.approx(100.0)
+    assert s.work == {"flop": 2.0 * 64**3}
+
+
+def test_saved_run_reads_back_identically(power_csv, tmp_path):
+    csv = power_csv(lambda t: 50 + 100 * t, period_s=0.02, duration_s=5.0)
+    out = tmp_path / "run"
+    result = ef.run("cpu-matmul:sizes=16", power=[f"replay:file={csv}"], reporters=[], out=out, config=FAST)
+    assert sorted(p.name for p in out.iterdir()) == ["run.json", "samples.parquet", "windows.csv"]
+    loaded = RunResult.load(out)
+    assert loaded.status == "complete"
+    pd.testing.assert_frame_equal(
+        loaded.windows.reset_index(drop=True), result.windows.reset_index(drop=True), check_dtype=False
+    )
+    assert len(loaded.samples) == len(result.samples) > 0
+    assert set(loaded.samples.columns) == {"source", "channel", "time_s", "value", "unit"}
+    assert loaded.summaries == result.summaries
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["format_version"] == 1
+    assert meta["workload"]["name"] == "cpu-matmul"
+    assert meta["sources"][0]["channels"][0]["quantity"] == "power"
+    assert meta["versions"]["python"]
+    assert meta["clock"]["anchor_wall_s"] > 1.6e9
+
+
+def test_idle_baseline_gives_dynamic_energy(tmp_path):
+    source = SignalSource(name="gpu", watts=80.0)
+    result = ef.run(
+        ListWorkload([busy_phase()]),
+        power=[source],
+        reporters=[],
+        config=RunConfig(trials=2, min_window_s=0.1, idle_s=0.3, warmup_s=0.0),
+    )
+    idle = result.meta["idle_baseline"]["gpu"]
+    assert idle["power_w"] == pytest.approx(80.0, rel=1e-6)
+    assert idle["duration_s"] >= 0.3
+    row = result.windows[result.windows["channel"] == "gpu"].iloc[0]
+    assert row["dynamic_energy_j"] == pytest.approx(0.0, abs=1e-6 * row["energy_j"])
+    assert result.summary("busy", "gpu").dynamic_energy_per_iter_j is not None
+
+
+def test_wall_and_monotonic_channels_agree(tmp_path):
+    # the same constant power stamped on two clocks integrates to the same energy
+    source = SignalSource(name="gpu", watts=250.0)
+    result = ef.run(ListWorkload([busy_phase()]), power=[source], reporters=[], config=FAST)
+    w = result.windows
+    counter = w[w["channel"] == "gpu"]["energy_j"].to_numpy()
+    power = w[w["channel"] == "gpu.power"]["energy_j"].to_numpy()
+    assert counter == pytest.approx(power, rel=1e-3)
+    assert "gpu.clock" not in set(w["channel"])  # state channels are not integrated
+
+
+def test_source_annotations_become_columns_and_flags():
+    result = ef.run(ListWorkload([busy_phase()]), power=[SignalSource(name="gpu")], reporters=[], config=FAST)
+    rows = result.windows[result.windows["channel"] == "gpu"]
+    assert (rows["sm_clock_mhz"] == 1980.0).all()
+    assert result.meta["primary_channels"] == ["gpu"]
+
+
+def test_timing_only_run_has_one_row_per_window():
+    result = ef.run(ListWorkload([busy_phase()]), power=None, reporters=[], config=FAST)
+    assert result.complete
+    assert list(result.windows["channel"]) == ["", "", ""]
+    assert result.windows["energy_j"].isna().all()
+    s = result.summary("busy")
+    assert s.time_per_iter_s.median == pytest.approx(0.001, rel=0.5)
+    assert math.isnan(s.energy_per_iter_j.median)
+    assert "(timing only)" in result.table()
+
+
+def test_fixed_iterations_warmup_and_trials_of_a_phase_are_respected():
+    calls = []
+    phase = Phase("fixed", step=lambda: calls.append(1), iterations=7, warmup=2, trials=4)
+    result = ef.run(ListWorkload([phase]), power=None, reporters=[], config=FAST)
+    assert list(result.windows["iterations"]) == [7, 7, 7, 7]
+    assert len(calls) == 2 + 4 * 7
+
+
+def test_phase_setup_and_teardown_and_sync_are_called_in_order():
+    events = []
+    phase = Phase(
+        "p",
+        step=lambda: events.append("step"),
+        sync=lambda: events.append("sync"),
+        iterations=2,
+        warmup=0,
+        trials=1,
+        setup=lambda: events.append("setup"),
+        teardown=lambda: events.append("teardown"),
+    )
+    ef.run(ListWorkload([phase]), power=None, reporters=[], config=FAST)
+    assert events == ["setup", "sync", "step", "step", "sync", "teardown"]
+
+
+def test_calibration_reaches_the_minimum_window():
+    phase = busy_phase(seconds=0.0002)
+    n, per_iter = calibrate(phase, 0.2, 10**9)
+    assert per_iter == pytest.approx(0.0002, rel=0.5)
+    assert n * per_iter >= 0.2  # the calibrated count was run once and lasted the window
+
+
+def test_calibration_respects_the_iteration_cap():
+    n, _ = calibrate(busy_phase(seconds=0.0001), 10.0, 50)
+    assert n == 50
+
+
+def test_source_failing_mid_run_stops_the_run_and_keeps_samples(tmp_path):
+    out = tmp_path / "run"
+    source = SignalSource(name="gpu", fail_after_s=1.2)
+    slow = busy_phase(seconds=0.01)
+    with pytest.raises(PowerSourceError) as e:
+        ef.run(
+            ListWorkload([slow]),
+            power=[source],
+            reporters=[],
+            out=out,
+            config=RunConfig(trials=100, min_window_s=0.1, warmup_s=0.0),
+        )
+    assert "power source 'gpu' failed: meter unplugged (test)" in str(e.value)
+    result = e.value.result
+    assert result.status == "incomplete"
+    assert source.stopped
+    saved = RunResult.load(out)
+    assert saved.status == "incomplete" and "meter unplugged" in saved.reason
+    assert len(saved.samples) > 50  # what was acquired before the failure is kept
+    assert 0 < len(saved.windows) < 200  # windows measured before the failure are kept
+
+
+def test_source_failing_to_start_raises_and_starts_nothing(tmp_path):
+    ok = SignalSource(name="ok")
+    bad = SignalSource(name="bad", fail_on_start=True)
+    with pytest.raises(PowerSourceError, match="no such meter"):
+        ef.run(ListWorkload([busy_phase()]), power=[ok, bad], reporters=[], config=FAST)
+    assert ok.stopped  # the source started before the failing one was stopped again
+
+
+def test_workload_failure_is_reported_and_teardown_runs(tmp_path):
+    workload = ListWorkload([busy_phase()], fail_in_setup=True)
+    with pytest.raises(WorkloadError, match="RuntimeError: no GPU here"):
+        ef.run(workload, power=[SignalSource(name="gpu")], reporters=[], out=tmp_path / "r", config=FAST)
+    assert workload.torn_down
+    assert RunResult.load(tmp_path / "r").reason == "RuntimeError: no GPU here (test)"
+
+
+def test_channel_going_silent_is_flagged_not_guessed():
+    source = SignalSource(name="gpu", silent_after_s=0.6)
+    result = ef.run(
+        ListWorkload([busy_phase()]),
+        power=[source],
+        reporters=[],
+        config=RunConfig(trials=6, min_window_s=0.1, warmup_s=0.0),
+    )
+    late = result.windows[(result.windows["channel"] == "gpu")].iloc[-1]
+    assert "uncovered" in late["flags"] and math.isnan(late["energy_j"])
+    assert any("delivered no sample after the last window" in w for w in result.warnings)
+
+
+def test_bad_config_is_rejected():
+    with pytest.raises(UsageError):
+        RunConfig(trials=0)
+    with pytest.raises(UsageError):
+        RunConfig(cooldown_s=-1)
+
+
+def test_existing_run_directory_is_not_overwritten(tmp_path, power_csv):
+    out = tmp_path / "run"
+    ef.run(ListWorkload([busy_phase()]), power=None, reporters=[], out=out, config=FAST)
+    with pytest.raises(UsageError, match="already holds a run"):
+        ef.run(ListWorkload([busy_phase()]), power=None, reporters=[], out=out, config=FAST)

@@ -1,0 +1,124 @@
+"""Discovery through entry points, with plugins registered the way installed packages are."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from energyframe import registry
+from energyframe.cli import main
+from energyframe.errors import PluginLoadError, PluginNotFoundError
+from energyframe.power.replay import ReplayPowerSource
+
+GOOD = """
+from energyframe.interfaces import Reporter
+from energyframe.options import Option
+
+class HelloReporter(Reporter):
+    DESCRIPTION = "says hello"
+    OPTIONS = (Option("greeting", "str", "hello", "what to say"),)
+
+    def report(self, result, run_dir):
+        print(self.options["greeting"], result.status)
+"""
+
+BROKEN = """
+import a_module_that_is_not_installed
+"""
+
+NOT_A_PLUGIN = """
+class Thing:
+    pass
+"""
+
+
+def test_builtins_are_registered_by_the_projects_own_metadata():
+    assert {"replay"} <= set(registry.names(registry.POWER))
+    assert {"command", "sleep", "cpu-matmul"} <= set(registry.names(registry.WORKLOADS))
+    assert {"console", "csv", "json"} <= set(registry.names(registry.REPORTERS))
+    assert registry.load(registry.POWER, "replay") is ReplayPowerSource
+
+
+def test_an_installed_plugin_is_found_loaded_and_listed(install_plugin):
+    install_plugin("energyframe.reporters", "hello", "ef_hello", GOOD, "HelloReporter")
+    cls = registry.load(registry.REPORTERS, "hello")
+    assert cls.__name__ == "HelloReporter"
+    reporter = registry.create(registry.REPORTERS, "hello:greeting=hi")
+    assert reporter.options == {"greeting": "hi"}
+    out = CliRunner().invoke(main, ["list", "reporters"]).output
+    assert "hello  [fake-plugin 1.0]  says hello" in out
+    assert "greeting (str, default 'hello'): what to say" in out
+
+
+def test_a_plugin_that_fails_to_import_is_listed_with_its_reason(install_plugin):
+    install_plugin("energyframe.reporters", "broken", "ef_broken", BROKEN, "Broken")
+    result = CliRunner().invoke(main, ["list"])
+    assert result.exit_code == 0
+    assert (
+        "broken  [fake-plugin 1.0]  FAILED TO LOAD: ModuleNotFoundError: No module named 'a_module_that_is_not_installed'"
+        in result.output
+    )
+    assert "console" in result.output and "replay" in result.output  # the others still work
+    with pytest.raises(PluginLoadError) as e:
+        registry.load(registry.REPORTERS, "broken")
+    assert str(e.value) == (
+        "reporter 'broken' (ef_broken:Broken) failed to load: "
+        "ModuleNotFoundError: No module named 'a_module_that_is_not_installed'"
+    )
+    # and a run that does not use it is unaffected
+    assert registry.load(registry.REPORTERS, "console").__name__ == "ConsoleReporter"
+
+
+def test_a_registered_object_that_is_not_a_plugin_is_refused(install_plugin):
+    install_plugin("energyframe.power", "thing", "ef_thing", NOT_A_PLUGIN, "Thing")
+    with pytest.raises(
+        PluginLoadError, match=r"power source 'thing' \(ef_thing:Thing\) is not a PowerSource subclass"
+    ):
+        registry.load(registry.POWER, "thing")
+    (entry,) = [e for e in registry.entries(registry.POWER) if e.name == "thing"]
+    assert entry.error == "not a PowerSource subclass"
+
+
+def test_unknown_name_lists_what_is_available():
+    with pytest.raises(PluginNotFoundError) as e:
+        registry.load(registry.WORKLOADS, "nope")
+    assert str(e.value).startswith("unknown workload 'nope'. Available: command, cpu-matmul, ")
+
+
+def test_a_plugin_failing_to_import_does_not_break_a_run_in_another_process(install_plugin, tmp_path):
+    site = install_plugin("energyframe.workloads", "broken", "ef_broken2", BROKEN, "Broken")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    listing = subprocess.run(
+        [sys.executable, "-m", "energyframe", "list", "workloads"], capture_output=True, text=True, env=env
+    )
+    assert "broken  [fake-plugin 1.0]  FAILED TO LOAD" in listing.stdout
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "energyframe",
+            "run",
+            "--power",
+            "none",
+            "--workload",
+            "sleep:seconds=0.01",
+            "--trials",
+            "1",
+            "--out",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    using = subprocess.run(
+        [sys.executable, "-m", "energyframe", "run", "--workload", "broken"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert using.returncode == 1
+    assert "Error: workload 'broken' (ef_broken2:Broken) failed to load: ModuleNotFoundError" in using.stderr

@@ -1,0 +1,135 @@
+"""The replay power source: CSV and samples.parquet, aligned to now or to their own times."""
+
+import time
+
+import numpy as np
+import pytest
+
+import energyframe as ef
+from energyframe.errors import PowerSourceError
+from energyframe.interfaces import ClockBase, Quantity, Scope, SourceContext
+from energyframe.orchestrator import RunConfig
+from energyframe.power.replay import ReplayPowerSource
+from tests.fakes import ListWorkload, SignalSource, busy_phase
+
+
+def drain_for(source, seconds):
+    out = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        out.extend(source.read())
+        time.sleep(0.01)
+    return out
+
+
+def test_csv_is_replayed_live_from_now(power_csv):
+    csv = power_csv(lambda t: 100 + t, period_s=0.1, duration_s=10.0)
+    source = ReplayPowerSource(name="meter", file=csv)
+    (channel,) = source.start(SourceContext())
+    assert channel.name == "meter" and channel.quantity == Quantity.POWER
+    assert channel.resolution_s == pytest.approx(0.1)
+    assert channel.clock == ClockBase.MONOTONIC
+    t0 = time.monotonic()
+    samples = drain_for(source, 0.35)
+    source.stop()
+    assert 3 <= len(samples) <= 5  # only what is due by now, not the whole file
+    assert all(s.time_s <= time.monotonic() for s in samples)
+    assert samples[0].time_s == pytest.approx(t0, abs=0.05)
+    assert [s.value for s in samples[:3]] == pytest.approx([100.0, 100.1, 100.2])
+    assert source.read() == []
+
+
+def test_loop_continues_a_counter_without_a_reset(tmp_path):
+    path = tmp_path / "e.csv"
+    path.write_text("time_s,energy_j\n" + "".join(f"{1.7e9 + 0.05 * i},{10.0 * i}\n" for i in range(5)))
+    source = ReplayPowerSource(name="c", file=path, loop=True)
+    (channel,) = source.start(SourceContext())
+    assert channel.quantity == Quantity.ENERGY
+    samples = drain_for(source, 0.6)
+    source.stop()
+    values = np.array([s.value for s in samples])
+    times = np.array([s.time_s for s in samples])
+    assert len(samples) >= 10
+    assert np.all(np.diff(values) > 0) and np.all(np.diff(times) > 0)
+    assert np.allclose(np.diff(values) / np.diff(times), 200.0)  # 10 J per 50 ms, across loops too
+
+
+def test_a_saved_run_replays_with_its_channel_descriptions(tmp_path):
+    out = tmp_path / "recorded"
+    ef.run(
+        ListWorkload([busy_phase()]),
+        power=[SignalSource(name="gpu", watts=300.0)],
+        reporters=[],
+        out=out,
+        config=RunConfig(trials=2, min_window_s=0.1, warmup_s=0.0),
+    )
+    source = ReplayPowerSource(
+        name="again", file=out / "samples.parquet", prefix="old.", channels="gpu,gpu.power"
+    )
+    channels = {c.name: c for c in source.start(SourceContext())}
+    source.stop()
+    assert set(channels) == {"old.gpu", "old.gpu.power"}
+    assert channels["old.gpu"].quantity == Quantity.ENERGY and channels["old.gpu"].scope == Scope.GPU
+    assert channels["old.gpu"].resolution_s == pytest.approx(0.01)
+    assert channels["old.gpu.power"].primary is False
+
+
+def test_replay_drives_a_run_with_the_recorded_power(tmp_path):
+    out = tmp_path / "recorded"
+    ef.run(
+        ListWorkload([busy_phase()]),
+        power=[SignalSource(name="gpu", watts=300.0)],
+        reporters=[],
+        out=out,
+        config=RunConfig(trials=2, min_window_s=0.1, warmup_s=0.0),
+    )
+    result = ef.run(
+        ListWorkload([busy_phase()]),
+        power=[f"replay:file={out}/samples.parquet,channels=gpu,loop=true"],
+        reporters=[],
+        config=RunConfig(trials=2, min_window_s=0.1, warmup_s=0.0),
+    )
+    assert result.windows["mean_power_w"].to_numpy() == pytest.approx(300.0, rel=0.02)
+
+
+def test_absolute_alignment_keeps_recorded_wall_times(power_csv):
+    start = time.time() - 5.0
+    csv = power_csv(42.0, period_s=0.5, duration_s=2.0, start_s=start)
+    source = ReplayPowerSource(name="past", file=csv, align="absolute")
+    (channel,) = source.start(SourceContext())
+    assert channel.clock == ClockBase.WALL
+    samples = source.read()
+    source.stop()
+    assert len(samples) == 5
+    assert samples[0].time_s == pytest.approx(start)
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("t,power_w\n1,2\n", "needs a time_s column (Unix seconds); it has ['t', 'power_w']"),
+        ("time_s,watts\n1,2\n", "needs a power_w or energy_j column; it has ['time_s', 'watts']"),
+        ("time_s,power_w\n1,x\n2,3\n", "has missing or non-numeric values"),
+    ],
+)
+def test_bad_csv_files_say_what_is_wrong(tmp_path, content, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    with pytest.raises(
+        PowerSourceError,
+        match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)"),
+    ):
+        ReplayPowerSource(name="r", file=path).start(SourceContext())
+
+
+def test_unknown_channel_of_a_parquet(tmp_path):
+    out = tmp_path / "recorded"
+    ef.run(
+        ListWorkload([busy_phase()]),
+        power=[SignalSource(name="gpu")],
+        reporters=[],
+        out=out,
+        config=RunConfig(trials=1, min_window_s=0.05, warmup_s=0.0),
+    )
+    with pytest.raises(PowerSourceError, match=r"has no channel\(s\) \['cpu'\]"):
+        ReplayPowerSource(name="r", file=out / "samples.parquet", channels="cpu").start(SourceContext())
