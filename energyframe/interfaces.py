@@ -102,6 +102,31 @@ class Channel:
     def integrable(self) -> bool:
         return self.quantity in (Quantity.ENERGY, Quantity.POWER)
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "quantity": self.quantity.value,
+            "scope": self.scope.value,
+            "unit": self.unit,
+            "resolution_s": self.resolution_s,
+            "clock": self.clock.value,
+            "primary": self.primary,
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Channel:
+        return cls(
+            name=data["name"],
+            quantity=Quantity(data["quantity"]),
+            scope=Scope(data.get("scope", Scope.OTHER.value)),
+            resolution_s=float(data.get("resolution_s", 0.0)),
+            clock=ClockBase(data.get("clock", ClockBase.MONOTONIC.value)),
+            unit=data.get("unit", ""),
+            primary=bool(data.get("primary", True)),
+            description=data.get("description", ""),
+        )
+
 
 class Sample(NamedTuple):
     """One reading: ``value`` of ``channel`` at ``time_s`` on the channel's clock."""

@@ -334,7 +334,7 @@ class Measurement:
                     "version": version,
                     "options": source.options,
                     "info": info,
-                    "channels": [channel_json(c) for c in channels.get(source.name, [])],
+                    "channels": [c.to_json() for c in channels.get(source.name, [])],
                 }
             )
         return out
@@ -377,19 +377,6 @@ class Measurement:
     def _write_meta(self, status: str, reason: str | None) -> None:
         assert self.out is not None
         write_json(self.out / RUN_JSON, self._meta(status, reason))
-
-
-def channel_json(c: Channel) -> dict:
-    return {
-        "name": c.name,
-        "quantity": c.quantity.value,
-        "scope": c.scope.value,
-        "unit": c.unit,
-        "resolution_s": c.resolution_s,
-        "clock": c.clock.value,
-        "primary": c.primary,
-        "description": c.description,
-    }
 
 
 def describe_exception(exc: BaseException, recorder: Recorder | None) -> str:

@@ -1,0 +1,328 @@
+"""The nvml source against a fake ``pynvml`` module (the lowest layer), in both sampling modes.
+
+The fake lives in tests/fake_nvml/ and is put first on ``sys.path`` and ``PYTHONPATH``, so the
+real sampler process imports it too and the real selection, polling, protocol and error code
+runs.
+"""
+
+import importlib
+import inspect
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import energyframe as ef
+from energyframe.errors import OptionError, PowerSourceError
+from energyframe.interfaces import Quantity, SourceContext
+from energyframe.power.nvml import NVMLPowerSource
+from energyframe.power.nvml_sampler import load_pynvml
+
+FAKE_DIR = Path(__file__).resolve().parent / "fake_nvml"
+H200 = "GPU-52dfc441-e9da-23f3-17f9-2b876aae0d10"
+
+
+def gpu(uuid=H200, **kw):
+    return {"uuid": uuid, "name": "NVIDIA H200", "power_w": 700.0, **kw}
+
+
+@pytest.fixture
+def fake_nvml(tmp_path, monkeypatch):
+    """Write a scenario and make ``import pynvml`` (here and in child processes) get the fake."""
+    path = tmp_path / "nvml-scenario.json"
+    monkeypatch.setenv("FAKE_NVML_SCENARIO", str(path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKE_DIR), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.syspath_prepend(str(FAKE_DIR))
+    real = sys.modules.pop("pynvml", None)
+
+    def write(gpus=None, started_s_ago=0.0, **kw):
+        scenario = {
+            "t0_wall": time.time() - started_s_ago,
+            "gpus": gpus if gpus is not None else [gpu()],
+            **kw,
+        }
+        path.write_text(json.dumps(scenario))
+        sys.modules.pop("pynvml", None)
+        return scenario
+
+    yield write
+    sys.modules.pop("pynvml", None)
+    if real is not None:
+        sys.modules["pynvml"] = real
+
+
+def test_fake_has_the_real_signatures():
+    real = importlib.import_module("pynvml")  # nvidia-ml-py, installed with energyframe
+    spec = importlib.util.spec_from_file_location("fake_pynvml", FAKE_DIR / "pynvml.py")
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    names = [n for n, f in vars(fake).items() if n.startswith("nvml") and inspect.isfunction(f)]
+    assert len(names) >= 17
+    for name in names:
+        assert list(inspect.signature(getattr(fake, name)).parameters) == list(
+            inspect.signature(getattr(real, name)).parameters
+        ), name
+    for name in [n for n in vars(fake) if n.startswith("NVML_")]:
+        assert getattr(fake, name) == getattr(real, name), name
+
+
+def run_windows(source, windows=3, seconds=0.35):
+    with ef.measure(power=[source], sync=None) as m:
+        for _ in range(windows):
+            with m.window("steady"):
+                time.sleep(seconds)
+    return m.result
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_steady_power_is_measured_on_every_channel(fake_nvml, mode):
+    fake_nvml([gpu(clock_events=0x4), gpu("GPU-00000001-aaaa-bbbb-cccc-dddddddddddd", power_w=350.0)])
+    result = run_windows(NVMLPowerSource(name="nvml", mode=mode))
+    w = result.windows
+    assert set(w["channel"]) == {
+        "gpu0",
+        "gpu0.power_instant",
+        "gpu0.power_average",
+        "gpu0.power_samples",
+        "gpu1",
+        "gpu1.power_instant",
+        "gpu1.power_average",
+        "gpu1.power_samples",
+    }
+    for channel, watts, tolerance in [
+        ("gpu0", 700.0, 0.02),
+        ("gpu1", 350.0, 0.02),
+        ("gpu0.power_samples", 700.0, 0.02),
+        ("gpu0.power_instant", 700.0, 0.02),
+    ]:
+        rows = w[w["channel"] == channel]
+        assert len(rows) == 3
+        assert rows["mean_power_w"].to_numpy() == pytest.approx(watts, rel=tolerance), channel
+    gpu0 = w[w["channel"] == "gpu0"]
+    assert (gpu0["sm_clock_mhz"] == 1980).all() and (gpu0["temperature_c"] == 45).all()
+    assert (gpu0["clock_event_reasons"] == "0x4").all()
+    assert all("throttled:sw_power_cap" in f for f in gpu0["flags"])
+    assert all("throttled" not in f for f in w[w["channel"] == "gpu1"]["flags"])
+    assert result.meta["primary_channels"] == ["gpu0", "gpu1"]
+    info = result.meta["sources"][0]["info"]
+    assert info["mode"] == mode and info["driver_version"] == "580.159.04"
+    assert [g["uuid"] for g in info["gpus"]][0] == H200
+
+
+def test_counter_ticks_are_stamped_between_polls(fake_nvml):
+    fake_nvml([gpu(power_w=500.0)])
+    source = NVMLPowerSource(name="nvml", channels="state", mode="thread", interval_ms=0.5)
+    source.start(SourceContext())
+    time.sleep(1.2)
+    ticks = [s for s in source.read() if s.channel == "gpu0"]
+    source.stop()
+    t0 = json.loads(Path(os.environ["FAKE_NVML_SCENARIO"]).read_text())["t0_wall"]
+    offset = time.time() - time.monotonic()
+    # the fake's counter ticks exactly every 100 ms from t0: each recorded tick lies within a
+    # poll (field read ~1 ms + 0.5 ms pause) of a true tick, and energy follows 500 W
+    for s in ticks:
+        phase = ((s.time_s + offset - t0) / 0.1) % 1.0
+        assert min(phase, 1 - phase) * 0.1 < 0.003
+    assert len(ticks) >= 10
+    slopes = [(b.value - a.value) / (b.time_s - a.time_s) for a, b in zip(ticks, ticks[1:])]
+    assert sorted(slopes)[len(slopes) // 2] == pytest.approx(500.0, rel=0.05)
+
+
+def test_sample_buffer_is_read_without_losing_samples(fake_nvml):
+    fake_nvml(started_s_ago=10.0)  # the driver's buffer is full: 2.4 s of history
+    source = NVMLPowerSource(name="nvml", channels="samples", mode="thread")
+    source.start(SourceContext())
+    time.sleep(1.6)  # three reads of the buffer
+    samples = [s for s in source.read() if s.channel == "gpu0.power_samples"]
+    source.stop()
+    times = [s.time_s for s in samples]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert len(samples) > 119 + 60
+    assert max(gaps) == pytest.approx(0.02, abs=1e-3) and min(gaps) > 0.019
+
+
+def test_counter_reset_stops_the_run_with_a_clear_error(fake_nvml, tmp_path):
+    fake_nvml([gpu(reset_after_s=1.0)])
+    with pytest.raises(PowerSourceError) as e:
+        run_windows(NVMLPowerSource(name="nvml"), windows=20, seconds=0.2)
+    assert "the energy counter of GPU 0 went down from" in str(e.value)
+    assert "the driver was reloaded or the GPU reset" in str(e.value)
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_gpu_lost_mid_run(fake_nvml, mode):
+    fake_nvml([gpu(lost_after_s=1.0)])
+    with pytest.raises(PowerSourceError, match="NVML could not read GPU 0: the GPU is lost"):
+        run_windows(NVMLPowerSource(name="nvml", mode=mode), windows=20, seconds=0.2)
+
+
+def test_gpu_without_energy_counter_falls_back_to_power(fake_nvml):
+    fake_nvml([gpu(no_counter=True, power_w=250.0)])
+    warnings = []
+    source = NVMLPowerSource(name="nvml", mode="thread")
+    channels = {c.name: c for c in source.start(SourceContext(warn=warnings.append))}
+    source.stop()
+    assert channels["gpu0"].quantity == Quantity.POWER
+    assert warnings == [
+        "GPU 0 (NVIDIA H200) has no energy counter (before Volta): its energy integrates instant power "
+        "instead, which is less accurate for short windows"
+    ]
+    result = run_windows(NVMLPowerSource(name="nvml"), windows=2)
+    rows = result.windows[result.windows["channel"] == "gpu0"]
+    assert rows["mean_power_w"].to_numpy() == pytest.approx(250.0, rel=0.01)
+
+
+def test_mig_mode_is_reported(fake_nvml):
+    fake_nvml([gpu(mig=True)])
+    warnings = []
+    source = NVMLPowerSource(name="nvml")
+    source.start(SourceContext(warn=warnings.append))
+    source.stop()
+    assert warnings == [
+        "GPU 0 is in MIG mode: power and energy are for the whole board and cannot be split between MIG instances"
+    ]
+
+
+@pytest.mark.parametrize(
+    "scenario,message",
+    [
+        (
+            {"init_error": "LIBRARY_NOT_FOUND"},
+            "NVML could not start: the NVIDIA driver is not installed here (libnvidia-ml.so.1 not found)",
+        ),
+        (
+            {"init_error": "DRIVER_NOT_LOADED"},
+            "NVML could not start: the NVIDIA driver is not loaded (no GPU, or the kernel module is missing)",
+        ),
+        (
+            {"field_permission_error": True},
+            "NVML could not start: no permission; in a container, expose the GPU with the 'utility' driver capability",
+        ),
+    ],
+)
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_start_errors_say_what_to_do(fake_nvml, scenario, message, mode):
+    fake_nvml(**scenario)
+    with pytest.raises(PowerSourceError) as e:
+        NVMLPowerSource(name="nvml", mode=mode).start(SourceContext())
+    assert str(e.value) == message
+
+
+def test_gpu_selection(fake_nvml, monkeypatch):
+    uuids = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(3)]
+    fake_nvml([gpu(u) for u in uuids])
+
+    def names(**kw):
+        source = NVMLPowerSource(name="nvml", mode="thread", channels="state", **kw)
+        warnings = []
+        channels = [c.name for c in source.start(SourceContext(warn=warnings.append)) if "." not in c.name]
+        source.stop()
+        return channels, warnings
+
+    assert names()[0] == ["gpu0", "gpu1", "gpu2"]
+    assert names(gpus="2,0")[0] == ["gpu2", "gpu0"]
+    assert names(gpus=uuids[1][:12])[0] == ["gpu1"]  # a UUID prefix
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", uuids[2])
+    assert names()[0] == ["gpu2"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    channels, warnings = names()
+    assert channels == ["gpu1", "gpu0"]
+    assert "CUDA_VISIBLE_DEVICES indices were taken in PCI order" in warnings[0]
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    assert names() == (["gpu1", "gpu0"], [])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(PowerSourceError, match="CUDA_VISIBLE_DEVICES is empty"):
+        names()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with pytest.raises(PowerSourceError, match=r"no GPU with index 7: NVML sees 3 GPU\(s\) \(0..2\)"):
+        names(gpus="7")
+    with pytest.raises(PowerSourceError, match="no GPU with UUID 'GPU-ffff'"):
+        names(gpus="GPU-ffff")
+
+
+def test_bad_channel_kind_is_an_option_error():
+    with pytest.raises(
+        OptionError, match=r"unknown kind\(s\) \['power'\]; valid: energy, instant, average, samples, state"
+    ):
+        NVMLPowerSource(name="nvml", channels="power")
+
+
+def test_sampler_process_dying_is_reported(fake_nvml):
+    fake_nvml()
+    source = NVMLPowerSource(name="nvml")
+    source.start(SourceContext())
+    os.kill(source._proc.pid, signal.SIGKILL)
+    source._proc.wait()
+    with pytest.raises(PowerSourceError, match=r"the NVML sampler process died \(exit code -9\)"):
+        for _ in range(100):
+            source.read()
+    source.stop()
+
+
+def test_sampler_process_stops_cleanly_and_keeps_a_raw_log(fake_nvml, tmp_path):
+    fake_nvml()
+    source = NVMLPowerSource(name="nvml")
+    source.start(SourceContext(raw_dir=tmp_path / "raw"))
+    time.sleep(0.5)
+    source.stop()
+    log = (tmp_path / "raw" / "nvml-sampler.log").read_text().splitlines()
+    assert log[0].startswith("C,") and log[-1] == "Q"
+    assert source._proc.returncode == 0
+    assert len(source.read()) > 0  # samples not read before stop() are still handed over
+
+
+def test_samples_stay_readable_after_stop_without_a_run_directory(fake_nvml):
+    fake_nvml()
+    source = NVMLPowerSource(name="nvml")
+    source.start(SourceContext())
+    time.sleep(0.5)
+    source.stop()
+    assert not source._out_path.exists()  # the temporary log is removed
+    assert {s.channel for s in source.read()} >= {"gpu0", "gpu0.power_samples"}
+    assert source.read() == []
+
+
+def test_detect(fake_nvml):
+    fake_nvml([gpu(), gpu("GPU-1")])
+    found = NVMLPowerSource.detect()
+    assert found.available and found.reason == "2 GPU(s): NVIDIA H200"
+    fake_nvml(init_error="DRIVER_NOT_LOADED")
+    assert not NVMLPowerSource.detect().available
+
+
+def test_auto_detect_picks_nvml(fake_nvml):
+    fake_nvml()
+    with ef.measure() as m:
+        with m.window("w"):
+            time.sleep(0.2)
+    assert [s.name for s in m.sources] == ["nvml"]
+    assert m.result.meta["notes"][0] == "power sources auto-detected: nvml"
+
+
+def test_the_deprecated_pynvml_package_is_refused(tmp_path, monkeypatch):
+    info = tmp_path / "pynvml-13.0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pynvml\nVersion: 13.0.1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PowerSourceError) as e:
+        load_pynvml()
+    assert str(e.value) == (
+        "the deprecated 'pynvml' package (13.0.1) is installed and shadows NVIDIA's bindings; "
+        "run: pip uninstall -y pynvml && pip install --force-reinstall nvidia-ml-py"
+    )
+
+
+def test_interval_between_windows_short_windows_are_flagged(fake_nvml):
+    fake_nvml()
+    with ef.measure(power=[NVMLPowerSource(name="nvml")], sync=None) as m:
+        with m.window("short"):
+            time.sleep(0.05)
+    row = m.result.windows[m.result.windows["channel"] == "gpu0"].iloc[0]
+    assert "short_window" in row["flags"]
+    assert not math.isnan(row["energy_j"]) and row["mean_power_w"] == pytest.approx(700.0, rel=0.1)
