@@ -1,0 +1,95 @@
+"""The GPU power sources on a real NVIDIA GPU (``pytest -m gpu`` on a GPU machine)."""
+
+import time
+
+import numpy as np
+import pytest
+
+import energyframe as ef
+from energyframe.power.nvidia_smi import NvidiaSmiPowerSource
+from energyframe.power.nvml import NVMLPowerSource
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    assert torch.cuda.is_available(), "these tests need a CUDA GPU"
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+
+    def step():
+        torch.matmul(a, b, out=c)
+
+    for _ in range(200):  # clocks and power up to their steady state
+        step()
+    torch.cuda.synchronize()
+    return step
+
+
+def steady_windows(sources, step, seconds=2.0, windows=3):
+    n = int(seconds / 0.00167)
+    with ef.measure(power=sources, sync=torch.cuda.synchronize) as m:
+        for _ in range(int(1.0 / 0.00167)):
+            step()
+        for _ in range(windows):
+            with m.window("steady", iterations=n):
+                for _ in range(n):
+                    step()
+    return m.result
+
+
+def by_channel(result, channel):
+    return result.windows[result.windows["channel"] == channel]
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_nvml_counter_buffer_and_nvidia_smi_agree_on_2s_windows(gemm, mode):
+    result = steady_windows(
+        [
+            NVMLPowerSource(name="nvml", gpus="0", mode=mode),
+            NvidiaSmiPowerSource(name="smi", gpus="0", prefix="smi."),
+        ],
+        gemm,
+    )
+    counter = by_channel(result, "gpu0")["energy_j"].to_numpy()
+    buffer = by_channel(result, "gpu0.power_samples")["energy_j"].to_numpy()
+    smi = by_channel(result, "smi.gpu0")["energy_j"].to_numpy()
+    assert np.all(counter > 0)
+    assert buffer == pytest.approx(counter, rel=0.03)
+    assert smi == pytest.approx(counter, rel=0.03)
+    power = by_channel(result, "gpu0")["mean_power_w"].median()
+    assert 150 < power < 1200  # a loaded data-centre GPU
+    row = by_channel(result, "gpu0").iloc[0]
+    assert row["sm_clock_mhz"] > 0 and row["temperature_c"] > 0
+    assert row["clock_event_reasons"].startswith("0x")
+
+
+def test_counter_ticks_every_100ms(gemm):
+    source = NVMLPowerSource(name="nvml", gpus="0", channels="state")
+    result = steady_windows([source], gemm, seconds=1.0, windows=2)
+    ticks = result.samples[result.samples["channel"] == "gpu0"]["time_s"].to_numpy()
+    periods = np.diff(ticks)
+    assert len(ticks) >= 15
+    assert 0.09 < float(np.median(periods)) < 0.11
+
+
+def test_nvidia_smi_writes_its_raw_log(gemm, tmp_path):
+    source = NvidiaSmiPowerSource(name="nvidia-smi", gpus="0", log=tmp_path / "power.csv")
+    result = steady_windows([source], gemm, seconds=1.0, windows=1)
+    lines = (tmp_path / "power.csv").read_text().splitlines()
+    assert lines[0].startswith("timestamp, index, uuid, power.draw.instant [W]")
+    assert len(lines) > 20
+    assert result.meta["sources"][0]["info"]["power_field"] == "power.draw.instant"
+
+
+def test_auto_detection_chooses_nvml():
+    assert NVMLPowerSource.detect().available
+    assert NvidiaSmiPowerSource.detect().available
+    with ef.measure() as m:
+        with m.window("idle"):
+            time.sleep(0.3)
+    assert [s.name for s in m.sources] == ["nvml"]
