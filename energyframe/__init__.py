@@ -35,6 +35,10 @@ _EXPORTS = {
     "Detection": "energyframe.interfaces",
     "WindowAnnotation": "energyframe.interfaces",
     "Option": "energyframe.options",
+    "DerivedTable": "energyframe.interfaces",
+    "GraphKernel": "energyframe.workloads.graph",
+    "Pipeline": "energyframe.workloads.pipeline",
+    "Stage": "energyframe.workloads.pipeline",
     "EnergyFrameError": "energyframe.errors",
     "UsageError": "energyframe.errors",
     "OptionError": "energyframe.errors",
@@ -77,6 +81,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from .interfaces import (  # noqa: F401
         Channel,
         ClockBase,
+        DerivedTable,  # noqa: F401
         Detection,
         Phase,
         PowerSource,
@@ -94,3 +99,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from .results import RunResult  # noqa: F401
     from .stats import Spread  # noqa: F401
     from .windows import PhaseSummary  # noqa: F401
+    from .workloads.graph import GraphKernel  # noqa: F401
+    from .workloads.pipeline import Pipeline, Stage  # noqa: F401

@@ -102,7 +102,7 @@ def list_plugins(kind: str | None) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Run directory. Default: runs/<UTC time>-<workload>.",
 )
-@click.option("--trials", type=click.IntRange(min=1), default=5, show_default=True, help="Windows per phase.")
+@click.option("--trials", type=click.IntRange(min=1), default=None, help="Windows per phase. Default 5.")
 @click.option(
     "--min-window",
     type=click.FloatRange(min=0, min_open=True),
@@ -118,27 +118,38 @@ def list_plugins(kind: str | None) -> None:
 @click.option(
     "--warmup-s",
     type=click.FloatRange(min=0),
-    default=1.0,
-    show_default=True,
-    help="Warm-up time per phase when --warmup is not given.",
+    default=None,
+    help="Warm-up time per phase when --warmup is not given. Default 1 s.",
 )
 @click.option(
     "--cooldown",
     type=click.FloatRange(min=0),
-    default=0.0,
-    show_default=True,
-    help="Seconds of pause between windows.",
+    default=None,
+    help="Seconds of pause between windows. Default 0.",
 )
 @click.option(
     "--idle",
     type=click.FloatRange(min=0),
-    default=0.0,
-    show_default=True,
-    help="Seconds of idle-power baseline after set-up (enables dynamic energy).",
+    default=None,
+    help="Seconds of idle-power baseline after set-up (enables dynamic energy). Default 0.",
 )
+@click.option("--per-layer", is_flag=True, help="Measure a model layer by layer (a per-layer pipeline).")
+@click.option("--validate", is_flag=True, help="With --per-layer: also measure the whole model and compare.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
-    power, workload, reporters, out, trials, min_window, warmup, warmup_s, cooldown, idle, command
+    power,
+    workload,
+    reporters,
+    out,
+    trials,
+    min_window,
+    warmup,
+    warmup_s,
+    cooldown,
+    idle,
+    per_layer,
+    validate,
+    command,
 ) -> None:
     """Measure a workload, or a command given after --.
 
@@ -154,6 +165,10 @@ def run(
         raise UsageError("give either --workload or a command after --, not both")
     if not command and not workload:
         raise UsageError("nothing to measure: give --workload SPEC or a command after --")
+    if validate and not per_layer:
+        raise UsageError("--validate compares a per-layer run with the whole model: add --per-layer")
+    if per_layer:
+        workload = _with_per_layer(workload, validate)
     the_workload = CommandWorkload(name="command", argv=list(command)) if command else workload
     config = orchestrator.RunConfig(
         trials=trials,
@@ -164,7 +179,7 @@ def run(
         idle_s=idle,
     )
     power_arg = _power_arg(power)
-    name = "command" if command else workload.partition(":")[0]
+    name = "command" if command else str(workload).partition(":")[0]
     out = out or default_run_dir(name)
     result = orchestrator.run(
         the_workload, power=power_arg, reporters=list(reporters) or ["console"], out=out, config=config
@@ -172,6 +187,23 @@ def run(
     code = result.meta.get("exit_code")
     if code:
         sys.exit(code)
+
+
+def _with_per_layer(workload: str | None, validate: bool):
+    """The workload spec with per_layer (and validate) switched on, if the workload has them."""
+    from . import registry
+    from .options import parse_spec
+
+    if not workload:
+        raise UsageError("--per-layer needs --workload MODEL")
+    spec = parse_spec(workload)
+    cls = registry.load(registry.WORKLOADS, spec.name)
+    if "per_layer" not in {o.name for o in cls.OPTIONS}:
+        raise UsageError(f"workload {spec.name!r} has no per-layer mode (models such as resnet50 have)")
+    options = {**spec.options, "per_layer": "true"}
+    if validate:
+        options["validate"] = "true"
+    return type(spec)(spec.name, options)
 
 
 def _power_arg(power: tuple[str, ...]):
@@ -190,7 +222,7 @@ def _power_arg(power: tuple[str, ...]):
 @click.option("--windows", "show_windows", is_flag=True, help="Also print every window.")
 def show(run_dir: Path, all_channels: bool, show_windows: bool) -> None:
     """Print a saved run."""
-    from .display import render, summary_table
+    from .display import derived_table, render, summary_table
     from .results import RunResult
 
     result = RunResult.load(run_dir)
@@ -215,6 +247,8 @@ def show(run_dir: Path, all_channels: bool, show_windows: bool) -> None:
         click.echo(render(summary_table(rows)), nl=False)
     else:
         click.echo("no phase summaries (no window finished)")
+    for table in result.derived:
+        click.echo(render(derived_table(table)), nl=False)
     if show_windows and not result.windows.empty:
         click.echo(result.windows.to_string(index=False))
     for warning in result.warnings:

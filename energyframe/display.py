@@ -69,6 +69,50 @@ def summary_table(summaries: Sequence[PhaseSummary], title: str | None = None) -
     return table
 
 
+_UNITS = {"_s": "s", "_j": "J", "_w": "W", "_wh": "Wh"}
+
+
+def cell(column: str, value) -> str:
+    """A derived-table value for people: SI prefixes by the unit in the column name."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if column.endswith("_per_s"):
+        return f"{value:.4g}/s"
+    if column.endswith("_pct"):
+        return f"{value:+.2f}%" if "error" in column or "diff" in column else f"{value:.2f}%"
+    for suffix, unit in _UNITS.items():
+        if column.endswith(suffix):
+            return si(float(value), unit)
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def derived_table(table) -> Table:
+    """A workload's DerivedTable; a one-row table is shown as name/value pairs."""
+    columns: list[str] = list(table.display)
+    if not columns:
+        for row in table.rows:
+            columns += [c for c in row if c not in columns]
+    caption = table.note or None
+    if len(table.rows) == 1:
+        out = Table(title=table.title, caption=caption, caption_justify="left", show_header=False)
+        out.add_column("figure")
+        out.add_column("value", justify="right")
+        row = table.rows[0]
+        for column in columns:
+            out.add_row(column, cell(column, row.get(column)))
+        return out
+    out = Table(title=table.title, header_style="bold", caption=caption, caption_justify="left")
+    for column in columns:
+        out.add_column(column, overflow="fold")
+    for row in table.rows:
+        out.add_row(*(cell(c, row.get(c)) for c in columns))
+    return out
+
+
 def render(renderable, width: int = 140) -> str:
     """Render a rich object to plain text."""
     buffer = io.StringIO()

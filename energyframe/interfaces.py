@@ -204,14 +204,6 @@ class PowerSource(Plugin, ABC):
         """Describe what was measured (device names, driver versions) for run.json."""
         return {}
 
-    def min_window_s(self, channels: Sequence[Channel]) -> float:
-        """The shortest window this source measures well; the orchestrator's default.
-
-        The default is ten update periods of the coarsest integrable channel.
-        """
-        periods = [c.resolution_s for c in channels if c.integrable and c.primary]
-        return 10.0 * max(periods, default=0.0)
-
     def annotate(
         self, channel: Channel, start_s: float, end_s: float, series: Mapping[str, SampleSeries]
     ) -> WindowAnnotation:
@@ -240,6 +232,9 @@ class Phase:
         trials: windows to measure; ``None`` uses the run's setting.
         work: work per iteration by unit, e.g. ``{"tokens": 5}``, for per-unit figures.
         setup: called once before the phase's warm-up; teardown once after its last window.
+        iterations_per_step: iterations one call of ``step`` runs (a CUDA graph of 100
+            unrolled kernel calls: 100); per-iteration figures divide by steps times this.
+        note: how the phase runs, shown with its results (e.g. "cpu, eager: no CUDA graph").
     """
 
     name: str
@@ -251,6 +246,46 @@ class Phase:
     work: Mapping[str, float] = field(default_factory=dict)
     setup: Callable[[], None] | None = None
     teardown: Callable[[], None] | None = None
+    iterations_per_step: int = 1
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class DerivedTable:
+    """Figures a workload computes from the measured phases (pipeline totals, predictions).
+
+    Args:
+        name: file stem (``<name>.csv`` in the run directory) and key in run.json's ``derived``.
+        title: one line shown above the table.
+        rows: one mapping per row, SI units in the column names.
+        note: a sentence shown under the table (how it was computed, what it misses).
+        display: the columns the console shows (all when empty); saved files keep every column.
+    """
+
+    name: str
+    title: str
+    rows: Sequence[Mapping[str, Any]]
+    note: str = ""
+    display: Sequence[str] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "rows": [dict(r) for r in self.rows],
+            "note": self.note,
+            "display": list(self.display),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DerivedTable:
+        return cls(
+            data["name"],
+            data.get("title", data["name"]),
+            list(data.get("rows", [])),
+            data.get("note", ""),
+            tuple(data.get("display", ())),
+        )
 
 
 class Workload(Plugin, ABC):
@@ -269,6 +304,16 @@ class Workload(Plugin, ABC):
     def info(self) -> Mapping[str, Any]:
         """Describe the work (device, model, shapes) for run.json."""
         return {}
+
+    def run_defaults(self) -> Mapping[str, Any]:
+        """Run settings this workload needs when the user gives none (``RunConfig`` field names):
+        a per-layer pipeline of 80 phases wants short windows and an idle baseline."""
+        return {}
+
+    def derive(self, result: RunResult) -> Sequence[DerivedTable]:
+        """Figures computed from the measured phases, e.g. a pipeline's totals. Called once the
+        run's windows are integrated; the tables are saved and reported with the run."""
+        return ()
 
     @property
     def exit_code(self) -> int | None:

@@ -17,14 +17,14 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from . import registry
 from .clock import ChannelTimeMap, ClockModel
 from .errors import PowerSourceError, RunInterrupted, UsageError
-from .interfaces import Channel, PowerSource, WindowAnnotation
+from .interfaces import Channel, DerivedTable, PowerSource, WindowAnnotation
 from .options import Spec
 from .recorder import Recorder
 from .results import COMPLETE, INCOMPLETE, RunResult
@@ -132,6 +132,8 @@ class Measurement:
         self._trials: dict[str, int] = {}
         self._result: RunResult | None = None
         self._started_at: str | None = None
+        #: computes a workload's derived tables (pipeline totals) from the integrated result
+        self.deriver: Callable[[RunResult], Sequence[DerivedTable]] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def warn(self, message: str) -> None:
@@ -273,7 +275,7 @@ class Measurement:
                 f"the wall clock moved {drift * 1e3:+.1f} ms against the monotonic clock during the "
                 "run; wall-stamped samples (NVML, nvidia-smi) may be misplaced by up to that much"
             )
-        self._result = self._build_result(status, reason)
+        self._result = self._with_derived(self._build_result(status, reason))
         if self.out is not None:
             self._result.save(self.out)
             recorder.store.discard_partial()
@@ -298,6 +300,19 @@ class Measurement:
         summaries = tuple(summarize(windows, self.work))
         meta = self._meta(status, reason, time_maps, ended=True)
         return RunResult(meta, windows, store.to_frame(), summaries)
+
+    def _with_derived(self, result: RunResult) -> RunResult:
+        if self.deriver is None or result.windows.empty:
+            return result
+        try:
+            tables = list(self.deriver(result))
+        except Exception as e:  # derived figures must never lose the measured ones
+            self.warn(f"derived figures could not be computed: {type(e).__name__}: {e}")
+            tables = []
+        meta = dict(result.meta)
+        meta["derived"] = [t.to_json() for t in tables]
+        meta["warnings"] = list(self.warnings)
+        return replace(result, meta=meta)
 
     def _annotator(self, series: Mapping[str, SampleSeries]):
         assert self.recorder is not None

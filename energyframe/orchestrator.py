@@ -15,7 +15,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -35,37 +35,69 @@ log = logging.getLogger("energyframe")
 TIMING_ONLY_MIN_WINDOW_S = 0.1
 
 
+#: used for every RunConfig field that neither the user nor the workload sets
+DEFAULTS = {
+    "trials": 5,
+    "min_window_s": None,  # min_window_periods update periods of the coarsest source
+    "min_window_periods": 10.0,
+    "warmup": None,  # warm up for warmup_s instead
+    "warmup_s": 1.0,
+    "cooldown_s": 0.0,
+    "idle_s": 0.0,
+    "max_iterations": 1_000_000_000,
+}
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    """How phases are measured.
+    """How phases are measured. A field left ``None`` takes the workload's preference
+    (``Workload.run_defaults``), else ``DEFAULTS``.
 
     Args:
-        trials: windows per phase (a phase may fix its own).
-        min_window_s: shortest window; ``None`` derives it from the sources' resolution
-            (e.g. 1 s for a counter that ticks every 100 ms). Units: s.
-        warmup: warm-up iterations before calibrating; ``None`` warms up for ``warmup_s``.
-        warmup_s: warm-up time when ``warmup`` is not given. Units: s.
-        cooldown_s: pause between a phase's windows. Units: s.
-        idle_s: measure idle power this long after set-up, for dynamic energy. Units: s.
+        trials: windows per phase (a phase may fix its own). Default 5.
+        min_window_s: shortest window; by default ``min_window_periods`` update periods of the
+            coarsest primary source (1 s for a counter that ticks every 100 ms). Units: s.
+        min_window_periods: the default window in update periods of the coarsest source.
+            Default 10; a per-layer pipeline of many phases prefers 2.5.
+        warmup: warm-up iterations before calibrating; by default warm up for ``warmup_s``.
+        warmup_s: warm-up time when ``warmup`` is not given. Default 1 s. Units: s.
+        cooldown_s: pause between a phase's windows. Default 0. Units: s.
+        idle_s: measure idle power this long after set-up, for dynamic energy. Default 0. Units: s.
         max_iterations: upper bound of the calibrated iterations per window.
     """
 
-    trials: int = 5
+    trials: int | None = None
     min_window_s: float | None = None
+    min_window_periods: float | None = None
     warmup: int | None = None
-    warmup_s: float = 1.0
-    cooldown_s: float = 0.0
-    idle_s: float = 0.0
-    max_iterations: int = 1_000_000_000
+    warmup_s: float | None = None
+    cooldown_s: float | None = None
+    idle_s: float | None = None
+    max_iterations: int | None = None
 
     def __post_init__(self) -> None:
-        if self.trials < 1:
+        if self.trials is not None and self.trials < 1:
             raise UsageError(f"trials must be at least 1, got {self.trials}")
         for name in ("warmup_s", "cooldown_s", "idle_s"):
-            if getattr(self, name) < 0:
-                raise UsageError(f"{name} must not be negative, got {getattr(self, name)}")
-        if self.min_window_s is not None and self.min_window_s <= 0:
-            raise UsageError(f"min_window_s must be positive, got {self.min_window_s}")
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise UsageError(f"{name} must not be negative, got {value}")
+        for name in ("min_window_s", "min_window_periods"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise UsageError(f"{name} must be positive, got {value}")
+
+    def resolved(self, preferred: Mapping[str, Any] | None = None) -> RunConfig:
+        """Every field set: the user's value, else the workload's preference, else the default."""
+        preferred = dict(preferred or {})
+        unknown = set(preferred) - set(DEFAULTS)
+        if unknown:
+            raise ValueError(f"unknown run settings {sorted(unknown)}")
+        values = {}
+        for name, default in DEFAULTS.items():
+            mine = getattr(self, name)
+            values[name] = mine if mine is not None else preferred.get(name, default)
+        return RunConfig(**values)
 
 
 def run_iterations(step: Callable[[], Any], n: int) -> None:
@@ -75,7 +107,7 @@ def run_iterations(step: Callable[[], Any], n: int) -> None:
 
 #: calibrated windows aim this much above --min-window, because iterations later in a run are
 #: often a little faster than during calibration
-CALIBRATION_MARGIN = 1.1
+CALIBRATION_MARGIN = 1.15
 
 
 def _timed(phase: Phase, n: int) -> float:
@@ -87,25 +119,24 @@ def _timed(phase: Phase, n: int) -> float:
 
 
 def calibrate(phase: Phase, min_window_s: float, max_iterations: int) -> tuple[int, float]:
-    """Iterations per window so that a window lasts at least ``min_window_s``.
+    """Steps per window so that a window lasts at least ``min_window_s``.
 
-    Times growing batches (each synced) until one lasts a fifth of the target and scales up;
-    then runs the chosen count once and scales again if it fell short (up to three times).
-    Returns the iteration count and the time per iteration of the last check. Units: s.
+    Times growing batches (each synced) until one lasts half the target, then scales up with
+    a 15 % margin. A window that still comes out a little short stays well above two update
+    periods with the default window lengths, so it is not re-checked (that would cost a window
+    per phase). Returns the steps and the time per step. Units: s.
     """
     n = 1
     while True:
         dt = _timed(phase, n)
-        if dt >= 0.2 * min_window_s or n >= max_iterations:
+        if dt >= 0.5 * min_window_s or n >= max_iterations:
             break
-        grow = 10 if dt < 1e-3 else max(2, math.ceil(0.25 * min_window_s / max(dt, 1e-9)))
+        grow = 10 if dt < 1e-3 else max(2, math.ceil(0.55 * min_window_s / max(dt, 1e-9)))
         n = min(max_iterations, n * grow)
-    for _ in range(3):
-        if dt >= min_window_s or n >= max_iterations:
-            break
-        n = max(n + 1, min(max_iterations, math.ceil(CALIBRATION_MARGIN * n * min_window_s / max(dt, 1e-12))))
-        dt = _timed(phase, n)
-    return max(1, n), dt / n
+    per_step = dt / n
+    if dt < min_window_s:
+        n = math.ceil(CALIBRATION_MARGIN * min_window_s / max(per_step, 1e-12))
+    return max(1, min(max_iterations, n)), per_step
 
 
 def warm_up(phase: Phase, config: RunConfig) -> int:
@@ -139,8 +170,12 @@ def measure_phase(m: Measurement, phase: Phase, config: RunConfig, min_window_s:
         iterations, per_iter = calibrate(phase, min_window_s, config.max_iterations)
         note = f"~{per_iter * 1e3:.4g} ms each, windows >= {min_window_s:g} s"
     trials = phase.trials or config.trials
+    if phase.iterations_per_step != 1:
+        note += f", {phase.iterations_per_step} iterations per step"
+    if phase.note:
+        note += f"; {phase.note}"
     log.info(
-        "phase %r: %d warm-up, %d iterations per window (%s), %d trials",
+        "phase %r: %d warm-up, %d steps per window (%s), %d trials",
         phase.name,
         warmed,
         iterations,
@@ -148,20 +183,23 @@ def measure_phase(m: Measurement, phase: Phase, config: RunConfig, min_window_s:
         trials,
     )
     step = phase.step
+    per_window = iterations * phase.iterations_per_step  # e.g. graph replays x unrolled calls
     for trial in range(trials):
         if trial and config.cooldown_s:
             time.sleep(config.cooldown_s)
-        m.begin_window(phase.name, iterations, sync=phase.sync)
+        m.begin_window(phase.name, per_window, sync=phase.sync)
         for _ in range(iterations):
             step()
         record = m.end_window(phase.name, sync=phase.sync)
         log.info("  %s trial %d/%d: %.4g s", phase.name, trial + 1, trials, record.duration_s)
 
 
-def default_min_window(m: Measurement) -> float:
+def default_min_window(m: Measurement, periods: float) -> float:
+    """``periods`` update periods of the coarsest primary energy or power channel."""
     assert m.recorder is not None
-    values = [source.min_window_s(m.recorder.source_channels.get(source.name, [])) for source in m.sources]
-    return max([v for v in values if v > 0], default=TIMING_ONLY_MIN_WINDOW_S)
+    resolutions = [c.resolution_s for c in m.recorder.channels.values() if c.integrable and c.primary]
+    longest = max(resolutions, default=0.0)
+    return periods * longest if longest > 0 else TIMING_ONLY_MIN_WINDOW_S
 
 
 def _plugin_meta(plugin: Any) -> dict:
@@ -214,9 +252,9 @@ def run(
         EnergyFrameError: a source or the workload failed; the run was saved as incomplete.
         Each raised error carries the saved ``RunResult`` as ``error.result``.
     """
-    config = config or RunConfig()
     # validate every plugin and option before anything starts
     the_workload = registry.create(registry.WORKLOADS, workload)
+    config = (config or RunConfig()).resolved(the_workload.run_defaults())
     the_reporters = registry.create_all(registry.REPORTERS, list(reporters))
     sources, notes = resolve_power(power)
     for note in notes[:1]:
@@ -227,6 +265,7 @@ def run(
         "config": asdict(config),
     }
     m = Measurement(sources, out=out, sync=None, meta=meta, notes=notes)
+    m.deriver = the_workload.derive
     error: BaseException | None = None
     status, reason = COMPLETE, None
     with _Signals():
@@ -235,10 +274,10 @@ def run(
         try:
             try:
                 the_workload.setup()
-                if config.idle_s > 0:
+                if config.idle_s > 0 and m.sources:  # with no power source there is no idle power
                     log.info("measuring idle power for %g s", config.idle_s)
                     m.measure_idle(config.idle_s)
-                min_window_s = config.min_window_s or default_min_window(m)
+                min_window_s = config.min_window_s or default_min_window(m, config.min_window_periods)
                 m.meta["config"]["min_window_s_used"] = min_window_s
                 m.recorder.interrupt_on_failure = True
                 for phase in the_workload.phases():

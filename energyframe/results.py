@@ -11,6 +11,7 @@ import pandas as pd
 
 from . import store
 from .display import render, summary_table
+from .interfaces import DerivedTable
 from .windows import PhaseSummary
 
 COMPLETE = "complete"
@@ -49,6 +50,17 @@ class RunResult:
     def warnings(self) -> list[str]:
         return list(self.meta.get("warnings", []))
 
+    @property
+    def derived(self) -> list[DerivedTable]:
+        """The workload's derived tables (pipeline totals, predictions), if any."""
+        return [DerivedTable.from_json(d) for d in self.meta.get("derived", [])]
+
+    def derived_table(self, name: str) -> DerivedTable:
+        for table in self.derived:
+            if table.name == name:
+                return table
+        raise KeyError(f"no derived table {name!r}; have {[t.name for t in self.derived]}")
+
     def summary(self, phase: str, channel: str | None = None) -> PhaseSummary:
         """The summary of ``phase`` on ``channel`` (the first primary channel by default)."""
         matches = [s for s in self.summaries if s.phase == phase]
@@ -79,6 +91,8 @@ class RunResult:
         directory.mkdir(parents=True, exist_ok=True)
         store.write_samples(directory / store.SAMPLES_PARQUET, self.samples)
         store.write_csv(directory / store.WINDOWS_CSV, self.windows)
+        for table in self.derived:
+            store.write_csv(directory / f"{table.name}.csv", pd.DataFrame(list(table.rows)))
         store.write_json(directory / store.RUN_JSON, self.to_json())
         return directory
 

@@ -15,6 +15,7 @@ from energyframe.cli import main
 from energyframe.results import RunResult
 
 POWER_NAMES = ", ".join(registry.names(registry.POWER))
+WORKLOAD_NAMES = ", ".join(registry.names(registry.WORKLOADS))
 FAST = ["--trials", "2", "--min-window", "0.05", "--warmup-s", "0"]
 
 
@@ -99,7 +100,7 @@ def test_run_with_file_reporters_to_stdout(tmp_path):
         ),
         (
             ["--workload", "resnet"],
-            "Error: unknown workload 'resnet'. Available: command, cpu-matmul, sleep\n",
+            f"Error: unknown workload 'resnet'. Available: {WORKLOAD_NAMES}\n",
         ),
         (
             ["--workload", "sleep", "--reporter", "html"],

@@ -13,7 +13,7 @@ from energyframe.orchestrator import RunConfig, calibrate
 from energyframe.results import RunResult
 from tests.fakes import ListWorkload, SignalSource, busy_phase
 
-FAST = RunConfig(trials=3, min_window_s=0.1, warmup_s=0.02)
+FAST = RunConfig(trials=3, min_window_s=0.15, warmup_s=0.02)
 
 
 def test_constant_power_gives_exact_window_energy(power_csv, tmp_path):
@@ -33,7 +33,7 @@ def test_constant_power_gives_exact_window_energy(power_csv, tmp_path):
         assert row["energy_j"] == pytest.approx(100.0 * row["duration_s"], rel=1e-9)
         assert row["mean_power_w"] == pytest.approx(100.0, rel=1e-9)
         assert row["energy_per_iter_j"] == pytest.approx(row["energy_j"] / row["iterations"])
-        assert row["duration_s"] >= 0.1 * 0.9  # calibrated to the minimum window, with a margin
+        assert row["duration_s"] >= 0.15 * 0.9  # calibrated to the minimum window, with a margin
         assert row["end_s"] - row["start_s"] == pytest.approx(row["duration_s"], abs=1e-5)
         assert row["flags"] == ""
     s = result.summary("matmul-64", "replay")
@@ -136,7 +136,7 @@ def test_calibration_reaches_the_minimum_window():
     phase = busy_phase(seconds=0.0002)
     n, per_iter = calibrate(phase, 0.2, 10**9)
     assert per_iter == pytest.approx(0.0002, rel=0.5)
-    assert n * per_iter >= 0.2  # the calibrated count was run once and lasted the window
+    assert n * per_iter >= 0.2 * 1.14  # the window is aimed 15 % above the minimum
 
 
 def test_calibration_respects_the_iteration_cap():

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from ..display import summary_table
+from ..display import derived_table, summary_table
 from ..interfaces import Reporter
 from ..options import Option
 from ..results import RunResult
@@ -31,6 +31,8 @@ class ConsoleReporter(Reporter):
         console = self.console or Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
         rows = list(result.summaries) if self.options["all_channels"] else result.primary_summaries()
         console.print(summary_table(rows))
+        for table in result.derived:
+            console.print(derived_table(table))
         for s in rows:
             for unit, amount in s.work.items():
                 energy, time_s = s.energy_per_iter_j.median, s.time_per_iter_s.median
