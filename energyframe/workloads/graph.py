@@ -1,0 +1,309 @@
+"""CUDA-graph-captured calls: the ``GraphKernel`` workload and what pipelines build on.
+
+A call (one kernel, or the few launches of a layer) is captured ``unroll`` times into one CUDA
+graph and replayed; a phase step is one replay, so per-call latency and energy are a window's
+totals divided by the calls in it, with the launch overhead of a single graph launch spread over
+``unroll`` calls. Without CUDA the same calls run eagerly on the CPU, and say so.
+
+torch is imported inside functions: ``energyframe list`` imports this module.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..errors import OptionError, WorkloadError
+from ..interfaces import DerivedTable, Phase, Workload
+from ..options import Option
+
+log = logging.getLogger("energyframe")
+
+DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64"}
+CPU_NOTE = "cpu, eager: no CUDA graph"
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, DTYPES.get(name, name))
+
+
+def torch_device(spec: str):
+    """``auto``: the current CUDA device if there is one, else the CPU."""
+    import torch
+
+    if spec == "auto":
+        return (
+            torch.device("cuda", torch.cuda.current_device())
+            if torch.cuda.is_available()
+            else torch.device("cpu")
+        )
+    device = torch.device(spec)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise WorkloadError(f"device {spec!r} was asked for, but torch sees no CUDA GPU here")
+    return device
+
+
+def device_sync(device) -> Callable[[], None]:
+    import torch
+
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+def l2_cache_bytes(device) -> int:
+    import torch
+
+    if device.type != "cuda":
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+
+
+def _accepts_argument(fn: Callable) -> bool:
+    try:
+        return len(inspect.signature(fn).parameters) > 0
+    except (TypeError, ValueError):
+        return True
+
+
+class L2Flush:
+    """Evicts the L2 cache: writes a buffer twice its size (one memset kernel)."""
+
+    def __init__(self, device) -> None:
+        import torch
+
+        self.bytes = 2 * max(l2_cache_bytes(device), 1 << 20)
+        self.buffer = torch.empty(self.bytes, dtype=torch.uint8, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
+class Captured:
+    """``unroll`` calls of ``call(state)``, captured into one CUDA graph when the device is a GPU.
+
+    Built in ``build`` (the phase's setup) and freed in ``release`` (its teardown), so a pipeline
+    holds one stage's tensors and graph at a time.
+
+    Args:
+        make_state: allocates the call's inputs and outputs on the device it is given.
+        call: launches the work on ``state``; must not synchronise.
+        unroll: calls per graph (per phase step).
+        device: a torch device.
+        before_each: optional call captured before each call (an L2 flush).
+        warmup_calls: eager calls before capture (cuBLAS/cuDNN pick and cache their kernels).
+    """
+
+    def __init__(
+        self,
+        make_state: Callable[[Any], Any],
+        call: Callable[[Any], Any],
+        unroll: int,
+        device,
+        before_each: Callable[[], None] | None = None,
+        warmup_calls: int = 3,
+    ) -> None:
+        self.make_state = make_state
+        self.call = call
+        self.unroll = unroll
+        self.device = device
+        self.before_each = before_each
+        self.warmup_calls = warmup_calls
+        self._run: Callable[[], None] | None = None
+        self._keep: list = []
+        #: why the calls run eagerly on a GPU (a failed capture), or None
+        self.fallback: str | None = None
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+    def build(self) -> None:
+        import torch
+
+        state = self.make_state(self.device)
+        call, before, unroll = self.call, self.before_each, self.unroll
+
+        def once() -> None:
+            if before is not None:
+                before()
+            call(state)
+
+        with torch.inference_mode(False), torch.no_grad():
+            if not self.on_gpu:
+                self._keep = [state]
+                self._run = lambda: [once() for _ in range(unroll)]
+                return
+            stream = torch.cuda.Stream(self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                for _ in range(self.warmup_calls):
+                    once()
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            torch.cuda.synchronize(self.device)
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):
+                    for _ in range(unroll):
+                        once()
+            except Exception as e:  # e.g. an op that synchronises with the host cannot be captured
+                torch.cuda.synchronize(self.device)
+                self.fallback = f"eager: CUDA graph capture failed ({type(e).__name__}: {str(e)[:120]})"
+                log.warning("%s", self.fallback)
+                self._keep = [state]
+                self._run = lambda: [once() for _ in range(unroll)]
+                return
+        self._keep = [state, graph]
+        self._run = graph.replay
+
+    def step(self) -> None:
+        self._run()
+
+    def sync(self) -> None:
+        if self.on_gpu:
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def release(self) -> None:
+        self._keep = []
+        self._run = None
+        if self.on_gpu:
+            import torch
+
+            torch.cuda.empty_cache()
+
+    def phase(self, name: str, work: Mapping[str, float] | None = None) -> Phase:
+        return Phase(
+            name=name,
+            step=self.step,
+            sync=self.sync,
+            iterations_per_step=self.unroll,
+            setup=self.build,
+            teardown=self.release,
+            work=dict(work or {}),
+            note="" if self.on_gpu else CPU_NOTE,
+        )
+
+
+#: options every graph-captured workload has
+GRAPH_OPTIONS = (
+    Option("unroll", "int", 100, "calls captured per CUDA graph (one replay is one step)", minimum=1),
+    Option("cold", "bool", False, "flush L2 before every call and subtract a flush-only graph's cost"),
+    Option("device", "str", "auto", "cuda, cuda:N, cpu or auto (CUDA if available)"),
+)
+
+
+def phase_medians(result, phase: str) -> tuple[float, float, float]:
+    """Median time per call, energy per call and mean power of a phase on the first primary
+    channel (energy and power are NaN in timing-only runs). Units: s, J, W."""
+    import math
+
+    summaries = [s for s in result.primary_summaries() if s.phase == phase]
+    if not summaries:
+        return math.nan, math.nan, math.nan
+    s = summaries[0]
+    return s.time_per_iter_s.median, s.energy_per_iter_j.median, s.mean_power_w.median
+
+
+class GraphKernelWorkload(Workload):
+    """A kernel: ``setup(device)`` allocates, ``capture(state)`` launches (no allocation);
+    captured ``unroll`` times into one CUDA graph and replayed.
+
+    Python API: ``GraphKernel("add_relu", setup, capture, unroll=100)``. Built-in kernels subclass
+    it and implement ``make_state`` and ``launch``.
+    """
+
+    DESCRIPTION = "a kernel captured unroll times in a CUDA graph and replayed"
+    OPTIONS = GRAPH_OPTIONS
+
+    def __init__(
+        self,
+        name: str | None = None,
+        setup: Callable[..., Any] | None = None,
+        capture: Callable[[Any], Any] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(name, **options)
+        self._setup_fn = setup
+        self._capture_fn = capture
+        if type(self) is GraphKernelWorkload and (setup is None or capture is None):
+            raise OptionError(
+                "GraphKernel needs setup (allocates on the device) and capture (launches the kernel)"
+            )
+        self.device = None
+
+    # -- what a kernel is ---------------------------------------------------------------------
+    def make_state(self, device) -> Any:
+        if _accepts_argument(self._setup_fn):
+            return self._setup_fn(device)
+        return self._setup_fn()
+
+    def launch(self, state: Any) -> Any:
+        return self._capture_fn(state)
+
+    def work(self) -> Mapping[str, float]:
+        """Work per call by unit (``flop``, ``bytes``) for per-unit figures."""
+        return {}
+
+    # -- workload -----------------------------------------------------------------------------
+    def setup(self) -> None:
+        self.device = torch_device(self.options["device"])
+
+    def phases(self) -> Sequence[Phase]:
+        unroll, cold = self.options["unroll"], self.options["cold"]
+        flush = L2Flush(self.device) if cold and self.device.type == "cuda" else None
+        kernel = Captured(self.make_state, self.launch, unroll, self.device, before_each=flush)
+        phases = [kernel.phase(self.name, self.work())]
+        if flush is not None:
+            flush_only = Captured(
+                lambda device: None, lambda state: None, unroll, self.device, before_each=flush
+            )
+            phases.append(flush_only.phase(f"{self.name} (L2 flush only)"))
+        return phases
+
+    def derive(self, result) -> Sequence[DerivedTable]:
+        if not self.options["cold"] or self.device is None or self.device.type != "cuda":
+            return ()
+        t, e, _ = phase_medians(result, self.name)
+        tf, ef, _ = phase_medians(result, f"{self.name} (L2 flush only)")
+        return [
+            DerivedTable(
+                "cold",
+                f"{self.name} with a cold L2 (flush subtracted)",
+                [
+                    {
+                        "kernel": self.name,
+                        "latency_s": t - tf,
+                        "energy_j": e - ef,
+                        "with_flush_latency_s": t,
+                        "flush_latency_s": tf,
+                    }
+                ],
+                note="per call: the flush+kernel graph minus the flush-only graph (medians over trials)",
+            )
+        ]
+
+    def info(self) -> Mapping[str, Any]:
+        import torch
+
+        device = self.device
+        out: dict[str, Any] = {"unroll": self.options["unroll"], "cold": self.options["cold"]}
+        if device is not None:
+            out["device"] = str(device)
+            if device.type == "cuda":
+                out["gpu"] = torch.cuda.get_device_name(device)
+                out["l2_bytes"] = l2_cache_bytes(device)
+                out["execution"] = "cuda graph"
+            else:
+                out["execution"] = CPU_NOTE
+        out["torch"] = torch.__version__
+        return out
+
+
+#: the Python API name
+GraphKernel = GraphKernelWorkload
