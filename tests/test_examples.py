@@ -8,7 +8,7 @@ import pytest
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
 # examples that need a GPU are exercised by tests marked gpu
-GPU_ONLY = {"graph_kernel_add_relu.py"}
+GPU_ONLY: set[str] = set()
 
 
 def test_examples_exist():

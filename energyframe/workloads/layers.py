@@ -1,0 +1,399 @@
+"""Per-layer decomposition of any ``torch.nn.Module`` from one forward pass.
+
+A forward pass runs with hooks on the *units* (leaf modules, or named blocks with the leaves
+outside them) that record each call's exact inputs (shapes, strides, dtypes, value ranges of
+integer tensors, non-tensor arguments). A dispatch mode records every aten op that runs *outside*
+any unit: the functional code between layers (ResNet's residual adds, the attention inside
+``nn.MultiheadAttention``) that leaf modules alone miss. Views and metadata ops launch no kernel
+and are left out.
+
+Units that are the same (same type and configuration, same parameter shapes, same inputs) are
+measured once and counted.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: aten ops that launch no kernel of their own (metadata, aliasing)
+FREE_OPS = {
+    "aten.detach",
+    "aten.alias",
+    "aten.lift_fresh",
+    "aten._unsafe_view",
+    "aten.view",
+    "aten.reshape",
+    "aten.expand",
+    "aten.t",
+    "aten.transpose",
+    "aten.permute",
+    "aten.unsqueeze",
+    "aten.squeeze",
+    "aten.slice",
+    "aten.select",
+    "aten.split",
+    "aten.split_with_sizes",
+    "aten.chunk",
+    "aten.unbind",
+    "aten.as_strided",
+    "aten.flatten",
+    "aten.unflatten",
+    "aten.size",
+    "aten.stride",
+    "aten.dim",
+    "aten.sym_size",
+    "aten.sym_stride",
+    "aten.is_contiguous",
+    "aten.empty",
+    "aten.empty_strided",
+    "aten._local_scalar_dense",
+    "aten.numel",
+}
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Everything needed to make a stand-in for a tensor argument."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str
+    low: float | None = None  # value range of integer tensors (indices stay in range)
+    high: float | None = None
+
+    @classmethod
+    def of(cls, t) -> TensorMeta:
+        import torch
+
+        low = high = None
+        if (
+            not t.is_floating_point()
+            and not t.is_complex()
+            and t.dtype != torch.bool
+            and t.device.type != "meta"
+            and t.numel()
+        ):
+            low, high = float(t.min()), float(t.max())
+        return cls(tuple(t.shape), tuple(t.stride()), str(t.dtype).replace("torch.", ""), low, high)
+
+    @property
+    def nbytes(self) -> int:
+        import torch
+
+        return math.prod(self.shape) * torch.empty((), dtype=getattr(torch, self.dtype)).element_size()
+
+    def describe(self) -> str:
+        """``1x64x56x56 fp16 NHWC``: shape, short dtype, and the memory format when not plain."""
+        short = {
+            "float16": "fp16",
+            "bfloat16": "bf16",
+            "float32": "fp32",
+            "float64": "fp64",
+            "int64": "i64",
+            "int32": "i32",
+            "bool": "bool",
+        }.get(self.dtype, self.dtype)
+        text = "x".join(str(s) for s in self.shape) + f" {short}"
+        if len(self.shape) == 4 and self.stride[1] == 1 and self.shape[1] > 1:
+            text += " NHWC"
+        return text
+
+    def make(self, device, dtype_override: str | None = None):
+        """A tensor with this shape, stride and dtype (random values; integer values in range)."""
+        import torch
+
+        dtype = getattr(torch, self.dtype)
+        if dtype.is_floating_point and dtype_override is not None:
+            dtype = getattr(torch, dtype_override)
+        storage = (
+            1 + sum((size - 1) * step for size, step in zip(self.shape, self.stride))
+            if all(self.shape)
+            else 0
+        )
+        if dtype.is_floating_point or dtype.is_complex:
+            base = (
+                torch.randn(storage, dtype=dtype, device=device)
+                if device.type != "meta"
+                else torch.empty(storage, dtype=dtype, device=device)
+            )
+        elif dtype == torch.bool:
+            base = torch.zeros(storage, dtype=dtype, device=device)
+        else:
+            low = int(self.low) if self.low is not None else 0
+            high = int(self.high) if self.high is not None else 1
+            base = (
+                torch.randint(low, high + 1, (storage,), dtype=dtype, device=device)
+                if device.type != "meta"
+                else torch.empty(storage, dtype=dtype, device=device)
+            )
+        return torch.as_strided(base, self.shape, self.stride)
+
+
+def encode(value: Any) -> Any:
+    """Replace tensors (recursively) by ``TensorMeta``; keep everything else."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return TensorMeta.of(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(encode(v) for v in value)
+    if isinstance(value, dict):
+        return {k: encode(v) for k, v in value.items()}
+    return value
+
+
+def materialize(value: Any, device, dtype_override: str | None = None) -> Any:
+    if isinstance(value, TensorMeta):
+        return value.make(device, dtype_override)
+    if isinstance(value, (list, tuple)):
+        return type(value)(materialize(v, device, dtype_override) for v in value)
+    if isinstance(value, dict):
+        return {k: materialize(v, device, dtype_override) for k, v in value.items()}
+    return value
+
+
+def tensor_metas(value: Any) -> list[TensorMeta]:
+    if isinstance(value, TensorMeta):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [m for v in value for m in tensor_metas(v)]
+    if isinstance(value, dict):
+        return [m for v in value.values() for m in tensor_metas(v)]
+    return []
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable form of encoded arguments, for deduplication."""
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_freeze(v) for v in value))
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, TensorMeta):
+        return ("T", value.shape, value.stride, value.dtype)
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+@dataclass
+class Unit:
+    """One measured piece of a model: a module call or an op between modules.
+
+    ``paths`` lists every place it occurs (its count); ``path`` is the first.
+    """
+
+    path: str
+    kind: str  # "module" or "op"
+    type_name: str
+    args: Any
+    kwargs: Any
+    key: Any
+    module: Any = None
+    op: Any = None
+    params_bytes: int = 0
+    paths: list[str] = field(default_factory=list)
+    kernels: int = 0  # aten ops that ran inside it (0: nothing to measure, e.g. Dropout in eval)
+
+    @property
+    def count(self) -> int:
+        """Calls this unit stands for in the model (repeated layers included)."""
+        return len(self.paths)
+
+    @property
+    def measured_calls(self) -> int:
+        """Calls in the forward pass that was run (without ``Decomposition.repeat``)."""
+        return sum(1 for p in self.paths if not p.endswith("]"))
+
+    def inputs(self) -> str:
+        metas = tensor_metas(self.args) + tensor_metas(self.kwargs)
+        return ", ".join(m.describe() for m in metas)
+
+    def call_factory(self, device, copies: int = 1) -> tuple[Callable[[Any], Any], Callable[[Any], None]]:
+        """(make_state, call) for ``graph.Captured``; ``copies`` > 1 rotates copies of the
+        module's weights so that each call reads them from memory, not from L2."""
+        args, kwargs = self.args, self.kwargs
+
+        if self.kind == "op":
+            op = self.op
+
+            def make_state(dev):
+                return materialize(args, dev), materialize(kwargs, dev)
+
+            def call(state):
+                a, k = state
+                op(*a, **k)
+
+            return make_state, call
+
+        module = self.module
+
+        def make_module_state(dev):
+            modules = [module] + [copy.deepcopy(module) for _ in range(copies - 1)]
+            return modules, materialize(args, dev), materialize(kwargs, dev), [0]
+
+        def call_module(state):
+            modules, a, k, turn = state
+            modules[turn[0] % len(modules)](*a, **k)
+            turn[0] += 1
+
+        return make_module_state, call_module
+
+
+@dataclass
+class Decomposition:
+    """The units of a model in execution order (deduplicated), and how they were found."""
+
+    units: list[Unit]
+    granularity: str
+    without_kernels: list[str] = field(default_factory=list)  # calls that launched nothing
+
+    @property
+    def calls(self) -> int:
+        """Unit calls in one forward pass, before deduplication."""
+        return sum(u.count for u in self.units)
+
+    @property
+    def deduplicated(self) -> int:
+        """Calls measured through an identical unit instead of on their own."""
+        return self.calls - len(self.units)
+
+    def repeat(self, prefix: str, times: int) -> None:
+        """Count every call under ``prefix`` ``times`` times: a model built with one of N
+        identical layers (OPT-66B's 64 decoder layers) is measured once and counted N times."""
+        for unit in self.units:
+            extra = [p for p in unit.paths if p == prefix or p.startswith(prefix + ".")]
+            unit.paths += [f"{p}[{i}]" for i in range(1, times) for p in extra]
+
+
+def _module_units(model, granularity: str, blocks: Iterable[str]) -> dict:
+    """Which modules are measured as a whole: leaves, or blocks plus the leaves outside them."""
+    blocks = set(blocks)
+    units = {}
+
+    def visit(module, path: str) -> None:
+        children = list(module.named_children())
+        is_block = granularity == "block" and type(module).__name__ in blocks
+        if is_block or not children:
+            units[id(module)] = path
+            return
+        for name, child in children:
+            visit(child, f"{path}.{name}" if path else name)
+
+    visit(model, "")
+    return units
+
+
+def decompose(
+    model,
+    args: Sequence[Any],
+    kwargs: dict | None = None,
+    granularity: str = "leaf",
+    blocks: Iterable[str] = (),
+) -> Decomposition:
+    """Run ``model(*args, **kwargs)`` once and return its units with their exact inputs.
+
+    Args:
+        model: any module (on any device, ``meta`` included: shapes are all that is needed).
+        granularity: ``leaf`` (leaf modules and the ops between them) or ``block`` (modules whose
+            class name is in ``blocks``, the leaves outside them, and the ops between).
+    """
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    if granularity not in ("leaf", "block"):
+        raise ValueError(f"granularity must be leaf or block, not {granularity!r}")
+    unit_paths = _module_units(model, granularity, blocks)
+    all_paths = {id(m): name or type(model).__name__ for name, m in model.named_modules()}
+    calls: list[Unit] = []
+    stack: list[str] = []  # every module currently running
+    inside_unit = [0]
+    open_unit: list[Unit] = []
+    handles = []
+
+    def pre(module, a, k):
+        stack.append(all_paths[id(module)])
+        if id(module) in unit_paths:
+            if inside_unit[0] == 0:
+                params = list(module.parameters()) + list(module.buffers())
+                key = (
+                    "module",
+                    type(module).__name__,
+                    module.extra_repr(),
+                    tuple((tuple(p.shape), str(p.dtype)) for p in params),
+                    _freeze(encode(a)),
+                    _freeze(encode(k)),
+                )
+                calls.append(
+                    Unit(
+                        path=all_paths[id(module)],
+                        kind="module",
+                        type_name=type(module).__name__,
+                        args=encode(a),
+                        kwargs=encode(k),
+                        key=key,
+                        module=module,
+                        params_bytes=sum(p.numel() * p.element_size() for p in params),
+                    )
+                )
+                open_unit.append(calls[-1])
+            inside_unit[0] += 1
+
+    def post(module, a, k, out):
+        stack.pop()
+        if id(module) in unit_paths:
+            inside_unit[0] -= 1
+            if inside_unit[0] == 0:
+                open_unit.pop()
+
+    for module in model.modules():
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(post, with_kwargs=True))
+
+    class Glue(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, a=(), k=None):
+            k = k or {}
+            out = func(*a, **k)
+            name = str(func.overloadpacket)
+            free = name in FREE_OPS or getattr(func, "is_view", False)
+            if inside_unit[0] and not free:
+                open_unit[-1].kernels += 1
+            if inside_unit[0] == 0 and not free:
+                parent = stack[-1] if stack else type(model).__name__
+                encoded_a, encoded_k = encode(a), encode(k)
+                calls.append(
+                    Unit(
+                        path=f"{parent}.({name.removeprefix('aten.')})",
+                        kind="op",
+                        type_name=name,
+                        args=encoded_a,
+                        kwargs=encoded_k,
+                        key=("op", str(func), _freeze(encoded_a), _freeze(encoded_k)),
+                        op=func,
+                        kernels=1,
+                    )
+                )
+            return out
+
+    try:
+        with torch.no_grad(), Glue():
+            model(*args, **(kwargs or {}))
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    units: dict[Any, Unit] = {}
+    skipped = [c for c in calls if c.kernels == 0]
+    for call in calls:
+        if call.kernels == 0:  # runs no kernel (Dropout and Identity in eval): nothing to measure
+            continue
+        unit = units.get(call.key)
+        if unit is None:
+            units[call.key] = unit = call
+        unit.paths.append(call.path)
+    return Decomposition(list(units.values()), granularity, sorted({c.path for c in skipped}))

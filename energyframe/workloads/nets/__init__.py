@@ -1,0 +1,1 @@
+"""Networks implemented in the project (imported only when a workload builds them: they import torch)."""
