@@ -1,0 +1,309 @@
+"""A WattsUp? meter on a pseudo-terminal: for users without a meter, and for the tests.
+
+It answers header, version, clear and logging commands like the meter, and while logging sends
+one ``#d`` record per interval. Each record's power is the average of a *profile* over the
+interval, delayed by ``lag_s``, with optional noise and the meter's 0.1-W quantisation; the
+meter's clock can run ``drift`` fast or slow. Faults can be injected: garbage bytes when the
+port opens or mid-stream, a record that does not parse, silence, a disconnect.
+
+    with WattsUpEmulator(constant(200.0), lag_s=2.0) as meter:
+        energyframe.run(..., power=[f"wattsup:ports={meter.port}"])
+        meter.true_energy_j(t0, t1)      # what an exact meter would have read (monotonic times)
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import pty
+import random
+import threading
+import time
+import tty
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import wattsup_protocol as proto
+
+#: the emulated line voltage (records carry V, A and PF too)
+VOLTS = 120.0
+
+
+def constant(power_w: float) -> Callable[[float], float]:
+    """A profile: always ``power_w``. Units: W."""
+    return lambda t: power_w
+
+
+def square_wave(
+    low_w: float, high_w: float, period_s: float, start_s: float = 0.0
+) -> Callable[[float], float]:
+    """A profile that alternates between ``low_w`` and ``high_w`` every half period."""
+    return lambda t: high_w if ((t - start_s) % period_s) < period_s / 2 else low_w
+
+
+def csv_profile(path: str | Path, loop: bool = True) -> Callable[[float], float]:
+    """A profile replayed from a CSV of ``time_s`` (any origin) and ``power_w``, starting when
+    the emulator starts, linearly interpolated, repeated when ``loop``."""
+    with open(path) as f:
+        rows = [(float(r["time_s"]), float(r["power_w"])) for r in csv.DictReader(f)]
+    if len(rows) < 2:
+        raise ValueError(f"{path}: a profile needs at least two rows of time_s, power_w")
+    t = np.array([r[0] for r in rows]) - rows[0][0]
+    p = np.array([r[1] for r in rows])
+    span = float(t[-1])
+    origin = [None]
+
+    def profile(now: float) -> float:
+        if origin[0] is None:
+            origin[0] = now
+        x = now - origin[0]
+        if loop and span > 0:
+            x %= span
+        return float(np.interp(x, t, p))
+
+    return profile
+
+
+def nvml_profile(baseline_w: float, gpu: int = 0, scale: float = 1.0) -> Callable[[float], float]:
+    """A profile of the wall behind a GPU: ``baseline_w`` plus ``scale`` times the GPU's NVML
+    power (read live)."""
+    from .nvml_sampler import load_pynvml
+
+    nvml = load_pynvml()
+    nvml.nvmlInit()
+    handle = nvml.nvmlDeviceGetHandleByIndex(gpu)
+
+    def profile(now: float) -> float:
+        return baseline_w + scale * nvml.nvmlDeviceGetPowerUsage(handle) / 1e3
+
+    return profile
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Faults to inject. Times are seconds after logging starts."""
+
+    garbage_on_open: bytes = b""
+    garbage_after_s: float | None = None
+    bad_record_after_s: float | None = None
+    silence_after_s: float | None = None
+    disconnect_after_s: float | None = None
+
+
+class WattsUpEmulator:
+    """An emulated WattsUp? meter behind a pseudo-terminal (``.port``).
+
+    Args:
+        profile: power as a function of ``time.monotonic()``. Units: W.
+        interval_s: the meter's logging interval on its own clock. Units: s.
+        lag_s: records report the average over the interval that ended ``lag_s`` ago. Units: s.
+        drift: how fast the meter's clock runs against the host's (0.003: 0.3 % fast): the delay
+            of what a record reports grows by this fraction of the time logging has run.
+        noise_w: standard deviation of Gaussian noise added to each record. Units: W.
+        quantum_w: resolution of the W field (the meter's 0.1 W).
+        faults: what to break, and when.
+        samples_per_interval: how finely the profile is averaged over an interval.
+    """
+
+    def __init__(
+        self,
+        profile: Callable[[float], float],
+        interval_s: float = 1.0,
+        lag_s: float = 0.0,
+        drift: float = 0.0,
+        noise_w: float = 0.0,
+        quantum_w: float = 0.1,
+        faults: Faults = Faults(),
+        seed: int = 0,
+        samples_per_interval: int = 50,
+    ) -> None:
+        self.profile = profile
+        self.interval_s = interval_s
+        self.lag_s = lag_s
+        self.drift = drift
+        self.noise_w = noise_w
+        self.quantum_w = quantum_w
+        self.faults = faults
+        self.samples_per_interval = samples_per_interval
+        self._rng = random.Random(seed)
+        self._master: int | None = None
+        self._slave: int | None = None
+        self.port: str = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._logging_since: float | None = None
+        self._log_interval_s = interval_s
+        self.records_sent = 0
+        self.commands: list[str] = []
+        self._history: list[tuple[float, float]] = []  # (monotonic time, profile power) samples
+        self._lock = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> WattsUpEmulator:
+        self._master, self._slave = pty.openpty()
+        tty.setraw(self._slave)  # bytes pass untouched: no echo, no line editing
+        self.port = os.ttyname(self._slave)
+        if self.faults.garbage_on_open:
+            os.write(self._master, self.faults.garbage_on_open)
+        self._thread = threading.Thread(target=self._serve, name="wattsup-emulator", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for fd in (self._master, self._slave):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._master = self._slave = None
+
+    def __enter__(self) -> WattsUpEmulator:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- the truth, for tests and benchmarks ----------------------------------------------------
+    def true_energy_j(self, start_s: float, end_s: float) -> float:
+        """Energy of the profile between two monotonic times (what a perfect meter reads)."""
+        n = max(2, int((end_s - start_s) * 200) + 1)
+        t = np.linspace(start_s, end_s, n)
+        p = np.array([self.profile(x) for x in t])
+        return float(np.trapezoid(p, t) if hasattr(np, "trapezoid") else np.trapz(p, t))
+
+    # -- the meter ---------------------------------------------------------------------------
+    def _serve(self) -> None:
+        reader = proto.PacketReader()
+        next_record: float | None = None
+        sampler_next = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= sampler_next:  # keep a fine history of the profile for interval averages
+                with self._lock:
+                    self._history.append((now, float(self.profile(now))))
+                    if len(self._history) > 100_000:
+                        self._history = self._history[-50_000:]
+                sampler_next = now + self.interval_s / self.samples_per_interval
+            try:
+                import select
+
+                ready, _, _ = select.select([self._master], [], [], 0.005)
+            except (OSError, ValueError):
+                return
+            if ready:
+                try:
+                    data = os.read(self._master, 4096)
+                except OSError:
+                    return
+                for packet in reader.feed(data):
+                    next_record = self._answer(packet, next_record)
+            if self._logging_since is not None and next_record is not None and now >= next_record:
+                if not self._send_record(now):
+                    return
+                next_record += self._log_interval_s
+
+    def _write(self, data: bytes) -> None:
+        os.write(self._master, data)
+
+    def _answer(self, packet: proto.Packet, next_record: float | None) -> float | None:
+        self.commands.append(packet.encode().decode())
+        if packet.cmd == "H" and packet.sub == "R":
+            self._write(proto.Packet("h", "-", proto.FIELDS).encode())
+        elif packet.cmd == "V" and packet.sub == "R":
+            self._write(proto.Packet("v", "-", ("WattsUp-emulator", "energyframe", "1")).encode())
+        elif packet.cmd == "R" and packet.sub == "W":
+            pass  # memory cleared
+        elif packet.cmd == "L" and packet.sub == "W":
+            interval = float(packet.fields[2]) if len(packet.fields) >= 3 and packet.fields[2] else 1.0
+            self._log_interval_s = interval * self.interval_s
+            self._logging_since = time.monotonic()
+            return self._logging_since + self._log_interval_s
+        elif packet.cmd == "L" and packet.sub == "R":
+            self._logging_since = None
+            self._write(proto.Packet("l", "-", ("0", str(int(self._log_interval_s)))).encode())
+            return None
+        return next_record
+
+    def _average_power(self, start_s: float, end_s: float) -> float:
+        with self._lock:
+            history = [p for t, p in self._history if start_s <= t <= end_s]
+        if not history:
+            return float(self.profile((start_s + end_s) / 2))
+        return float(sum(history) / len(history))
+
+    def _send_record(self, now: float) -> bool:
+        elapsed = now - (self._logging_since or now)
+        f = self.faults
+        if f.disconnect_after_s is not None and elapsed >= f.disconnect_after_s:
+            os.close(self._master)  # the reader's next read fails, as when the cable is pulled
+            self._master = None
+            return False
+        if f.silence_after_s is not None and elapsed >= f.silence_after_s:
+            return True
+        if f.garbage_after_s is not None and elapsed >= f.garbage_after_s:
+            self._write(bytes(self._rng.randrange(256) for _ in range(40)))
+        if f.bad_record_after_s is not None and elapsed >= f.bad_record_after_s:
+            self._write(b"#d,-,18,12x4,_,_;")
+            return True
+        start, end = record_window(now, elapsed, self._log_interval_s, self.lag_s, self.drift)
+        watts = self._average_power(start, end)
+        if self.noise_w:
+            watts += self._rng.gauss(0.0, self.noise_w)
+        watts = max(0.0, round(watts / self.quantum_w) * self.quantum_w)
+        amps = watts / VOLTS
+        record = {"W": watts, "V": VOLTS, "A": amps, "WH": 0.0, "PF": 100.0, "Hz": 60.0, "VA": watts}
+        self._write(proto.format_record(record))
+        self.records_sent += 1
+        return True
+
+
+def record_window(
+    now_s: float, elapsed_s: float, interval_s: float, lag_s: float, drift: float
+) -> tuple[float, float]:
+    """The host-clock interval a record sent at ``now_s`` reports the average power of: the
+    interval that ended ``lag_s`` ago, plus the delay a drifting meter clock has built up over
+    ``elapsed_s`` of logging. Units: s."""
+    end = now_s - lag_s - drift * elapsed_s
+    return end - interval_s, end
+
+
+def parse_profile(text: str) -> Callable[[float], float]:
+    """``constant:200``, ``square:100,300,10`` (low, high, period), ``csv:FILE``,
+    ``nvml:150[,gpu=0]`` (baseline plus the GPU's power)."""
+    kind, _, rest = text.partition(":")
+    try:
+        if kind == "constant":
+            return constant(float(rest))
+        if kind == "square":
+            low, high, period = (float(x) for x in rest.split(","))
+            return square_wave(low, high, period, start_s=time.monotonic())
+        if kind == "csv":
+            return csv_profile(rest)
+        if kind == "nvml":
+            parts = rest.split(",")
+            gpu = int(parts[1].split("=")[1]) if len(parts) > 1 else 0
+            return nvml_profile(float(parts[0]), gpu)
+    except (ValueError, IndexError, OSError) as e:
+        raise ValueError(f"bad profile {text!r}: {e}") from e
+    raise ValueError(
+        f"unknown profile {text!r}; use constant:W, square:LOW,HIGH,PERIOD, csv:FILE or nvml:BASELINE"
+    )
+
+
+__all__ = [
+    "WattsUpEmulator",
+    "Faults",
+    "constant",
+    "square_wave",
+    "csv_profile",
+    "nvml_profile",
+    "parse_profile",
+    "record_window",
+]
