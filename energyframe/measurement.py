@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from . import registry
+from .align import MeterAligner
 from .clock import ChannelTimeMap, ClockModel
 from .errors import PowerSourceError, RunInterrupted, UsageError
-from .interfaces import Channel, DerivedTable, PowerSource, WindowAnnotation
+from .interfaces import Channel, DerivedTable, PowerSource, Scope, WindowAnnotation
 from .options import Spec
 from .recorder import Recorder
 from .results import COMPLETE, INCOMPLETE, RunResult
@@ -38,7 +39,9 @@ log = logging.getLogger("energyframe")
 
 #: called after the run with every channel and its samples; returns per-channel time corrections
 #: (a wall meter's lag and drift). The wall-meter alignment plugs in here.
-TimeAligner = Callable[[Mapping[str, Channel], Mapping[str, SampleSeries]], Mapping[str, ChannelTimeMap]]
+TimeAligner = Callable[
+    [Mapping[str, Channel], Mapping[str, SampleSeries], Sequence[WindowRecord]], Mapping[str, ChannelTimeMap]
+]
 
 PowerArg = str | Spec | PowerSource
 
@@ -99,7 +102,9 @@ class Measurement:
             ``None`` keeps everything in memory.
         sync: how to wait for the device at window edges: ``"auto"`` (torch CUDA when in
             use), ``None``, or a callable.
-        aligner: per-channel time corrections computed after the run (wall-meter lag).
+        aligner: per-channel time corrections computed after the run: ``"auto"`` aligns wall
+            meters against the finest GPU (or CPU) channel (``energyframe.align``); ``None``
+            leaves every timestamp as recorded; or a callable.
         meta: extra run.json fields (command line, workload, config).
     """
 
@@ -109,7 +114,7 @@ class Measurement:
         *,
         out: Path | str | None = None,
         sync: str | Callable[[], None] | None = "auto",
-        aligner: TimeAligner | None = None,
+        aligner: TimeAligner | str | None = "auto",
         meta: Mapping[str, Any] | None = None,
         notes: Sequence[str] = (),
         idle_s: float = 0.0,
@@ -222,6 +227,14 @@ class Measurement:
             raise self.recorder.failure
         return record
 
+    def discard_window(self, record: WindowRecord) -> None:
+        """Forget the last closed window of its name (the orchestrator redoes one that came out
+        too short); its trial number is given to the next window of that name."""
+        if not self.records or self.records[-1] is not record:
+            raise UsageError("only the last closed window can be discarded")
+        self.records.pop()
+        self._trials[record.phase] -= 1
+
     @contextmanager
     def window(self, name: str, iterations: int = 1):
         """``with m.window("step", iterations=100):`` - synced at both edges."""
@@ -287,11 +300,18 @@ class Measurement:
         channels = store.channels
         series = store.all_series()
         time_maps: dict[str, ChannelTimeMap] = {}
-        if self.aligner is not None:
+        aligner = self.aligner
+        if aligner == "auto":
+            aligner = MeterAligner() if any(c.scope == Scope.SYSTEM_WALL for c in channels.values()) else None
+        if aligner is not None:
             try:
-                time_maps = dict(self.aligner(channels, series))
+                time_maps = dict(aligner(channels, series, self.records))
             except Exception as e:  # alignment is a correction; without it the raw times stand
-                self.warn(f"time alignment failed, raw timestamps used: {e}")
+                self.warn(f"time alignment failed, raw timestamps used: {type(e).__name__}: {e}")
+            if isinstance(aligner, MeterAligner):
+                self.meta["alignment"] = aligner.report()
+                for warning in aligner.warnings:
+                    self.warn(warning)
         aligned = {n: s.shifted(time_maps.get(n, ChannelTimeMap())) for n, s in series.items()}
         if self._idle_window is not None:
             self.idle = idle_baselines(self._idle_window, channels, aligned)
@@ -415,7 +435,7 @@ def measure(
     out: Path | str | None = None,
     sync: str | Callable[[], None] | None = "auto",
     idle_s: float = 0.0,
-    aligner: TimeAligner | None = None,
+    aligner: TimeAligner | str | None = "auto",
 ) -> Measurement:
     """Start measuring: ``with ef.measure(power=["nvml"]) as m: ...``.
 
@@ -425,7 +445,7 @@ def measure(
         out: save the run there when the block ends (samples are logged there while it runs).
         sync: device sync at window edges: ``"auto"``, ``None`` or a callable.
         idle_s: measure every channel's idle power for this long first, for dynamic energy.
-        aligner: per-channel time corrections computed after the run.
+        aligner: ``"auto"`` (align wall meters), ``None``, or a callable.
     """
     sources, notes = resolve_power(power)
     return Measurement(sources, out=out, sync=sync, aligner=aligner, notes=notes, idle_s=idle_s)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import registry
+from .align import SYNC_PULSE
 from .errors import EnergyFrameError, PowerSourceError, RunInterrupted, UsageError, WorkloadError
 from .interfaces import Phase, Reporter, Workload
 from .measurement import Measurement, PowerArg, describe_exception, resolve_power
@@ -44,6 +45,8 @@ DEFAULTS = {
     "warmup_s": 1.0,
     "cooldown_s": 0.0,
     "idle_s": 0.0,
+    "guard_s": 0.0,
+    "sync_pulse": False,
     "max_iterations": 1_000_000_000,
 }
 
@@ -63,6 +66,10 @@ class RunConfig:
         warmup_s: warm-up time when ``warmup`` is not given. Default 1 s. Units: s.
         cooldown_s: pause between a phase's windows. Default 0. Units: s.
         idle_s: measure idle power this long after set-up, for dynamic energy. Default 0. Units: s.
+        guard_s: keep a phase running this long before its first window and after its last,
+            unmeasured, so that a lagging meter sees a steady load at every window edge. Units: s.
+        sync_pulse: run a few bursts of full load before the first phase and after the last, so
+            that wall meters can be aligned even when the workload is flat.
         max_iterations: upper bound of the calibrated iterations per window.
     """
 
@@ -73,12 +80,14 @@ class RunConfig:
     warmup_s: float | None = None
     cooldown_s: float | None = None
     idle_s: float | None = None
+    guard_s: float | None = None
+    sync_pulse: bool | None = None
     max_iterations: int | None = None
 
     def __post_init__(self) -> None:
         if self.trials is not None and self.trials < 1:
             raise UsageError(f"trials must be at least 1, got {self.trials}")
-        for name in ("warmup_s", "cooldown_s", "idle_s"):
+        for name in ("warmup_s", "cooldown_s", "idle_s", "guard_s"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise UsageError(f"{name} must not be negative, got {value}")
@@ -108,6 +117,8 @@ def run_iterations(step: Callable[[], Any], n: int) -> None:
 #: calibrated windows aim this much above --min-window, because iterations later in a run are
 #: often a little faster than during calibration
 CALIBRATION_MARGIN = 1.15
+#: a calibrated window shorter than this fraction of --min-window is measured again
+SHORT_REDO = 0.9
 
 
 def _timed(phase: Phase, n: int) -> float:
@@ -184,14 +195,58 @@ def measure_phase(m: Measurement, phase: Phase, config: RunConfig, min_window_s:
     )
     step = phase.step
     per_window = iterations * phase.iterations_per_step  # e.g. graph replays x unrolled calls
-    for trial in range(trials):
+    if config.guard_s:
+        run_for(phase, config.guard_s)
+    trial = redone = 0
+    while trial < trials:
         if trial and config.cooldown_s:
             time.sleep(config.cooldown_s)
         m.begin_window(phase.name, per_window, sync=phase.sync)
         for _ in range(iterations):
             step()
         record = m.end_window(phase.name, sync=phase.sync)
-        log.info("  %s trial %d/%d: %.4g s", phase.name, trial + 1, trials, record.duration_s)
+        if phase.iterations is None and record.duration_s < SHORT_REDO * min_window_s and redone < 3:
+            # the work ran faster than calibration said (a cold start, a clock boost): a window
+            # this short is measured again, longer, instead of being kept
+            m.discard_window(record)
+            redone += 1
+            iterations = math.ceil(
+                iterations * CALIBRATION_MARGIN * min_window_s / max(record.duration_s, 1e-9)
+            )
+            per_window = iterations * phase.iterations_per_step
+            log.info(
+                "  %s: window of %.4g s was short of %g s; measuring again",
+                phase.name,
+                record.duration_s,
+                min_window_s,
+            )
+            continue
+        trial += 1
+        log.info("  %s trial %d/%d: %.4g s", phase.name, trial, trials, record.duration_s)
+    if config.guard_s:
+        run_for(phase, config.guard_s)
+
+
+def run_for(phase: Phase, seconds: float) -> None:
+    """Keep a phase running, unmeasured, for about ``seconds`` (a guard band)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        phase.step()
+        phase.sync()
+
+
+def sync_pulses(m: Measurement) -> None:
+    """Bursts of full load, each recorded as a window named ``SYNC_PULSE``."""
+    from .workloads.pulse import OFF_S, ON_S, PULSES, PulseLoad
+
+    load = PulseLoad()
+    log.info("sync pulses: %d x %g s of %s load, %g s apart", PULSES, ON_S, load.kind, OFF_S)
+    for _ in range(PULSES):
+        time.sleep(OFF_S)
+        m.begin_window(SYNC_PULSE, sync=load.sync)
+        load.run(ON_S)
+        m.end_window(SYNC_PULSE, sync=load.sync)
+    time.sleep(OFF_S)
 
 
 def default_min_window(m: Measurement, periods: float) -> float:
@@ -236,6 +291,7 @@ def run(
     reporters: Sequence[str | Spec | Reporter] = ("console",),
     out: Path | str | None = None,
     config: RunConfig | None = None,
+    align: bool = True,
 ) -> RunResult:
     """Measure a workload: what ``energyframe run`` does.
 
@@ -244,7 +300,8 @@ def run(
         power: ``"auto"``, ``None`` (timing only), or specs / ``PowerSource`` instances.
         reporters: reporter specs or instances, called with the finished result.
         out: run directory (``None``: keep the result in memory only).
-        config: trials, window length, warm-up, cool-down, idle baseline.
+        config: trials, window length, warm-up, cool-down, idle baseline, guard bands, pulses.
+        align: estimate wall meters' lag against the run's GPU or CPU power and correct it.
 
     Raises:
         UsageError: a bad plugin name or option, before anything starts.
@@ -264,7 +321,7 @@ def run(
         "reporters": [_plugin_meta(r) for r in the_reporters],
         "config": asdict(config),
     }
-    m = Measurement(sources, out=out, sync=None, meta=meta, notes=notes)
+    m = Measurement(sources, out=out, sync=None, meta=meta, notes=notes, aligner="auto" if align else None)
     m.deriver = the_workload.derive
     error: BaseException | None = None
     status, reason = COMPLETE, None
@@ -280,6 +337,8 @@ def run(
                 min_window_s = config.min_window_s or default_min_window(m, config.min_window_periods)
                 m.meta["config"]["min_window_s_used"] = min_window_s
                 m.recorder.interrupt_on_failure = True
+                if config.sync_pulse:
+                    sync_pulses(m)
                 for phase in the_workload.phases():
                     if phase.setup is not None:
                         phase.setup()
@@ -288,6 +347,8 @@ def run(
                     finally:
                         if phase.teardown is not None:
                             phase.teardown()
+                if config.sync_pulse:
+                    sync_pulses(m)
                 m.recorder.interrupt_on_failure = False
             finally:
                 m.recorder.interrupt_on_failure = False

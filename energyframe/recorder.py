@@ -14,10 +14,13 @@ from pathlib import Path
 
 from .clock import ClockModel
 from .errors import PowerSourceError
-from .interfaces import Channel, PowerSource, SourceContext
+from .interfaces import Channel, PowerSource, Scope, SourceContext
 from .samples import PARTIAL_NAME, SampleStore
 
 DRAIN_INTERVAL_S = 1.0
+#: wall meters report late (their lag is estimated after the run, typically 0.5-5 s): wait this
+#: much longer for their samples after the last window, so that it stays covered once moved
+WALL_SETTLE_S = 6.0
 
 
 class Recorder:
@@ -98,7 +101,8 @@ class Recorder:
 
     def wait_for_samples(self, after_s: float | None, timeout_s: float) -> list[str]:
         """Wait until every integrable channel has a sample at or after ``after_s`` (monotonic;
-        ``None``: any sample). Returns the channels still lacking one when time ran out."""
+        ``None``: any sample); wall meters, whose samples will be moved back by their lag, until
+        ``WALL_SETTLE_S`` later. Returns the channels still lacking one when time ran out."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.drain()
@@ -107,16 +111,20 @@ class Recorder:
                 if not channel.integrable or self.store.channel_source[name] == self.failed_source:
                     continue
                 last = self.store.last_time(name)
-                if last is None or (after_s is not None and last < after_s):
+                settle = WALL_SETTLE_S if channel.scope == Scope.SYSTEM_WALL else 0.0
+                if last is None or (after_s is not None and last < after_s + settle):
                     missing.append(name)
             if not missing or time.monotonic() >= deadline:
                 return missing
             time.sleep(0.02)
 
     def coverage_timeout_s(self) -> float:
-        """How long to wait for a channel's next sample: three update periods, at least 1 s."""
-        periods = [c.resolution_s for c in self.store.channels.values() if c.integrable]
-        return max(1.0, 3.0 * max(periods, default=0.0)) + 0.5
+        """How long to wait for a channel's next sample: three update periods, at least 1 s
+        (plus the settling time of wall meters)."""
+        channels = [c for c in self.store.channels.values() if c.integrable]
+        periods = [c.resolution_s for c in channels]
+        settle = WALL_SETTLE_S if any(c.scope == Scope.SYSTEM_WALL for c in channels) else 0.0
+        return max(1.0, 3.0 * max(periods, default=0.0)) + 0.5 + settle
 
     def stop(self) -> None:
         """Stop draining and every source; pick up what the sources still hold."""

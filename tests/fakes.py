@@ -114,3 +114,7 @@ def busy_phase(name="busy", seconds=0.001, **kw):
             pass
 
     return Phase(name=name, step=step, **kw)
+
+
+# a reference channel with a known truth (also used by the alignment benchmark)
+from energyframe.simulate import ProfilePowerSource as ProfileSource  # noqa: E402,F401
