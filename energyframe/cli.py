@@ -133,6 +133,18 @@ def list_plugins(kind: str | None) -> None:
     default=None,
     help="Seconds of idle-power baseline after set-up (enables dynamic energy). Default 0.",
 )
+@click.option(
+    "--guard",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds each phase keeps running, unmeasured, before its first and after its last window.",
+)
+@click.option(
+    "--sync-pulse",
+    is_flag=True,
+    help="Bursts of full load before and after the phases, to align wall meters.",
+)
+@click.option("--no-align", is_flag=True, help="Keep wall meters' timestamps as recorded (no lag estimate).")
 @click.option("--per-layer", is_flag=True, help="Measure a model layer by layer (a per-layer pipeline).")
 @click.option("--validate", is_flag=True, help="With --per-layer: also measure the whole model and compare.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -147,6 +159,9 @@ def run(
     warmup_s,
     cooldown,
     idle,
+    guard,
+    sync_pulse,
+    no_align,
     per_layer,
     validate,
     command,
@@ -177,12 +192,19 @@ def run(
         warmup_s=warmup_s,
         cooldown_s=cooldown,
         idle_s=idle,
+        guard_s=guard,
+        sync_pulse=sync_pulse or None,
     )
     power_arg = _power_arg(power)
     name = "command" if command else str(workload).partition(":")[0]
     out = out or default_run_dir(name)
     result = orchestrator.run(
-        the_workload, power=power_arg, reporters=list(reporters) or ["console"], out=out, config=config
+        the_workload,
+        power=power_arg,
+        reporters=list(reporters) or ["console"],
+        out=out,
+        config=config,
+        align=not no_align,
     )
     code = result.meta.get("exit_code")
     if code:
@@ -253,3 +275,129 @@ def show(run_dir: Path, all_channels: bool, show_windows: bool) -> None:
         click.echo(result.windows.to_string(index=False))
     for warning in result.warnings:
         click.echo(f"warning: {warning}")
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="PNG to write. Default: RUN_DIR/power-trace.png.",
+)
+@click.option("--primary-only", is_flag=True, help="Only the primary channels.")
+def plot(run_dir: Path, out: Path | None, primary_only: bool) -> None:
+    """Draw a saved run's power trace: every channel, windows shaded, meter lags shown."""
+    from .plots import power_trace
+    from .results import RunResult
+
+    result = RunResult.load(run_dir)
+    path = power_trace(result, out or run_dir / "power-trace.png", all_channels=not primary_only)
+    click.echo(f"wrote {path}")
+
+
+@main.command(context_settings=CONTEXT)
+@click.option(
+    "--power-log",
+    "power_logs",
+    multiple=True,
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The earlier tool's time,id,pm1,pm2,sum CSV, an nvidia-smi CSV log, or samples.parquet. Repeatable.",
+)
+@click.option(
+    "--run",
+    "run_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Take the windows from this run directory (and align wall-meter logs with its GPU power).",
+)
+@click.option(
+    "--timing",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Take the window from the earlier tool's timing JSON (start_timestamp, end_timestamp, num_runs).",
+)
+@click.option(
+    "--window",
+    "windows",
+    multiple=True,
+    metavar="START,END",
+    help="A window: Unix seconds or date-times. Repeatable.",
+)
+@click.option(
+    "--runs", type=click.IntRange(min=1), help="Runs (iterations) in a --window, for per-run figures."
+)
+@click.option(
+    "--tz", default="local", show_default=True, help="Time zone of times without one: local, UTC, +01:00."
+)
+@click.option(
+    "--lag", type=float, default=0.0, help="Seconds the power logs' clocks are late (skips alignment)."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory for energy_report.json and windows.csv.",
+)
+def analyze(power_logs, run_dir, timing, windows, runs, tz, lag, out) -> None:
+    """Energy of windows from power logs recorded elsewhere (offline)."""
+    import dataclasses
+
+    from . import analyze as offline
+
+    if sum(bool(x) for x in (run_dir, timing, windows)) != 1:
+        raise UsageError("give the windows one way: --run DIR, --timing FILE or --window START,END")
+    logs = [offline.load_power_log(p, tz) for p in power_logs]
+    if run_dir:
+        chosen = offline.windows_from_run(run_dir)
+    elif timing:
+        chosen = offline.windows_from_timing(timing, tz)
+    else:
+        chosen = [dataclasses.replace(offline.window_from_text(w, tz), runs=runs) for w in windows]
+    report = offline.analyze(logs, chosen, out, lag_s=lag, align_with=run_dir)
+    first = report if "windows" not in report else report["windows"][0]
+    click.echo(
+        f"{len(chosen)} window(s); first: {first['duration_seconds']:.3f} s, {first['energy_joules']['total']:.1f} J, "
+        f"{first['power_watts']['average']:.1f} W average over {first['num_power_samples']} samples"
+    )
+    for warning in report.get("warnings", []):
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"wrote {out / 'energy_report.json'} and {out / 'windows.csv'}")
+
+
+@main.command("wattsup-emulator", context_settings=CONTEXT)
+@click.option(
+    "--profile",
+    default="constant:200",
+    show_default=True,
+    help="constant:W, square:LOW,HIGH,PERIOD, csv:FILE (time_s,power_w) or nvml:BASELINE[,gpu=N].",
+)
+@click.option("--meters", type=click.IntRange(min=1), default=1, show_default=True, help="Emulated meters.")
+@click.option("--lag", type=float, default=0.0, show_default=True, help="Seconds each record reports late.")
+@click.option("--drift", type=float, default=0.0, show_default=True, help="Meter clock drift (0.003: 0.3 %).")
+@click.option("--noise", type=float, default=0.0, show_default=True, help="Gaussian noise per record (W).")
+@click.option("--seconds", type=float, default=None, help="Stop after this long (default: until Ctrl-C).")
+def wattsup_emulator(profile, meters, lag, drift, noise, seconds) -> None:
+    """Emulate WattsUp? meters on pseudo-terminals (prints their ports)."""
+    import time
+
+    from .power.wattsup_emulator import WattsUpEmulator, parse_profile
+
+    try:
+        shape = parse_profile(profile)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    emulators = [
+        WattsUpEmulator(shape, lag_s=lag, drift=drift, noise_w=noise, seed=i).start() for i in range(meters)
+    ]
+    ports = ",".join(e.port for e in emulators)
+    click.echo(f"emulating {meters} WattsUp? meter(s) on {ports}")
+    click.echo(f"measure with: energyframe run --power wattsup:ports={ports} ...", err=True)
+    try:
+        end = time.monotonic() + seconds if seconds else None
+        while end is None or time.monotonic() < end:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for e in emulators:
+            e.stop()
+        click.echo(f"sent {sum(e.records_sent for e in emulators)} records", err=True)

@@ -16,6 +16,7 @@ from energyframe.results import RunResult
 
 POWER_NAMES = ", ".join(registry.names(registry.POWER))
 WORKLOAD_NAMES = ", ".join(registry.names(registry.WORKLOADS))
+REPORTER_NAMES = ", ".join(registry.names(registry.REPORTERS))
 FAST = ["--trials", "2", "--min-window", "0.05", "--warmup-s", "0"]
 
 
@@ -104,7 +105,7 @@ def test_run_with_file_reporters_to_stdout(tmp_path):
         ),
         (
             ["--workload", "sleep", "--reporter", "html"],
-            "Error: unknown reporter 'html'. Available: console, csv, json\n",
+            f"Error: unknown reporter 'html'. Available: {REPORTER_NAMES}\n",
         ),
         (
             ["--workload", "sleep:second=1"],

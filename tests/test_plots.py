@@ -1,0 +1,22 @@
+"""The power-trace PNG of a run."""
+
+from click.testing import CliRunner
+
+import energyframe as ef
+from energyframe.cli import main
+from tests.fakes import ListWorkload, SignalSource, busy_phase
+
+
+def test_plot_command_and_reporter(tmp_path):
+    out = tmp_path / "run"
+    ef.run(
+        ListWorkload([busy_phase()]),
+        power=[SignalSource(name="gpu")],
+        reporters=["plot"],
+        out=out,
+        config=ef.RunConfig(trials=2, min_window_s=0.1),
+    )
+    png = out / "power-trace.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    result = CliRunner().invoke(main, ["plot", str(out), "--out", str(tmp_path / "again.png")])
+    assert result.exit_code == 0 and (tmp_path / "again.png").exists()
