@@ -76,6 +76,15 @@ class ModelWorkload(Workload):
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
+        for key, default in (
+            ("per_layer", False),
+            ("validate", False),
+            ("whole_unroll", 1),
+            ("l2", "warm"),
+            ("granularity", "leaf"),
+            ("unroll", 100),
+        ):
+            self.options.setdefault(key, default)  # models without a per-layer mode lack these
         if self.options["validate"] and not self.options["per_layer"]:
             raise OptionError(
                 f"{self.name}: validate compares a per-layer run with the whole model; set per_layer=true"
