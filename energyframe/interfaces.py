@@ -315,6 +315,11 @@ class Workload(Plugin, ABC):
         run's windows are integrated; the tables are saved and reported with the run."""
         return ()
 
+    def extra_files(self, result: RunResult) -> Mapping[str, bytes]:
+        """Files to save in the run directory beside the standard ones (a report's JSON, a
+        plot), by file name. Called after ``derive``; only when the run is saved."""
+        return {}
+
     @property
     def exit_code(self) -> int | None:
         """For workloads that run a program: its exit status, which the CLI returns."""

@@ -30,7 +30,7 @@ from .options import Spec
 from .recorder import Recorder
 from .results import COMPLETE, INCOMPLETE, RunResult
 from .samples import SampleSeries
-from .store import FORMAT_VERSION, RUN_JSON, write_json
+from .store import FORMAT_VERSION, RUN_JSON, write_bytes, write_json
 from .sync import resolve_sync
 from .versions import host_info, library_versions, plugin_distribution
 from .windows import IdleBaseline, WindowRecord, compute_windows, idle_baselines, summarize
@@ -139,6 +139,8 @@ class Measurement:
         self._started_at: str | None = None
         #: computes a workload's derived tables (pipeline totals) from the integrated result
         self.deriver: Callable[[RunResult], Sequence[DerivedTable]] | None = None
+        #: a workload's extra files for the run directory (reports, plots)
+        self.filer: Callable[[RunResult], Mapping[str, bytes]] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def warn(self, message: str) -> None:
@@ -292,6 +294,7 @@ class Measurement:
         if self.out is not None:
             self._result.save(self.out)
             recorder.store.discard_partial()
+            self._write_extra_files()
         return self._result
 
     def _build_result(self, status: str, reason: str | None) -> RunResult:
@@ -320,6 +323,19 @@ class Measurement:
         summaries = tuple(summarize(windows, self.work))
         meta = self._meta(status, reason, time_maps, ended=True)
         return RunResult(meta, windows, store.to_frame(), summaries)
+
+    def _write_extra_files(self) -> None:
+        if self.filer is None or self._result.windows.empty:
+            return
+        try:
+            files = dict(self.filer(self._result))
+        except Exception as e:  # a report that fails must not lose the run
+            self.warn(f"extra files could not be written: {type(e).__name__}: {e}")
+            return
+        for name, data in files.items():
+            if "/" in name or name.startswith("."):
+                raise ValueError(f"extra file names are plain file names, not {name!r}")
+            write_bytes(self.out / name, data)
 
     def _with_derived(self, result: RunResult) -> RunResult:
         if self.deriver is None or result.windows.empty:

@@ -323,6 +323,7 @@ def run(
     }
     m = Measurement(sources, out=out, sync=None, meta=meta, notes=notes, aligner="auto" if align else None)
     m.deriver = the_workload.derive
+    m.filer = the_workload.extra_files
     error: BaseException | None = None
     status, reason = COMPLETE, None
     with _Signals():

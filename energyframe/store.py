@@ -71,6 +71,10 @@ def json_safe(value: Any) -> Any:
     return str(value)
 
 
+def write_bytes(path: Path, data: bytes) -> None:
+    _atomic_write(path, lambda p: p.write_bytes(data))
+
+
 def write_json(path: Path, data: dict) -> None:
     text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
     _atomic_write(path, lambda p: p.write_text(text))

@@ -1,0 +1,1 @@
+"""Trace capture, op replay and the prediction report (the kernel-replay tool)."""

@@ -1,0 +1,87 @@
+"""Profiling a workload: the first phase of any workload, run under the PyTorch profiler with
+input shapes recorded, each iteration annotated, and the trace summarised."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import time
+from pathlib import Path
+
+from .. import registry
+from ..errors import UsageError
+from ..options import parse_spec
+from . import kineto
+
+
+def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> dict:
+    """Profile ``steps`` iterations of the workload's first phase after ``warmup``; write the raw
+    Kineto trace (trace.json.gz), kernels.jsonl, ops.jsonl, trace_meta.json and timeline.png."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    workload = registry.create(registry.WORKLOADS, parse_spec(spec))
+    workload.setup()
+    try:
+        phases = list(workload.phases())
+        if not phases:
+            raise UsageError(f"workload {spec!r} has no phase to trace")
+        phase = phases[0]
+        if phase.setup is not None:
+            phase.setup()
+        for _ in range(warmup):
+            phase.step()
+        phase.sync()
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        with profile(activities=activities, record_shapes=True) as prof:
+            for _ in range(steps):
+                with record_function(kineto.STEP_ANNOTATION):
+                    phase.step()
+                    phase.sync()
+        raw = out_dir / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        if phase.teardown is not None:
+            phase.teardown()
+        info = {
+            "workload": str(spec),
+            "phase": phase.name,
+            "iterations_per_step": phase.iterations_per_step,
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "steps": steps,
+            "warmup": warmup,
+        }
+    finally:
+        workload.teardown()
+    with open(raw, "rb") as src, gzip.open(out_dir / "trace.json.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    raw.unlink()
+    return summarize_trace(out_dir / "trace.json.gz", out_dir, info)
+
+
+def summarize_trace(
+    path: Path | str, out_dir: Path | str, info: dict | None = None, iterations: int | None = None
+) -> dict:
+    """Parse a Kineto trace and write the summaries (also ``energyframe trace import``, where
+    ``iterations`` says how many forward passes a trace without step annotations holds)."""
+    out_dir = Path(out_dir)
+    trace = kineto.parse(path)
+    if iterations and not trace.steps:
+        trace.iterations = iterations
+    meta = kineto.summarize(trace, out_dir, dict(info or {"workload": None, "imported_from": str(path)}))
+    if trace.kernels:
+        from .gantt import timeline
+
+        timeline(trace, out_dir / "timeline.png", title=meta.get("workload") or Path(path).name)
+    if info is None and Path(path).resolve() != (out_dir / "trace.json.gz").resolve():
+        target = out_dir / ("trace.json.gz" if str(path).endswith(".gz") else "trace.json")
+        if Path(path).resolve() != target.resolve():
+            shutil.copyfile(path, target)
+    (out_dir / "trace_meta.json").write_text(json.dumps(meta, indent=1))
+    return meta

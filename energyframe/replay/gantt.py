@@ -1,0 +1,42 @@
+"""The timeline of one traced iteration: every kernel as a bar, coloured by tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .kineto import TIER_GEMM, TIER_MEMORY, TIER_OTHER, Trace
+
+COLOURS = {TIER_GEMM: "#4C72B0", TIER_MEMORY: "#DD8452", TIER_OTHER: "#55A868"}
+
+
+def timeline(trace: Trace, path: Path, title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    step = trace.iterations - 1 if trace.steps else None
+    kernels = [k for k in trace.kernels if k.step == step] or trace.kernels
+    t0 = min(k.start_us for k in kernels)
+    streams = sorted({str(k.stream) for k in kernels})
+    fig, ax = plt.subplots(figsize=(14, 1.2 + 0.5 * len(streams)))
+    for lane, stream in enumerate(streams):
+        for tier_name, colour in COLOURS.items():
+            bars = [
+                ((k.start_us - t0) / 1e3, max(k.duration_us / 1e3, 1e-4))
+                for k in kernels
+                if str(k.stream) == stream and k.tier == tier_name
+            ]
+            if bars:
+                ax.broken_barh(bars, (lane - 0.4, 0.8), facecolors=colour)
+    ax.set_yticks(range(len(streams)), [f"stream {s}" for s in streams])
+    ax.set_xlabel("time in the iteration (ms)")
+    busy = sum(k.duration_us for k in kernels) / 1e3
+    span = (max(k.end_us for k in kernels) - t0) / 1e3
+    ax.set_title(f"{title}: {len(kernels)} kernels, {busy:.2f} ms of kernels in a {span:.2f} ms span")
+    ax.legend(handles=[Patch(color=c, label=t) for t, c in COLOURS.items()], loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,454 @@
+"""Reading a PyTorch profiler (Kineto) trace: GPU kernels, the aten ops that launched them, tiers.
+
+Pure Python (json, no torch), so an existing trace can be imported anywhere. What is extracted:
+
+- every GPU kernel, memcpy and memset, linked to the innermost aten op that launched it (through
+  the ``External id`` the profiler records on both, else through the runtime call's correlation
+  id and time nesting);
+- the *leaf* aten ops: ops with no child op other than views and metadata ops (so ``addmm`` is
+  a leaf, ``linear`` around it is not, and nothing is counted twice), with their input shapes,
+  dtypes, strides and scalar arguments;
+- tiers, as the earlier tool had them: memcpy/memset, GEMM (cuBLAS, cuBLASLt, CUTLASS and
+  nvjet kernels), other;
+- the steps (``energyframe.step`` annotations) and, per step, how long the GPU sat idle between
+  kernels.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UsageError
+
+STEP_ANNOTATION = "energyframe.step"
+TIER_MEMORY = "memcpy/memset"
+TIER_GEMM = "gemm"
+TIER_OTHER = "other"
+_GEMM = re.compile(r"gemm|gemv|cutlass|cublas|nvjet|xmma|wgmma|splitk|dot_kernel", re.IGNORECASE)
+#: ops that launch no kernel of their own: they do not make an op composite
+FREE_OPS = {
+    "aten::view",
+    "aten::_unsafe_view",
+    "aten::reshape",
+    "aten::_reshape_alias",
+    "aten::as_strided",
+    "aten::t",
+    "aten::transpose",
+    "aten::permute",
+    "aten::expand",
+    "aten::expand_as",
+    "aten::unsqueeze",
+    "aten::squeeze",
+    "aten::select",
+    "aten::slice",
+    "aten::narrow",
+    "aten::split",
+    "aten::chunk",
+    "aten::unbind",
+    "aten::flatten",
+    "aten::unflatten",
+    "aten::alias",
+    "aten::detach",
+    "aten::detach_",
+    "detach_",
+    "detach",
+    "aten::lift_fresh",
+    "aten::resolve_conj",
+    "aten::resolve_neg",
+    "aten::empty",
+    "aten::empty_like",
+    "aten::empty_strided",
+    "aten::resize_",
+    "aten::contiguous",
+    "aten::is_contiguous",
+    "aten::size",
+    "aten::stride",
+    "aten::dim",
+    "aten::numel",
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "aten::result_type",
+    "aten::to",
+    "aten::unfold",
+}
+
+
+def tier(kernel_name: str, category: str = "kernel") -> str:
+    if category in ("gpu_memcpy", "gpu_memset") or kernel_name.lower().startswith(("memcpy", "memset")):
+        return TIER_MEMORY
+    if _GEMM.search(kernel_name):
+        return TIER_GEMM
+    return TIER_OTHER
+
+
+@dataclass
+class Op:
+    """A CPU-side aten op event."""
+
+    name: str
+    start_us: float
+    end_us: float
+    tid: object
+    args: dict
+    external_id: int | None
+    children: list[Op] = field(default_factory=list)
+    kernels: list[Kernel] = field(default_factory=list)
+    step: int | None = None
+
+    @property
+    def is_leaf(self) -> bool:
+        return not any(c.name not in FREE_OPS for c in self.children)
+
+    def key(self) -> str:
+        a = self.args
+        return json.dumps(
+            [
+                self.name,
+                a.get("Input Dims"),
+                a.get("Input type"),
+                a.get("Input Strides"),
+                a.get("Concrete Inputs"),
+            ],
+            sort_keys=True,
+        )
+
+    def record(self) -> dict:
+        a = self.args
+        return {
+            "name": self.name,
+            "input_dims": a.get("Input Dims"),
+            "input_types": a.get("Input type"),
+            "input_strides": a.get("Input Strides"),
+            "concrete_inputs": a.get("Concrete Inputs"),
+        }
+
+
+@dataclass
+class Kernel:
+    name: str
+    category: str
+    start_us: float
+    end_us: float
+    grid: list | None
+    block: list | None
+    stream: object
+    external_id: int | None
+    correlation: int | None
+    op: Op | None = None
+    step: int | None = None
+
+    @property
+    def duration_us(self) -> float:
+        return self.end_us - self.start_us
+
+    @property
+    def tier(self) -> str:
+        return tier(self.name, self.category)
+
+
+@dataclass
+class Trace:
+    path: Path
+    ops: list[Op]
+    kernels: list[Kernel]
+    steps: list[tuple[float, float]]  # (start, end) of each annotated step, in trace µs
+    #: iterations the trace holds: its annotated steps, or what the importer says
+    iterations: int = 1
+
+
+def load_events(path: Path | str) -> list[dict]:
+    """The trace's events; a clear error for anything that is not a readable trace."""
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"trace file {path} does not exist")
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as f:
+            data = json.load(f)
+    except (OSError, EOFError) as e:
+        raise UsageError(f"{path} cannot be read as a trace ({e}); is it truncated?") from e
+    except json.JSONDecodeError as e:
+        raise UsageError(
+            f"{path} is not complete JSON (line {e.lineno}, column {e.colno}): truncated or not a "
+            "PyTorch profiler trace"
+        ) from e
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise UsageError(f"{path} has no traceEvents list: not a PyTorch profiler (Kineto) trace")
+    return events
+
+
+def parse(path: Path | str) -> Trace:
+    events = load_events(path)
+    ops: list[Op] = []
+    kernels: list[Kernel] = []
+    runtime_by_corr: dict[int, dict] = {}
+    steps: list[tuple[float, float]] = []
+    for e in events:
+        if e.get("ph") != "X" or "ts" not in e:
+            continue
+        cat = e.get("cat", "")
+        args = e.get("args") or {}
+        start = float(e["ts"])
+        end = start + float(e.get("dur", 0.0))
+        if cat == "cpu_op":
+            ops.append(
+                Op(
+                    e.get("name", "?"),
+                    start,
+                    end,
+                    (e.get("pid"), e.get("tid")),
+                    args,
+                    args.get("External id"),
+                )
+            )
+        elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            kernels.append(
+                Kernel(
+                    e.get("name", "?"),
+                    cat,
+                    start,
+                    end,
+                    args.get("grid"),
+                    args.get("block"),
+                    args.get("stream"),
+                    args.get("External id"),
+                    args.get("correlation"),
+                )
+            )
+        elif cat in ("cuda_runtime", "cuda_driver") and args.get("correlation") is not None:
+            runtime_by_corr[args["correlation"]] = e
+        elif cat == "user_annotation" and e.get("name") == STEP_ANNOTATION:
+            steps.append((start, end))
+    if not ops and not kernels:
+        raise UsageError(
+            f"{path} holds no aten ops and no GPU kernels: was it recorded with the PyTorch profiler?"
+        )
+    _nest(ops)
+    _link(ops, kernels, runtime_by_corr)
+    steps.sort()
+    for op in ops:
+        op.step = _step_of(op.start_us, steps)
+    for k in kernels:
+        k.step = k.op.step if k.op is not None else _step_of(k.start_us, steps)
+    return Trace(Path(path), ops, kernels, steps, max(1, len(steps)))
+
+
+def _nest(ops: list[Op]) -> None:
+    """Children by time nesting on the same thread."""
+    by_thread: dict[object, list[Op]] = defaultdict(list)
+    for op in ops:
+        by_thread[op.tid].append(op)
+    for thread_ops in by_thread.values():
+        thread_ops.sort(key=lambda o: (o.start_us, -o.end_us))
+        stack: list[Op] = []
+        for op in thread_ops:
+            while stack and stack[-1].end_us < op.start_us + 1e-9 and not _contains(stack[-1], op):
+                stack.pop()
+            while stack and not _contains(stack[-1], op):
+                stack.pop()
+            if stack:
+                stack[-1].children.append(op)
+            stack.append(op)
+
+
+def _contains(outer: Op, inner: Op) -> bool:
+    return outer.start_us <= inner.start_us and inner.end_us <= outer.end_us
+
+
+def _link(ops: list[Op], kernels: list[Kernel], runtime_by_corr: dict[int, dict]) -> None:
+    by_external: dict[int, list[Op]] = defaultdict(list)
+    for op in ops:
+        if op.external_id is not None:
+            by_external[op.external_id].append(op)
+    by_thread: dict[object, list[Op]] = defaultdict(list)
+    for op in ops:
+        by_thread[op.tid].append(op)
+    for k in kernels:
+        candidates = by_external.get(k.external_id, []) if k.external_id is not None else []
+        op = min(candidates, key=lambda o: o.end_us - o.start_us) if candidates else None
+        if op is None and k.correlation in runtime_by_corr:
+            call = runtime_by_corr[k.correlation]
+            t = float(call["ts"])
+            enclosing = [
+                o
+                for o in by_thread.get((call.get("pid"), call.get("tid")), [])
+                if o.start_us <= t <= o.end_us
+            ]
+            op = min(enclosing, key=lambda o: o.end_us - o.start_us) if enclosing else None
+        if op is not None:
+            # a kernel belongs to the leaf op underneath, never to a composite around it
+            while not op.is_leaf:
+                inner = [c for c in op.children if c.name not in FREE_OPS and c.start_us <= k.start_us]
+                if not inner:
+                    break
+                op = inner[-1]
+            k.op = op
+            op.kernels.append(k)
+
+
+def _step_of(t: float, steps: list[tuple[float, float]]) -> int | None:
+    for i, (a, b) in enumerate(steps):
+        if a <= t <= b:
+            return i
+    return None
+
+
+def leaf_ops(trace: Trace) -> list[Op]:
+    """Leaf aten ops inside the profiled steps (all ops when the trace has no steps)."""
+    inside = [op for op in trace.ops if trace.steps == [] or op.step is not None]
+    return [op for op in inside if op.is_leaf and op.name.startswith("aten::") and op.name not in FREE_OPS]
+
+
+def unique_kernels(trace: Trace) -> list[dict]:
+    """One record per unique kernel: name, grid, block, launching op, count, durations, tier."""
+    groups: dict[str, list[Kernel]] = defaultdict(list)
+    for k in trace.kernels:
+        if trace.steps and k.step is None:
+            continue
+        op_key = k.op.key() if k.op is not None else ""
+        groups[json.dumps([k.name, k.grid, k.block, op_key])].append(k)
+    out = []
+    for members in groups.values():
+        k = members[0]
+        total = sum(m.duration_us for m in members)
+        out.append(
+            {
+                "name": k.name,
+                "tier": k.tier,
+                "grid": k.grid,
+                "block": k.block,
+                "count": len(members),
+                "count_per_iteration": len(members) / trace.iterations,
+                "total_us": total,
+                "mean_us": total / len(members),
+                "op": k.op.record() if k.op is not None else None,
+            }
+        )
+    return sorted(out, key=lambda r: -r["total_us"])
+
+
+def unique_ops(trace: Trace) -> list[dict]:
+    """One record per unique leaf op: its schema name and inputs, count, the GPU time of its
+    kernels, and those kernels' names and tiers."""
+    groups: dict[str, list[Op]] = defaultdict(list)
+    for op in leaf_ops(trace):
+        groups[op.key()].append(op)
+    out = []
+    for key, members in groups.items():
+        kernels = [k for m in members for k in m.kernels]
+        gpu_us = sum(k.duration_us for k in kernels)
+        tiers: dict[str, float] = defaultdict(float)
+        for k in kernels:
+            tiers[k.tier] += k.duration_us
+        out.append(
+            {
+                **members[0].record(),
+                "key": key,
+                "count": len(members),
+                "count_per_iteration": len(members) / trace.iterations,
+                "gpu_time_us": gpu_us,
+                "kernels_per_call": len(kernels) / len(members),
+                "kernel_names": sorted({k.name for k in kernels}),
+                "gpu_time_by_tier_us": dict(tiers),
+            }
+        )
+    return sorted(out, key=lambda r: -r["gpu_time_us"])
+
+
+def gaps(trace: Trace) -> dict:
+    """Per iteration: GPU span (first kernel start to last kernel end), busy time (kernels,
+    overlaps merged), idle time between kernels. Units: µs."""
+    per_step: dict[int | None, list[Kernel]] = defaultdict(list)
+    for k in trace.kernels:
+        per_step[k.step].append(k)
+    rows = []
+    for step, members in per_step.items():
+        if trace.steps and step is None:
+            continue
+        intervals = sorted((k.start_us, k.end_us) for k in members)
+        busy, end = 0.0, None
+        start = intervals[0][0]
+        for a, b in intervals:
+            if end is None or a > end:
+                busy += b - a
+                end = b
+            elif b > end:
+                busy += b - end
+                end = b
+        rows.append(
+            {
+                "step": step,
+                "span_us": end - start,
+                "busy_us": busy,
+                "idle_us": end - start - busy,
+                "kernels": len(members),
+            }
+        )
+    if not rows:
+        return {"steps": [], "span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0}
+    n = len(rows)
+    return {
+        "steps": rows,
+        "span_us": sum(r["span_us"] for r in rows) / n,
+        "busy_us": sum(r["busy_us"] for r in rows) / n,
+        "idle_us": sum(r["idle_us"] for r in rows) / n,
+    }
+
+
+def write_jsonl(path: Path, records: Iterable[dict]) -> None:
+    with open(path, "w") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        raise UsageError(
+            f"{path} does not exist: is {path.parent} a trace directory (energyframe trace --out)?"
+        )
+    out = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise UsageError(f"{path} line {number} is not JSON ({e.msg}): truncated?") from e
+    return out
+
+
+def summarize(trace: Trace, out_dir: Path, meta: dict) -> dict:
+    """Write kernels.jsonl, ops.jsonl and trace_meta.json for a parsed trace."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kernels = unique_kernels(trace)
+    ops = unique_ops(trace)
+    write_jsonl(out_dir / "kernels.jsonl", kernels)
+    write_jsonl(out_dir / "ops.jsonl", ops)
+    total_us = sum(k["total_us"] for k in kernels)
+    info = {
+        **meta,
+        "trace": str(trace.path.name),
+        "iterations": trace.iterations,
+        "unique_kernels": len(kernels),
+        "kernel_launches": sum(k["count"] for k in kernels),
+        "unique_leaf_ops": len(ops),
+        "gpu_time_us": total_us,
+        "gpu_time_by_tier_us": _by_tier(kernels),
+        "gaps": gaps(trace) if trace.kernels else {},
+    }
+    (out_dir / "trace_meta.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+def _by_tier(kernels: list[dict]) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for k in kernels:
+        out[k["tier"]] += k["total_us"]
+    return dict(out)

@@ -1,0 +1,261 @@
+"""Rebuilding an aten op from what the profiler recorded: its name, the input dims, dtypes and
+strides, and the concrete scalar arguments. The overload is chosen by matching the recorded
+inputs against each overload's schema; tensors are made with the recorded shape, stride and
+dtype (random values; index tensors in range); scalars are parsed and converted by schema type
+(a dtype recorded as its ScalarType code becomes a torch dtype).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: the profiler's names for tensor element types
+DTYPE_NAMES = {
+    "float": "float32",
+    "double": "float64",
+    "c10::Half": "float16",
+    "c10::BFloat16": "bfloat16",
+    "long int": "int64",
+    "int": "int32",
+    "short int": "int16",
+    "signed char": "int8",
+    "unsigned char": "uint8",
+    "bool": "bool",
+    "c10::complex<float>": "complex64",
+    "c10::complex<double>": "complex128",
+    "c10::Float8_e4m3fn": "float8_e4m3fn",
+    "c10::Float8_e5m2": "float8_e5m2",
+}
+#: c10::ScalarType codes, in order
+SCALAR_TYPES = [
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "float16",
+    "float32",
+    "float64",
+    "complex32",
+    "complex64",
+    "complex128",
+    "bool",
+    "qint8",
+    "quint8",
+    "qint32",
+    "bfloat16",
+]
+MEMORY_FORMATS = ["contiguous_format", "preserve_format", "channels_last", "channels_last_3d"]
+#: ops whose integer tensor argument indexes into another argument along a dimension
+INDEX_RULES = {
+    "aten::embedding": (1, 0, 0),
+    "aten::index_select": (2, 0, "dim"),
+    "aten::gather": (2, 0, "dim"),
+}
+
+
+class RebuildError(Exception):
+    """The op cannot be rebuilt; the message says why."""
+
+
+@dataclass
+class Rebuilt:
+    """A rebuilt op: the overload and a function that makes its arguments on a device."""
+
+    name: str
+    overload: Any
+    make_args: Callable[[Any], tuple[list, dict]]
+
+    def call(self, args: tuple[list, dict]) -> None:
+        positional, keywords = args
+        self.overload(*positional, **keywords)
+
+
+def _concrete(text: str) -> Any:
+    if text is None or text == "":
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        lowered = text.strip()
+        if lowered in ("inf", "-inf", "nan"):
+            return float(lowered)
+        return text
+
+
+def _kind(schema_type: str) -> str:
+    t = schema_type.replace(" ", "")
+    if t in ("Tensor", "Tensor?", "Optional[Tensor]"):
+        return "tensor"
+    if t in ("Tensor[]", "List[Tensor]", "Tensor?[]", "List[Optional[Tensor]]"):
+        return "tensors"
+    if "ScalarType" in t:
+        return "dtype"
+    if "Layout" in t:
+        return "layout"
+    if "MemoryFormat" in t:
+        return "memory_format"
+    if "Device" in t:
+        return "device"
+    if "Generator" in t:
+        return "none"
+    if "[]" in t or t.startswith("List"):
+        return "list"
+    return "scalar"
+
+
+def _optional(schema_type: str) -> bool:
+    t = schema_type.replace(" ", "")
+    return t.endswith("?") or t.startswith("Optional")
+
+
+def _fits(schema_type: str, recorded: str) -> bool:
+    kind = _kind(schema_type)
+    if recorded in DTYPE_NAMES:
+        return kind == "tensor"
+    if recorded == "TensorList":
+        return kind == "tensors"
+    if recorded == "ScalarList":
+        return kind == "list"
+    if recorded == "GenericList":
+        return kind in ("list", "tensors")
+    if recorded == "Scalar":
+        return kind in ("scalar", "dtype", "layout", "memory_format")
+    if recorded == "":
+        # None, or a string (the profiler records strings with an empty type)
+        return _optional(schema_type) or kind in ("device", "none") or schema_type.replace(" ", "") == "str"
+    return False
+
+
+def choose_overload(name: str, types: list[str]):
+    import torch
+
+    if not name.startswith("aten::"):
+        raise RebuildError(f"{name} is not an aten op")
+    packet = getattr(torch.ops.aten, name.split("::", 1)[1], None)
+    if packet is None:
+        raise RebuildError(f"torch has no op {name}")
+    candidates = []
+    for overload_name in packet.overloads():
+        overload = getattr(packet, overload_name)
+        arguments = overload._schema.arguments
+        if len(arguments) != len(types):
+            continue
+        if all(_fits(str(a.type), t) for a, t in zip(arguments, types)):
+            # an op can be recorded as its out= variant (arange called inside arange): last resort
+            is_out = "out" in overload_name.split("_")
+            candidates.append((is_out, overload_name != "default", overload_name, overload))
+    if not candidates:
+        raise RebuildError(f"no overload of {name} takes ({', '.join(t or 'None' for t in types)})")
+    return min(candidates, key=lambda c: c[:3])[3]
+
+
+def _tensor(dims, strides, dtype_name: str, device, low: int | None = None, high: int | None = None):
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    shape = tuple(int(d) for d in dims)
+    stride = tuple(int(s) for s in strides) if strides and len(strides) == len(shape) else None
+    if stride is None:
+        stride = torch.empty(shape, device="meta").stride()
+    storage = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0
+    if dtype.is_floating_point or dtype.is_complex:
+        if dtype.itemsize == 1:  # float8: randn cannot make it directly
+            base = torch.randn(storage, device=device).to(dtype)
+        else:
+            base = torch.randn(storage, dtype=dtype, device=device)
+    elif dtype == torch.bool:
+        base = torch.randint(0, 2, (storage,), device=device).bool()
+    elif low is not None and high is not None and high > low:
+        base = torch.randint(low, high, (storage,), dtype=dtype, device=device)
+    else:
+        base = torch.zeros(storage, dtype=dtype, device=device)  # zeros index every dimension safely
+    return torch.as_strided(base, shape, stride)
+
+
+def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
+    """An op from one ops.jsonl record. Raises RebuildError with the reason."""
+    name = record["name"]
+    types = list(record.get("input_types") or [])
+    dims = list(record.get("input_dims") or [[]] * len(types))
+    strides = list(record.get("input_strides") or [[]] * len(types))
+    concrete = list(record.get("concrete_inputs") or [""] * len(types))
+    if not (len(types) == len(dims) == len(concrete)):
+        raise RebuildError(f"{name}: the trace's input lists disagree in length")
+    overload = choose_overload(name, types)
+    arguments = overload._schema.arguments
+    kernels = " ".join(record.get("kernel_names") or [])
+    index_rule = INDEX_RULES.get(name)
+
+    def make_args(device) -> tuple[list, dict]:
+        import torch
+
+        values: list = []
+        for i, (arg, t) in enumerate(zip(arguments, types)):
+            kind = _kind(str(arg.type))
+            value = _concrete(concrete[i]) if i < len(concrete) else None
+            if kind == "tensor" and t in DTYPE_NAMES:
+                where = device
+                if "HtoD" in kernels and i == 1 or "DtoH" in kernels and i == 0:
+                    where = torch.device("cpu")  # the host side of a copy stays on the host
+                low = high = None
+                if index_rule and i == index_rule[0]:
+                    table = dims[index_rule[1]]
+                    axis = (
+                        index_rule[2] if isinstance(index_rule[2], int) else int(_concrete(concrete[1]) or 0)
+                    )
+                    low, high = 0, int(table[axis]) if table else None
+                tensor = _tensor(
+                    dims[i], strides[i] if i < len(strides) else None, DTYPE_NAMES[t], where, low, high
+                )
+                if where.type == "cpu" and device.type == "cuda":
+                    tensor = tensor.pin_memory()
+                values.append(tensor)
+            elif kind == "tensors":
+                parts = dims[i] or []
+                part_strides = strides[i] if i < len(strides) and strides[i] else [None] * len(parts)
+                values.append([_tensor(d, s, tensor_dtype_hint, device) for d, s in zip(parts, part_strides)])
+            elif kind == "dtype":
+                values.append(
+                    getattr(torch, SCALAR_TYPES[int(value)]) if isinstance(value, (int, float)) else None
+                )
+            elif kind == "layout":
+                values.append(torch.strided if value is not None else None)
+            elif kind == "memory_format":
+                values.append(
+                    getattr(torch, MEMORY_FORMATS[int(value)]) if isinstance(value, (int, float)) else None
+                )
+            elif kind == "device":
+                values.append(device if arg.name == "device" else None)  # factory ops make their tensor here
+            elif kind == "none":
+                values.append(None)
+            else:
+                if isinstance(value, float) and math.isnan(value):
+                    value = float("nan")
+                values.append(value)
+        positional = [v for a, v in zip(arguments, values) if not a.kwarg_only]
+        keywords = {
+            a.name: v
+            for a, v in zip(arguments, values)
+            # a value the trace did not record falls back to the schema's default
+            if a.kwarg_only and not (v is None and not _optional(str(a.type)) and a.has_default_value())
+        }
+        return positional, keywords
+
+    return Rebuilt(name, overload, make_args)
+
+
+def float_dtype_hint(records: list[dict]) -> str:
+    """The commonest floating element type in a trace (for tensor lists, whose dtype is not
+    recorded)."""
+    counts: dict[str, int] = {}
+    for record in records:
+        for t in record.get("input_types") or []:
+            name = DTYPE_NAMES.get(t)
+            if name and name.startswith(("float", "bfloat")):
+                counts[name] = counts.get(name, 0) + 1
+    return max(counts, key=counts.get) if counts else "float32"

@@ -1,0 +1,235 @@
+"""``replay``: every unique leaf op of a trace, rebuilt and measured in isolation (CUDA graphs),
+plus the full model it came from, and the prediction report.
+
+    energyframe trace --workload bloom-560m --out trace/
+    energyframe run --power nvml --workload replay:trace=trace/
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import registry
+from ..errors import UsageError
+from ..interfaces import DerivedTable, Phase, Workload
+from ..options import Option, parse_spec
+from ..workloads.graph import Captured, torch_device
+from ..workloads.pipeline import PIPELINE_RUN_DEFAULTS, idle_power, stage_figures
+from . import kineto
+from .rebuild import RebuildError, float_dtype_hint, rebuild
+from .report import OpFigures, prediction, report_png
+
+FULL_MODEL = "(full model)"
+
+
+class ReplayWorkload(Workload):
+    """The leaf ops of a trace, each replayed in isolation; the full model beside them."""
+
+    DESCRIPTION = (
+        "replay a trace's unique leaf ops in isolation and predict the full model (energyframe trace)"
+    )
+    OPTIONS = (
+        Option(
+            "trace", "path", required=True, help="a directory written by energyframe trace (or trace import)"
+        ),
+        Option(
+            "full", "str", None, "workload spec of the full model (default: the traced one; none to skip)"
+        ),
+        Option("unroll", "int", 20, "calls of an op captured per CUDA graph", minimum=1),
+        Option("device", "str", "auto", "cuda, cuda:N, cpu or auto"),
+        Option("limit", "int", None, "replay only the N ops with the most traced GPU time", minimum=1),
+    )
+
+    def __init__(self, name: str | None = None, **options: Any) -> None:
+        super().__init__(name, **options)
+        trace: Path = self.options["trace"]
+        if not (trace / "ops.jsonl").exists():
+            raise UsageError(
+                f"{trace} is not a trace directory: no ops.jsonl (write one with energyframe trace)"
+            )
+        self.meta = (
+            json.loads((trace / "trace_meta.json").read_text())
+            if (trace / "trace_meta.json").exists()
+            else {}
+        )
+        self.records = kineto.read_jsonl(trace / "ops.jsonl")
+        self.kernels = (
+            kineto.read_jsonl(trace / "kernels.jsonl") if (trace / "kernels.jsonl").exists() else []
+        )
+        full = self.options["full"]
+        self.full_spec = None if full == "none" else (full or self.meta.get("workload"))
+        self.rebuilt: list[tuple[dict, Any, str]] = []
+        self.failed: list[dict] = []
+        self.full = None
+        self.device = None
+
+    def run_defaults(self) -> Mapping[str, Any]:
+        return dict(PIPELINE_RUN_DEFAULTS)
+
+    def setup(self) -> None:
+        self.device = torch_device(self.options["device"])
+        hint = float_dtype_hint(self.records)
+        total_us = sum(r.get("gpu_time_us", 0.0) for r in self.records) or 1.0
+        records = self.records
+        if self.device.type == "cuda":
+            records = [
+                r for r in records if r.get("gpu_time_us", 0.0) > 0
+            ]  # ops that ran no kernel cost nothing
+        records = sorted(records, key=lambda r: -r.get("gpu_time_us", 0.0))
+        if self.options["limit"]:
+            records = records[: self.options["limit"]]
+        for index, record in enumerate(records):
+            name = f"{index:03d} {record['name'].removeprefix('aten::')} {_shapes(record)}"
+            try:
+                op = rebuild(record, hint)
+                op.call(op.make_args(self.device))  # one eager call: catches bad arguments now
+            except (RebuildError, RuntimeError, TypeError, ValueError, IndexError) as e:
+                self.failed.append(
+                    {
+                        "op": record["name"],
+                        "inputs": _shapes(record),
+                        "reason": f"{type(e).__name__}: {e}"[:300],
+                        "share_percent": 100.0 * record.get("gpu_time_us", 0.0) / total_us,
+                    }
+                )
+                continue
+            self.rebuilt.append((record, op, name))
+        if self.full_spec:
+            self.full = registry.create(registry.WORKLOADS, parse_spec(self.full_spec))
+            self.full.setup()
+
+    def phases(self) -> Sequence[Phase]:
+        out = []
+        if self.full is not None:
+            phase = list(self.full.phases())[0]
+            import dataclasses
+
+            out.append(dataclasses.replace(phase, name=FULL_MODEL))
+        for _record, op, name in self.rebuilt:
+            captured = Captured(op.make_args, op.call, self.options["unroll"], self.device)
+            out.append(captured.phase(name))
+        return out
+
+    def teardown(self) -> None:
+        if self.full is not None:
+            self.full.teardown()
+
+    def _report(self, result) -> dict:
+        ops = []
+        for record, _op, name in self.rebuilt:
+            fig, _ = stage_figures(result, name)
+            ops.append(OpFigures(record, name, fig.latency_s, fig.energy_j))
+        full, _ = stage_figures(result, FULL_MODEL) if self.full is not None else (None, None)
+        iterations_per_step = self.meta.get("iterations_per_step", 1)
+        return prediction(
+            ops,
+            self.kernels,
+            self.meta,
+            full.latency_s if full else math.nan,  # per iteration, as the counts below
+            full.energy_j if full else math.nan,
+            idle_power(result),
+            self.failed,
+            iterations_per_step,
+        )
+
+    def derive(self, result) -> Sequence[DerivedTable]:
+        report = self._report(result)
+        summary = {k: v for k, v in report.items() if not isinstance(v, (dict, list))}
+        summary.update({f"gap_{k}": v for k, v in report["gap_analysis"].items() if k != "explanation"})
+        summary.update(
+            replayed_ops=len(self.rebuilt), not_rebuilt_ops=len(self.failed), workload=self.full_spec
+        )
+        tiers = [{"tier": k, **v} for k, v in report["tier_breakdown"].items()]
+        ops = []
+        for record, _op, name in self.rebuilt:
+            fig, s = stage_figures(result, name)
+            count = record["count_per_iteration"] / max(1, self.meta.get("iterations_per_step", 1))
+            ops.append(
+                {
+                    "op": name,
+                    "count": count,
+                    "latency_s": fig.latency_s,
+                    "energy_j": fig.energy_j,
+                    "total_latency_s": count * fig.latency_s,
+                    "total_energy_j": count * fig.energy_j,
+                    "traced_us_per_call": record["gpu_time_us"] / max(1, record["count"]),
+                    "kernels": ";".join(record.get("kernel_names", []))[:200],
+                }
+            )
+        tables = [
+            DerivedTable(
+                "comparison",
+                "prediction: full model against the sum of its replayed ops",
+                [summary],
+                note=report["gap_analysis"]["explanation"],
+                display=(
+                    "workload",
+                    "full_model_inference_us",
+                    "predicted_from_kernels_us",
+                    "error_percent",
+                    "full_model_energy_j",
+                    "predicted_energy_j",
+                    "energy_error_percent",
+                    "coverage_percent_of_gpu_time",
+                    "gap_traced_gpu_idle_us",
+                    "gap_predicted_plus_idle_error_percent",
+                    "gap_idle_energy_j",
+                    "gap_predicted_plus_idle_energy_error_percent",
+                    "replayed_ops",
+                    "not_rebuilt_ops",
+                    "not_rebuilt_share_percent_of_gpu_time",
+                ),
+            ),
+            DerivedTable("tiers", "predicted time and energy by kernel tier", tiers),
+            DerivedTable(
+                "replayed_ops",
+                "replayed ops, per call and per iteration",
+                ops,
+                display=(
+                    "op",
+                    "count",
+                    "latency_s",
+                    "traced_us_per_call",
+                    "energy_j",
+                    "total_latency_s",
+                    "total_energy_j",
+                ),
+            ),
+        ]
+        if self.failed:
+            tables.append(DerivedTable("not_rebuilt", "ops that could not be rebuilt", self.failed))
+        return tables
+
+    def extra_files(self, result) -> Mapping[str, bytes]:
+        from ..store import json_safe
+
+        report = self._report(result)
+        title = f"{self.full_spec or self.options['trace']}: measured vs predicted"
+        return {
+            "comparison_report.json": (json.dumps(json_safe(report), indent=2) + "\n").encode(),
+            "prediction.png": report_png(report, title),
+        }
+
+    def info(self) -> Mapping[str, Any]:
+        return {
+            "trace": str(self.options["trace"]),
+            "full_model": self.full_spec,
+            "replayed_ops": len(self.rebuilt),
+            "not_rebuilt": self.failed,
+            "device": str(self.device),
+            "traced": self.meta,
+        }
+
+
+def _shapes(record: dict) -> str:
+    parts = []
+    for dims in record.get("input_dims") or []:
+        if dims and isinstance(dims[0], list):
+            parts.append("[" + ",".join("x".join(map(str, d)) for d in dims) + "]")
+        elif dims:
+            parts.append("x".join(map(str, dims)))
+    return " ".join(parts)

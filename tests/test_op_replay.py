@@ -1,0 +1,268 @@
+"""Rebuilding ops from profiler records, the replay workload on the CPU, and the report math."""
+
+import math
+
+import pytest
+
+import energyframe as ef
+from energyframe.replay.capture import capture
+from energyframe.replay.rebuild import RebuildError, float_dtype_hint, rebuild
+from energyframe.replay.report import OpFigures, prediction
+
+torch = pytest.importorskip("torch")
+CPU = torch.device("cpu")
+
+
+def record(name, dims, types, concrete=None, strides=None, **extra):
+    return {
+        "name": name,
+        "input_dims": dims,
+        "input_types": types,
+        "input_strides": strides,
+        "concrete_inputs": concrete or [""] * len(types),
+        **extra,
+    }
+
+
+def run(rec, hint="float32"):
+    op = rebuild(rec, hint)
+    positional, keywords = op.make_args(CPU)
+    return op.overload(*positional, **keywords)
+
+
+@pytest.mark.parametrize(
+    "rec,shape",
+    [
+        (
+            record(
+                "aten::addmm",
+                [[16], [4, 8], [8, 16], [], []],
+                ["float", "float", "float", "Scalar", "Scalar"],
+                ["", "", "", "1", "1"],
+            ),
+            (4, 16),
+        ),
+        (record("aten::mm", [[4, 8], [8, 3]], ["float", "float"]), (4, 3)),
+        (record("aten::bmm", [[2, 4, 8], [2, 8, 3]], ["float", "float"]), (2, 4, 3)),
+        (
+            record(
+                "aten::baddbmm",
+                [[2, 1, 5], [2, 5, 8], [2, 8, 5], [], []],
+                ["float", "float", "float", "Scalar", "Scalar"],
+                ["", "", "", "1.", "0.125"],
+            ),
+            (2, 5, 5),
+        ),
+        (
+            record(
+                "aten::convolution",
+                [[1, 3, 8, 8], [4, 3, 3, 3], [4], [], [], [], [], [], []],
+                [
+                    "float",
+                    "float",
+                    "float",
+                    "ScalarList",
+                    "ScalarList",
+                    "ScalarList",
+                    "Scalar",
+                    "ScalarList",
+                    "Scalar",
+                ],
+                ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"],
+            ),
+            (1, 4, 8, 8),
+        ),
+        (
+            record(
+                "aten::native_layer_norm",
+                [[2, 5, 16], [], [16], [16], []],
+                ["float", "ScalarList", "float", "float", "Scalar"],
+                ["", "[16]", "", "", "1e-05"],
+            ),
+            None,
+        ),
+        (
+            record("aten::_softmax", [[2, 4, 5], [], []], ["float", "Scalar", "Scalar"], ["", "-1", "False"]),
+            (2, 4, 5),
+        ),
+        (record("aten::gelu", [[3, 7], []], ["float", ""], ["", "'tanh'"]), (3, 7)),
+        (record("aten::add", [[3, 7], [3, 7], []], ["float", "float", "Scalar"], ["", "", "1"]), (3, 7)),
+        (record("aten::mul", [[3, 7], []], ["float", "Scalar"], ["", "0.5"]), (3, 7)),
+        (
+            record(
+                "aten::embedding",
+                [[1000, 16], [2, 5], [], [], []],
+                ["float", "long int", "Scalar", "Scalar", "Scalar"],
+                ["", "", "-1", "False", "False"],
+            ),
+            (2, 5, 16),
+        ),
+        (
+            record(
+                "aten::index_select", [[1000, 16], [], [5]], ["float", "Scalar", "long int"], ["", "0", ""]
+            ),
+            (5, 16),
+        ),
+        (record("aten::cat", [[[2, 3], [2, 4]], []], ["TensorList", "Scalar"], ["", "1"]), (2, 7)),
+        (
+            record(
+                "aten::arange",
+                [[], [], [], [0]],
+                ["Scalar", "Scalar", "Scalar", "long int"],
+                ["0", "5", "1", ""],
+            ),
+            (5,),
+        ),
+        (
+            record(
+                "aten::scalar_tensor",
+                [[], [], [], [], []],
+                ["Scalar", "Scalar", "Scalar", "", ""],
+                ["-3.4e+38", "6", "0", "", ""],
+            ),
+            (),
+        ),
+        (
+            record("aten::copy_", [[64, 64], [64, 64], []], ["float", "float", "Scalar"], ["", "", "False"]),
+            (64, 64),
+        ),
+    ],
+    ids=lambda v: v["name"] if isinstance(v, dict) else None,
+)
+def test_common_schemas_rebuild(rec, shape):
+    out = run(rec)
+    first = out[0] if isinstance(out, tuple) else out
+    if shape is not None:
+        assert tuple(first.shape) == shape
+
+
+def test_dtype_codes_become_dtypes_and_layouts_are_kept():
+    out = run(
+        record(
+            "aten::scalar_tensor",
+            [[], [], [], [], []],
+            ["Scalar", "Scalar", "Scalar", "", ""],
+            ["2.5", "15", "0", "", ""],
+        )
+    )
+    assert out.dtype == torch.bfloat16 and float(out) == 2.5
+
+
+def test_strides_and_index_ranges_are_respected():
+    op = rebuild(
+        record(
+            "aten::embedding",
+            [[50, 4], [1, 200], [], [], []],
+            ["float", "long int", "Scalar", "Scalar", "Scalar"],
+            ["", "", "-1", "False", "False"],
+        ),
+        "float32",
+    )
+    positional, _ = op.make_args(CPU)
+    assert int(positional[1].max()) < 50 and int(positional[1].min()) >= 0
+    op = rebuild(
+        record(
+            "aten::add",
+            [[2, 3, 4, 5], [2, 3, 4, 5], []],
+            ["float", "float", "Scalar"],
+            ["", "", "1"],
+            strides=[[60, 1, 15, 3], [60, 20, 5, 1], []],
+        ),
+        "float32",
+    )
+    positional, _ = op.make_args(CPU)
+    assert positional[0].stride() == (60, 1, 15, 3)
+
+
+def test_tensor_lists_take_the_traces_float_type():
+    records = [
+        record("aten::mm", [[2, 2], [2, 2]], ["c10::Half", "c10::Half"]),
+        record("aten::add", [[2], [2], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"]),
+    ]
+    assert float_dtype_hint(records) in ("float16", "bfloat16")
+    out = run(record("aten::cat", [[[2], [3]], []], ["TensorList", "Scalar"], ["", "0"]), "float16")
+    assert out.dtype == torch.float16
+
+
+@pytest.mark.parametrize(
+    "rec,message",
+    [
+        (record("aten::no_such_op", [[2]], ["float"]), "torch has no op aten::no_such_op"),
+        (record("aten::mm", [[2, 2]], ["float"]), r"no overload of aten::mm takes \(float\)"),
+        (record("prim::Something", [[2]], ["float"]), "prim::Something is not an aten op"),
+    ],
+)
+def test_unrebuildable_ops_say_why(rec, message):
+    with pytest.raises(RebuildError, match=message):
+        rebuild(rec)
+
+
+def test_report_math_by_hand():
+    ops = [
+        OpFigures(
+            {"count_per_iteration": 2.0, "gpu_time_us": 200.0, "gpu_time_by_tier_us": {"gemm": 200.0}},
+            "a",
+            100e-6,
+            0.05,
+        ),
+        OpFigures(
+            {
+                "count_per_iteration": 4.0,
+                "gpu_time_us": 80.0,
+                "gpu_time_by_tier_us": {"other": 60.0, "memcpy/memset": 20.0},
+            },
+            "b",
+            10e-6,
+            0.004,
+        ),
+    ]
+    meta = {
+        "iterations": 1,
+        "gpu_time_us": 300.0,
+        "gaps": {"span_us": 500.0, "busy_us": 280.0, "idle_us": 220.0},
+    }
+    report = prediction(
+        ops,
+        [],
+        meta,
+        full_latency_s=400e-6,
+        full_energy_j=0.15,
+        idle_power_w=100.0,
+        not_rebuilt=[{"op": "x", "reason": "y", "share_percent": 6.7}],
+    )
+    assert report["predicted_from_kernels_us"] == pytest.approx(2 * 100 + 4 * 10)
+    assert report["error_percent"] == pytest.approx(100 * (240 / 400 - 1))
+    assert report["predicted_energy_j"] == pytest.approx(2 * 0.05 + 4 * 0.004)
+    assert report["coverage_percent_of_gpu_time"] == pytest.approx(100 * 280 / 300)
+    assert report["tier_breakdown"]["gemm"]["predicted_us"] == pytest.approx(200)
+    assert report["tier_breakdown"]["other"]["predicted_us"] == pytest.approx(40 * 0.75)
+    gap = report["gap_analysis"]
+    assert gap["traced_gpu_idle_us"] == pytest.approx(220) and gap["idle_energy_j"] == pytest.approx(
+        220e-6 * 100
+    )
+    assert gap["predicted_plus_idle_us"] == pytest.approx(460)
+    assert report["not_rebuilt_share_percent_of_gpu_time"] == 6.7
+
+
+def test_replay_workload_on_the_cpu(tmp_path):
+    pytest.importorskip("transformers")
+    capture("bloom:hidden=64,layers=2,heads=4,vocab=1000", tmp_path / "trace", steps=2, warmup=1)
+    result = ef.run(
+        f"replay:trace={tmp_path / 'trace'},unroll=2,limit=8",
+        power=None,
+        reporters=[],
+        out=tmp_path / "run",
+        config=ef.RunConfig(trials=2, min_window_s=0.01),
+    )
+    phases = list(result.windows["phase"].unique())
+    assert phases[0] == "(full model)" and len(phases) == 1 + 8
+    comparison = result.derived_table("comparison").rows[0]
+    assert comparison["replayed_ops"] == 8 and comparison["full_model_inference_us"] > 0
+    assert math.isfinite(comparison["predicted_from_kernels_us"])
+    assert (tmp_path / "run" / "comparison_report.json").exists()
+    assert (tmp_path / "run" / "prediction.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_replay_needs_a_trace_directory(tmp_path):
+    with pytest.raises(ef.UsageError, match="is not a trace directory: no ops.jsonl"):
+        ef.run(f"replay:trace={tmp_path}", power=None, reporters=[])
