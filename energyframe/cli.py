@@ -104,6 +104,12 @@ def list_plugins(kind: str | None) -> None:
 )
 @click.option("--trials", type=click.IntRange(min=1), default=None, help="Windows per phase. Default 5.")
 @click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="At least this many timed iterations per phase over its trials (longer windows if needed).",
+)
+@click.option(
     "--min-window",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
@@ -154,6 +160,7 @@ def run(
     reporters,
     out,
     trials,
+    runs,
     min_window,
     warmup,
     warmup_s,
@@ -187,6 +194,7 @@ def run(
     the_workload = CommandWorkload(name="command", argv=list(command)) if command else workload
     config = orchestrator.RunConfig(
         trials=trials,
+        runs=runs,
         min_window_s=min_window,
         warmup=warmup,
         warmup_s=warmup_s,

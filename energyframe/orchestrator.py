@@ -48,6 +48,7 @@ DEFAULTS = {
     "guard_s": 0.0,
     "sync_pulse": False,
     "max_iterations": 1_000_000_000,
+    "runs": None,  # no floor on the timed iterations beyond the calibrated windows
 }
 
 
@@ -71,6 +72,8 @@ class RunConfig:
         sync_pulse: run a few bursts of full load before the first phase and after the last, so
             that wall meters can be aligned even when the workload is flat.
         max_iterations: upper bound of the calibrated iterations per window.
+        runs: at least this many timed iterations per phase over all its trials (the earlier
+            tools' ``--runs``): windows grow beyond the calibrated length when needed.
     """
 
     trials: int | None = None
@@ -83,10 +86,13 @@ class RunConfig:
     guard_s: float | None = None
     sync_pulse: bool | None = None
     max_iterations: int | None = None
+    runs: int | None = None
 
     def __post_init__(self) -> None:
         if self.trials is not None and self.trials < 1:
             raise UsageError(f"trials must be at least 1, got {self.trials}")
+        if self.runs is not None and self.runs < 1:
+            raise UsageError(f"runs must be at least 1, got {self.runs}")
         for name in ("warmup_s", "cooldown_s", "idle_s", "guard_s"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -181,6 +187,11 @@ def measure_phase(m: Measurement, phase: Phase, config: RunConfig, min_window_s:
         iterations, per_iter = calibrate(phase, min_window_s, config.max_iterations)
         note = f"~{per_iter * 1e3:.4g} ms each, windows >= {min_window_s:g} s"
     trials = phase.trials or config.trials
+    if config.runs and phase.iterations is None:
+        floor = math.ceil(config.runs / (trials * phase.iterations_per_step))
+        if floor > iterations:
+            iterations = min(floor, config.max_iterations)
+            note += f", grown to {config.runs} runs in all"
     if phase.iterations_per_step != 1:
         note += f", {phase.iterations_per_step} iterations per step"
     if phase.note:

@@ -33,6 +33,17 @@ def test_help_and_version():
     assert invoke("--version").output.startswith("energyframe, version ")
 
 
+def test_runs_option_reaches_the_run(tmp_path):
+    out = tmp_path / "run"
+    spec = "cpu-matmul:sizes=8"
+    result = invoke(
+        "run", "--workload", spec, "--runs", "100000", "--out", str(out), *FAST, "--min-window", "0.005"
+    )
+    assert result.exit_code == 0, result.output
+    assert list(RunResult.load(out).windows["iterations"]) == [50000, 50000]  # 2 trials
+    assert invoke("run", "--workload", spec, "--runs", "0").exit_code == 2
+
+
 def test_list_shows_every_kind_with_options():
     result = invoke("list")
     assert result.exit_code == 0
@@ -263,6 +274,8 @@ def test_signal_saves_an_incomplete_run(tmp_path, power_csv, sig, code, reason):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell starts background jobs with SIGINT ignored, and Python keeps it so: restore it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not (out / "samples.partial.csv").exists():

@@ -196,11 +196,28 @@ def test_channel_going_silent_is_flagged_not_guessed():
     assert any("delivered no sample after the last window" in w for w in result.warnings)
 
 
+def test_runs_sets_a_floor_on_the_timed_iterations():
+    # a 1-ms step fills a 0.15-s window with ~170 steps; 3000 runs over 3 trials need 1000 each
+    result = ef.run(
+        ListWorkload([busy_phase()]),
+        power=None,
+        reporters=[],
+        config=RunConfig(**{**vars(FAST), "runs": 3000}),
+    )
+    assert list(result.windows["iterations"]) == [1000, 1000, 1000]
+    short = ef.run(
+        ListWorkload([busy_phase()]), power=None, reporters=[], config=RunConfig(**{**vars(FAST), "runs": 3})
+    )
+    assert (short.windows["iterations"] > 100).all()  # the calibrated window still applies
+
+
 def test_bad_config_is_rejected():
     with pytest.raises(UsageError):
         RunConfig(trials=0)
     with pytest.raises(UsageError):
         RunConfig(cooldown_s=-1)
+    with pytest.raises(UsageError):
+        RunConfig(runs=0)
 
 
 def test_existing_run_directory_is_not_overwritten(tmp_path, power_csv):
