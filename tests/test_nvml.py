@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import energyframe as ef
@@ -326,3 +327,25 @@ def test_interval_between_windows_short_windows_are_flagged(fake_nvml):
     row = m.result.windows[m.result.windows["channel"] == "gpu0"].iloc[0]
     assert "short_window" in row["flags"]
     assert not math.isnan(row["energy_j"]) and row["mean_power_w"] == pytest.approx(700.0, rel=0.1)
+
+
+def test_recorded_h200_ticks_integrate_to_the_recorded_energy(fake_nvml):
+    # the counter as an H200 updated it (driver 580.159.04): ticks 96-108 ms apart, 2 s idle then
+    # 3 s of GEMM load; windows are integrated from the ticks interpolated at their edges
+    recorded = json.loads((Path(__file__).parent / "fixtures" / "nvml-ticks.json").read_text())
+    ticks = np.array(recorded["ticks"], dtype=float)
+    scenario = fake_nvml([gpu(recorded_ticks=recorded["ticks"])])
+    source = NVMLPowerSource(name="nvml", channels="state", mode="thread")
+    with ef.measure(power=[source], sync=None) as m:
+        for start, end in [(0.4, 1.7), (2.3, 4.6)]:  # idle, then load (seconds of the recording)
+            time.sleep(max(0.0, scenario["t0_wall"] + start - time.time()))
+            with m.window("idle" if start < 2 else "load"):
+                time.sleep(max(0.0, scenario["t0_wall"] + end - time.time()))
+    w = m.result.windows
+    w = w[w["channel"] == "gpu0"]
+    for _, row in w.iterrows():
+        edges = np.array([row["start_s"], row["end_s"]]) - scenario["t0_wall"]
+        expected_j = np.diff(np.interp(edges, ticks[:, 0], ticks[:, 1]))[0] / 1e3
+        assert row["energy_j"] == pytest.approx(expected_j, rel=0.01), row["phase"]
+    power = dict(zip(w["phase"], w["mean_power_w"]))
+    assert 100 < power["idle"] < 140 and power["load"] > 600  # what the H200 drew
