@@ -36,14 +36,20 @@ def main() -> int:
     args = ap.parse_args()
     import torch
 
-    rows = []
+    rows: list[dict] = []
+    failed: list[dict] = []
     for spec in args.only.split(";") if args.only else CONFIGS:
         folder = Path(tempfile.mkdtemp(prefix="trace-"))
         t0 = time.monotonic()
-        traced = capture(spec, folder / "trace", steps=3, warmup=3)
-        result = ef.run(
-            f"replay:trace={folder / 'trace'}", power=["nvml:gpus=0"], reporters=[], out=folder / "run"
-        )
+        try:
+            traced = capture(spec, folder / "trace", steps=3, warmup=3)
+            ef.run(
+                f"replay:trace={folder / 'trace'}", power=["nvml:gpus=0"], reporters=[], out=folder / "run"
+            )
+        except Exception as e:  # one failing configuration must not lose the others
+            print(f"{spec:28s} FAILED: {type(e).__name__}: {e}", flush=True)
+            failed.append({"spec": spec, "error": f"{type(e).__name__}: {e}"})
+            continue
         report = json.loads((folder / "run" / "comparison_report.json").read_text())
         gap = report["gap_analysis"]
         rows.append(
@@ -66,6 +72,9 @@ def main() -> int:
             f"+ idle gaps {gap['traced_gpu_idle_us'] / 1e3:6.3f} ms -> {gap['predicted_plus_idle_error_percent']:+6.1f} %; "
             f"energy {r['full_model_energy_j']:7.3f} J vs {r['predicted_energy_j']:7.3f} J "
             f"({r['energy_error_percent']:+6.1f} %, with idle {gap['predicted_plus_idle_energy_error_percent']:+6.1f} %); "
+            f"as one CUDA graph {r['full_model_graph_inference_us'] / 1e3:8.3f} ms ({r['graph_error_percent']:+6.1f} %), "
+            f"{r['full_model_graph_energy_j']:7.3f} J ({r['graph_energy_error_percent']:+6.1f} %) "
+            f"[{r['full_model_graph_execution']}]; "
             f"coverage {r['coverage_percent_of_gpu_time']:5.1f} %; not rebuilt {len(r['not_rebuilt'])} "
             f"({r['not_rebuilt_share_percent_of_gpu_time']:.2f} % of GPU time) of {r['unique_leaf_ops']} ops; "
             f"{r['wall_s']:.0f} s",
@@ -73,19 +82,22 @@ def main() -> int:
         )
         for miss in r["not_rebuilt"][:5]:
             print(f"    not rebuilt: {miss['op']} {miss['inputs']}: {miss['reason'][:150]}")
+        save(args.json, torch.cuda.get_device_name(0), rows + failed)
     print(
         f"\nreplay prediction on {torch.cuda.get_device_name(0)}, {time.strftime('%Y-%m-%d')}, eager full model, "
         "ops in CUDA graphs, NVML"
     )
-    if args.json:
-        Path(args.json).write_text(
+    return 1 if failed else 0
+
+
+def save(path: str | None, device: str, rows: list[dict]) -> None:
+    """Write what is measured so far (after every configuration: a cut-off run keeps its rows)."""
+    if path:
+        Path(path).write_text(
             json.dumps(
-                {"device": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "rows": rows},
-                indent=1,
-                default=str,
+                {"device": device, "date": time.strftime("%Y-%m-%d"), "rows": rows}, indent=1, default=str
             )
         )
-    return 0
 
 
 if __name__ == "__main__":

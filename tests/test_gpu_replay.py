@@ -31,4 +31,8 @@ def test_bloom_560m_trace_replay_and_report(tmp_path):
     assert report["full_model_energy_j"] > 0 and report["predicted_energy_j"] > 0
     assert 0 < report["coverage_percent_of_gpu_time"] <= 100
     assert math.isfinite(report["gap_analysis"]["idle_energy_j"])
+    full = result.summary("(full model)", "gpu0")
+    assert full.trials == 2 and 50 < full.mean_power_w.median < 1200
+    rebuilt = 12 - len(report["not_rebuilt"])
+    assert rebuilt >= 10 and len({s.phase for s in result.summaries}) == 1 + rebuilt
     assert (tmp_path / "run" / "prediction.png").read_bytes()[:4] == b"\x89PNG"

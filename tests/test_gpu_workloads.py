@@ -67,3 +67,25 @@ def test_resnet18_per_layer_closure():
     assert math.isfinite(summary["latency_diff_pct"]) and math.isfinite(summary["energy_diff_pct"])
     # a decomposition that lost a kind of layer would be off by tens of percent
     assert abs(summary["latency_diff_pct"]) < 20 and abs(summary["energy_diff_pct"]) < 20
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: torch.nonzero(x),  # synchronises with the host: never captured
+        lambda x: (x.mul_(1.0), torch.cuda.synchronize()),  # fails inside the capture
+    ],
+    ids=["host-sync", "capture-error"],
+)
+def test_uncapturable_call_runs_eagerly_and_random_numbers_still_work(call):
+    from energyframe.workloads.graph import Captured
+
+    device = torch.device("cuda")
+    captured = Captured(lambda d: torch.ones(1024, device=d), call, 4, device)
+    captured.build()
+    assert captured.fallback is not None and captured.fallback.startswith("eager: ")
+    captured.step()
+    captured.sync()
+    assert torch.randn(16, device=device).isfinite().all()  # the generator survived
+    print(captured.fallback)
+    captured.release()

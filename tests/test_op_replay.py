@@ -190,6 +190,11 @@ def test_tensor_lists_take_the_traces_float_type():
         (record("aten::no_such_op", [[2]], ["float"]), "torch has no op aten::no_such_op"),
         (record("aten::mm", [[2, 2]], ["float"]), r"no overload of aten::mm takes \(float\)"),
         (record("prim::Something", [[2]], ["float"]), "prim::Something is not an aten op"),
+        # as a GPU trace of BLOOM records mask[...]: the index list comes out empty
+        (
+            record("aten::index", [[1, 5], []], ["bool", ""]),
+            r"does not hold the tensors of aten::index's indices",
+        ),
     ],
 )
 def test_unrebuildable_ops_say_why(rec, message):

@@ -150,8 +150,26 @@ def choose_overload(name: str, types: list[str]):
             is_out = "out" in overload_name.split("_")
             candidates.append((is_out, overload_name != "default", overload_name, overload))
     if not candidates:
+        unrecorded = _unrecorded_lists(packet, types)
+        if unrecorded:
+            raise RebuildError(
+                f"the trace does not hold the tensors of {name}'s {unrecorded} argument "
+                "(the profiler records such lists as empty)"
+            )
         raise RebuildError(f"no overload of {name} takes ({', '.join(t or 'None' for t in types)})")
     return min(candidates, key=lambda c: c[:3])[3]
+
+
+def _unrecorded_lists(packet, types: list[str]) -> str | None:
+    """The name of a tensor-list argument that the trace left empty, if that alone is what fails."""
+    for overload_name in packet.overloads():
+        arguments = getattr(packet, overload_name)._schema.arguments
+        if len(arguments) != len(types):
+            continue
+        misfits = [a for a, t in zip(arguments, types) if not _fits(str(a.type), t)]
+        if misfits and all(_kind(str(a.type)) == "tensors" for a in misfits):
+            return " ".join(f"{a.name} ({a.type})" for a in misfits)
+    return None
 
 
 def _tensor(dims, strides, dtype_name: str, device, low: int | None = None, high: int | None = None):

@@ -7,6 +7,7 @@ plus the full model it came from, and the prediction report.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -24,6 +25,7 @@ from .rebuild import RebuildError, float_dtype_hint, rebuild
 from .report import OpFigures, prediction, report_png
 
 FULL_MODEL = "(full model)"
+FULL_MODEL_GRAPH = "(full model, CUDA graph)"
 
 
 class ReplayWorkload(Workload):
@@ -38,6 +40,12 @@ class ReplayWorkload(Workload):
         ),
         Option(
             "full", "str", None, "workload spec of the full model (default: the traced one; none to skip)"
+        ),
+        Option(
+            "graph_full",
+            "bool",
+            True,
+            "on a GPU, also measure the full model as one CUDA graph (no host launch gaps)",
         ),
         Option("unroll", "int", 20, "calls of an op captured per CUDA graph", minimum=1),
         Option("device", "str", "auto", "cuda, cuda:N, cpu or auto"),
@@ -65,6 +73,7 @@ class ReplayWorkload(Workload):
         self.rebuilt: list[tuple[dict, Any, str]] = []
         self.failed: list[dict] = []
         self.full = None
+        self.full_graph = None
         self.device = None
 
     def run_defaults(self) -> Mapping[str, Any]:
@@ -99,24 +108,38 @@ class ReplayWorkload(Workload):
                 continue
             self.rebuilt.append((record, op, name))
         if self.full_spec:
-            self.full = registry.create(registry.WORKLOADS, parse_spec(self.full_spec))
+            spec = parse_spec(self.full_spec)
+            self.full = registry.create(registry.WORKLOADS, spec)
             self.full.setup()
+            graph = self._graph_spec(spec)
+            if graph is not None:
+                self.full_graph = registry.create(registry.WORKLOADS, graph)
+                self.full_graph.setup()
+
+    def _graph_spec(self, spec):
+        """The full model's spec with ``execution=graph``, where that means something new."""
+        if not (self.options["graph_full"] and self.device.type == "cuda"):
+            return None
+        names = {o.name for o in registry.load(registry.WORKLOADS, spec.name).OPTIONS}
+        if "execution" not in names or dict(spec.options).get("execution") == "graph":
+            return None
+        return dataclasses.replace(spec, options={**dict(spec.options), "execution": "graph"})
 
     def phases(self) -> Sequence[Phase]:
         out = []
         if self.full is not None:
-            phase = list(self.full.phases())[0]
-            import dataclasses
-
-            out.append(dataclasses.replace(phase, name=FULL_MODEL))
+            out.append(dataclasses.replace(list(self.full.phases())[0], name=FULL_MODEL))
+        if self.full_graph is not None:
+            out.append(dataclasses.replace(list(self.full_graph.phases())[0], name=FULL_MODEL_GRAPH))
         for _record, op, name in self.rebuilt:
             captured = Captured(op.make_args, op.call, self.options["unroll"], self.device)
             out.append(captured.phase(name))
         return out
 
     def teardown(self) -> None:
-        if self.full is not None:
-            self.full.teardown()
+        for full in (self.full, self.full_graph):
+            if full is not None:
+                full.teardown()
 
     def _report(self, result) -> dict:
         ops = []
@@ -124,6 +147,8 @@ class ReplayWorkload(Workload):
             fig, _ = stage_figures(result, name)
             ops.append(OpFigures(record, name, fig.latency_s, fig.energy_j))
         full, _ = stage_figures(result, FULL_MODEL) if self.full is not None else (None, None)
+        graph, _ = stage_figures(result, FULL_MODEL_GRAPH) if self.full_graph is not None else (None, None)
+        captured = getattr(self.full_graph, "whole_captured", None)
         iterations_per_step = self.meta.get("iterations_per_step", 1)
         return prediction(
             ops,
@@ -134,6 +159,9 @@ class ReplayWorkload(Workload):
             idle_power(result),
             self.failed,
             iterations_per_step,
+            graph_latency_s=graph.latency_s if graph else math.nan,
+            graph_energy_j=graph.energy_j if graph else math.nan,
+            graph_execution=(captured.fallback or "cuda graph") if captured is not None else None,
         )
 
     def derive(self, result) -> Sequence[DerivedTable]:
@@ -174,6 +202,11 @@ class ReplayWorkload(Workload):
                     "full_model_energy_j",
                     "predicted_energy_j",
                     "energy_error_percent",
+                    "full_model_graph_inference_us",
+                    "graph_error_percent",
+                    "full_model_graph_energy_j",
+                    "graph_energy_error_percent",
+                    "gap_host_overhead_us",
                     "coverage_percent_of_gpu_time",
                     "gap_traced_gpu_idle_us",
                     "gap_predicted_plus_idle_error_percent",

@@ -83,6 +83,39 @@ class L2Flush:
         self.buffer.zero_()
 
 
+def host_sync(call: Callable[[], None]) -> str | None:
+    """Why ``call`` synchronises with the host (``.item()``, ``nonzero``, a copy to the CPU),
+    or None: such a call cannot be captured in a CUDA graph. Uses torch's sync debug mode."""
+    import torch
+
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        call()
+    except RuntimeError as e:
+        if "synchroniz" not in str(e):
+            raise
+        return str(e).splitlines()[0]
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    return None
+
+
+def repair_generator(device) -> None:
+    """A failed capture leaves the device's default random generator marked as capturing, so
+    every later CUDA random draw fails ("Offset increment outside graph capture"): give it a
+    fresh state with the same seed."""
+    import torch
+
+    try:
+        generator = torch.cuda.default_generators[device.index or 0]
+        fresh = torch.Generator(device=device)
+        fresh.manual_seed(generator.initial_seed())
+        generator.graphsafe_set_state(fresh.graphsafe_get_state())
+    except (AttributeError, RuntimeError) as e:  # an older torch: say what may follow
+        log.warning("could not reset the CUDA random generator after a failed capture (%s)", e)
+
+
 class Captured:
     """``unroll`` calls of ``call(state)``, captured into one CUDA graph when the device is a GPU.
 
@@ -143,22 +176,32 @@ class Captured:
             with torch.cuda.stream(stream):
                 for _ in range(self.warmup_calls):
                     once()
+                syncs = host_sync(once)
             torch.cuda.current_stream(self.device).wait_stream(stream)
             torch.cuda.synchronize(self.device)
+            if syncs:  # a capture would fail, and a failed capture harms later CUDA random numbers
+                self._eager(state, once, f"eager: the call synchronises with the host ({syncs[:120]})")
+                return
             graph = torch.cuda.CUDAGraph()
             try:
                 with torch.cuda.graph(graph):
                     for _ in range(unroll):
                         once()
-            except Exception as e:  # e.g. an op that synchronises with the host cannot be captured
+            except Exception as e:  # what the host-sync check does not see
                 torch.cuda.synchronize(self.device)
-                self.fallback = f"eager: CUDA graph capture failed ({type(e).__name__}: {str(e)[:120]})"
-                log.warning("%s", self.fallback)
-                self._keep = [state]
-                self._run = lambda: [once() for _ in range(unroll)]
+                repair_generator(self.device)
+                self._eager(
+                    state, once, f"eager: CUDA graph capture failed ({type(e).__name__}: {str(e)[:120]})"
+                )
                 return
         self._keep = [state, graph]
         self._run = graph.replay
+
+    def _eager(self, state, once: Callable[[], None], why: str) -> None:
+        self.fallback = why
+        log.warning("%s", why)
+        self._keep = [state]
+        self._run = lambda: [once() for _ in range(self.unroll)]
 
     def step(self) -> None:
         self._run()

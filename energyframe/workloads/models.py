@@ -95,6 +95,8 @@ class ModelWorkload(Workload):
         self._phase_of: dict[int, str] = {}
         self._copies: dict[int, int] = {}
         self._captured: dict[int, Captured] = {}
+        #: the whole model's CUDA graph (execution=graph), once phases() made it
+        self.whole_captured: Captured | None = None
 
     # -- what subclasses provide --------------------------------------------------------------
     def build(self, device, dtype) -> tuple[Any, tuple, dict]:
@@ -162,7 +164,8 @@ class ModelWorkload(Workload):
     def _whole_phase(self) -> Phase:
         execution = self.options["execution"]
         if execution == "graph":
-            return self._whole().phase("forward", self.work())
+            self.whole_captured = self._whole()
+            return self.whole_captured.phase("forward", self.work())
         model = self.model
         if execution == "compile":
             import torch
@@ -286,6 +289,8 @@ class ModelWorkload(Workload):
                 out["l2_bytes"] = l2_cache_bytes(self.device)
             else:
                 out["execution_note"] = "cpu, eager: no CUDA graph"
+        if self.whole_captured is not None and self.whole_captured.on_gpu:
+            out["execution"] = self.whole_captured.fallback or "cuda graph"
         if self.decomposition is not None:
             out["units"] = len(self.decomposition.units)
             out["calls"] = self.decomposition.calls
