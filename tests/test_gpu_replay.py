@@ -34,5 +34,8 @@ def test_bloom_560m_trace_replay_and_report(tmp_path):
     full = result.summary("(full model)", "gpu0")
     assert full.trials == 2 and 50 < full.mean_power_w.median < 1200
     rebuilt = 12 - len(report["not_rebuilt"])
-    assert rebuilt >= 10 and len({s.phase for s in result.summaries}) == 1 + rebuilt
+    assert rebuilt >= 10 and len({s.phase for s in result.summaries}) == 2 + rebuilt  # + eager and graph
+    assert report["full_model_graph_inference_us"] > 0 and report["full_model_graph_energy_j"] > 0
+    assert report["full_model_graph_execution"].startswith(("cuda graph", "eager: "))
+    print("full model as one CUDA graph:", report["full_model_graph_execution"])
     assert (tmp_path / "run" / "prediction.png").read_bytes()[:4] == b"\x89PNG"
