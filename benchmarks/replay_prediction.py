@@ -33,6 +33,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="semicolon-separated workload specs instead of the default four")
     ap.add_argument("--json")
+    ap.add_argument(
+        "--ops", type=int, default=0, help="list the N ops whose replay differs most from the trace"
+    )
     args = ap.parse_args()
     import torch
 
@@ -82,12 +85,34 @@ def main() -> int:
         )
         for miss in r["not_rebuilt"][:5]:
             print(f"    not rebuilt: {miss['op']} {miss['inputs']}: {miss['reason'][:150]}")
+        if args.ops:
+            rows[-1]["ops"] = worst_ops(folder / "run", args.ops)
         save(args.json, torch.cuda.get_device_name(0), rows + failed)
     print(
         f"\nreplay prediction on {torch.cuda.get_device_name(0)}, {time.strftime('%Y-%m-%d')}, eager full model, "
         "ops in CUDA graphs, NVML"
     )
     return 1 if failed else 0
+
+
+def worst_ops(run_dir: Path, n: int) -> list[dict]:
+    """The ops whose replayed time per call differs most (in total per iteration) from the time
+    their kernels took in the trace: where a prediction miss comes from."""
+    from energyframe.results import RunResult
+
+    ops = RunResult.load(run_dir).derived_table("replayed_ops").rows
+    for op in ops:
+        op["replayed_us"] = op["latency_s"] * 1e6
+        op["gap_us_per_iteration"] = op["count"] * (op["traced_us_per_call"] - op["replayed_us"])
+    worst = sorted(ops, key=lambda o: -abs(o["gap_us_per_iteration"]))[:n]
+    for op in worst:
+        print(
+            f"    {op['op'][:70]:70s} x{op['count']:5.1f}: traced {op['traced_us_per_call']:8.2f} us, "
+            f"replayed {op['replayed_us']:8.2f} us per call ({op['gap_us_per_iteration']:+8.1f} us per iteration)"
+        )
+    return [
+        {k: op[k] for k in ("op", "count", "traced_us_per_call", "replayed_us", "kernels")} for op in worst
+    ]
 
 
 def save(path: str | None, device: str, rows: list[dict]) -> None:

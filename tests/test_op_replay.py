@@ -246,7 +246,26 @@ def test_report_math_by_hand():
         220e-6 * 100
     )
     assert gap["predicted_plus_idle_us"] == pytest.approx(460)
+    # ops predict 0.116 J in 240 us; the measured 400 us leave 160 us at 100 W idle
+    assert gap["energy_at_measured_latency_j"] == pytest.approx(0.116 + 160e-6 * 100)
+    assert gap["energy_at_measured_latency_error_percent"] == pytest.approx(100 * (0.132 / 0.15 - 1))
+    assert math.isnan(report["full_model_graph_inference_us"]) and math.isnan(gap["host_overhead_us"])
     assert report["not_rebuilt_share_percent_of_gpu_time"] == 6.7
+    with_graph = prediction(
+        ops,
+        [],
+        meta,
+        400e-6,
+        0.15,
+        100.0,
+        [],
+        graph_latency_s=300e-6,
+        graph_energy_j=0.12,
+        graph_execution="cuda graph",
+    )
+    assert with_graph["graph_error_percent"] == pytest.approx(100 * (240 / 300 - 1))
+    assert with_graph["graph_energy_error_percent"] == pytest.approx(100 * (0.116 / 0.12 - 1))
+    assert with_graph["gap_analysis"]["host_overhead_us"] == pytest.approx(100)
 
 
 def test_replay_workload_on_the_cpu(tmp_path):
@@ -271,3 +290,34 @@ def test_replay_workload_on_the_cpu(tmp_path):
 def test_replay_needs_a_trace_directory(tmp_path):
     with pytest.raises(ef.UsageError, match="is not a trace directory: no ops.jsonl"):
         ef.run(f"replay:trace={tmp_path}", power=None, reporters=[])
+
+
+@pytest.mark.parametrize(
+    "schema_type,recorded,fits",
+    [
+        ("Optional[List[int]]", "ScalarList", True),  # mean.dim's dim (int[1]?)
+        ("int[1]?", "ScalarList", True),
+        ("List[str]", "ScalarList", False),  # mean.names_dim's Dimname[] dim: never a recorded list
+        ("str", "Scalar", False),  # gather.dimname's dim
+        ("str", "", True),  # a string argument (gelu's approximate) is recorded with no type
+        ("Optional[Tensor]", "", True),
+        ("List[Optional[Tensor]]", "", False),  # an index list the profiler left empty
+    ],
+)
+def test_schema_types_against_recorded_types(schema_type, recorded, fits):
+    from energyframe.replay.rebuild import _fits
+
+    assert _fits(schema_type, recorded) is fits
+
+
+def test_mean_over_dims_picks_the_int_list_overload():
+    rec = record(
+        "aten::mean",
+        [[2, 8, 7, 7], [], [], []],
+        ["float", "ScalarList", "Scalar", ""],
+        ["", "[-1, -2]", "True", ""],
+    )
+    op = rebuild(rec)
+    assert op.overload._overloadname == "dim"
+    positional, keywords = op.make_args(torch.device("cpu"))
+    assert op.overload(*positional, **keywords).shape == (2, 8, 1, 1)

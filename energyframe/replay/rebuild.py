@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -89,10 +90,15 @@ def _concrete(text: str) -> Any:
 
 def _kind(schema_type: str) -> str:
     t = schema_type.replace(" ", "")
-    if t in ("Tensor", "Tensor?", "Optional[Tensor]"):
+    if t.startswith("Optional[") and t.endswith("]"):
+        t = t[len("Optional[") : -1]
+    t = t.removesuffix("?")
+    if t == "Tensor":
         return "tensor"
     if t in ("Tensor[]", "List[Tensor]", "Tensor?[]", "List[Optional[Tensor]]"):
         return "tensors"
+    if t in ("str", "Dimname") or t in ("List[str]", "Dimname[]", "str[]"):
+        return "names"  # dimension names: the profiler records none, so never a recorded number
     if "ScalarType" in t:
         return "dtype"
     if "Layout" in t:
@@ -103,7 +109,7 @@ def _kind(schema_type: str) -> str:
         return "device"
     if "Generator" in t:
         return "none"
-    if "[]" in t or t.startswith("List"):
+    if "[]" in t or t.startswith("List") or re.search(r"\[\d+\]$", t):
         return "list"
     return "scalar"
 
@@ -127,7 +133,7 @@ def _fits(schema_type: str, recorded: str) -> bool:
         return kind in ("scalar", "dtype", "layout", "memory_format")
     if recorded == "":
         # None, or a string (the profiler records strings with an empty type)
-        return _optional(schema_type) or kind in ("device", "none") or schema_type.replace(" ", "") == "str"
+        return _optional(schema_type) or kind in ("device", "none", "names")
     return False
 
 

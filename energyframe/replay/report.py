@@ -26,6 +26,12 @@ def _pct(a: float, b: float) -> float:
     return 100.0 * (a / b - 1.0) if b and math.isfinite(a) and math.isfinite(b) else math.nan
 
 
+def _with_gaps(energy_j: float, busy_s: float, latency_s: float, idle_power_w: float) -> float:
+    if not (math.isfinite(latency_s) and math.isfinite(idle_power_w)):
+        return math.nan
+    return energy_j + max(0.0, latency_s - busy_s) * idle_power_w
+
+
 def prediction(
     ops: Sequence[OpFigures],
     kernels: Sequence[dict],
@@ -114,6 +120,12 @@ def prediction(
             "predicted_plus_idle_energy_error_percent": _pct(
                 predicted_j + (idle_s * idle_power_w if math.isfinite(idle_power_w) else math.nan),
                 full_energy_j,
+            ),
+            # the energy the ops predict plus idle power over the time they leave out of the
+            # *measured* latency: does the idle gap explain the energy, where latency is known?
+            "energy_at_measured_latency_j": _with_gaps(predicted_j, predicted_s, full_latency_s, idle_power_w),
+            "energy_at_measured_latency_error_percent": _pct(
+                _with_gaps(predicted_j, predicted_s, full_latency_s, idle_power_w), full_energy_j
             ),
             "host_overhead_us": (full_latency_s - graph_latency_s) * 1e6,
             "host_overhead_energy_j": full_energy_j - graph_energy_j,
