@@ -321,3 +321,15 @@ def test_mean_over_dims_picks_the_int_list_overload():
     assert op.overload._overloadname == "dim"
     positional, keywords = op.make_args(torch.device("cpu"))
     assert op.overload(*positional, **keywords).shape == (2, 8, 1, 1)
+
+
+def test_python_numbers_stay_cpu_scalars():
+    # as a GPU trace records x * 0.5: the number is a 0-dim double tensor, a CPU scalar in the op
+    device = torch.device("meta")  # stands for the GPU: any device but the CPU
+    positional, _ = rebuild(record("aten::mul", [[1, 5, 256], []], ["c10::Half", "double"])).make_args(device)
+    assert positional[0].device == device and positional[1].device.type == "cpu" and positional[1].dim() == 0
+    # a 0-dim half tensor (a parameter) is the model's own tensor: on the device
+    positional, _ = rebuild(record("aten::mul", [[1, 5, 256], []], ["c10::Half", "c10::Half"])).make_args(
+        device
+    )
+    assert positional[1].device == device

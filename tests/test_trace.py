@@ -170,6 +170,46 @@ def test_kernels_are_linked_to_the_leaf_ops_that_launched_them(tmp_path):
     assert leaves == {"aten::copy_", "aten::addmm", "aten::add_"}  # linear is composite, t launches nothing
 
 
+def kernel(name, ts, dur, ext):
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "pid": 0,
+        "tid": 7,
+        "ts": ts,
+        "dur": dur,
+        "args": {"External id": ext, "correlation": ext + 1000, "grid": [1, 1, 1], "block": [1, 1, 1]},
+    }
+
+
+def test_a_composite_that_launches_its_own_kernel_is_replayed_whole(tmp_path):
+    # as an H200 trace of resnet50 in fp16 shows it: batch norm converts its float weights with
+    # a child copy_, then launches its own kernel; that kernel is batch norm's, not copy_'s
+    bn = "aten::_native_batch_norm_legit_no_training"
+    events = [
+        op(bn, 100, 50, 1, [[1, 64, 56, 56], [64], [64], [64], [64], [], []]),
+        op("aten::to", 102, 10, 2, [[64]]),
+        op("aten::_to_copy", 103, 8, 3, [[64]]),
+        op("aten::copy_", 104, 6, 4, [[64], [64]]),
+        op("aten::relu_", 200, 10, 5, [[1, 64, 56, 56]]),
+        kernel("elementwise_kernel<copy>", 300, 2, 4),  # launched inside copy_
+        kernel("batch_norm_transform_input_channels_last_kernel", 310, 7, 1),  # launched by bn itself
+        kernel("vectorized_elementwise_kernel<relu>", 320, 2, 5),
+    ]
+    path = tmp_path / "bn.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = kineto.parse(path)
+    assert {k.name: k.op.name for k in trace.kernels} == {
+        "elementwise_kernel<copy>": bn,
+        "batch_norm_transform_input_channels_last_kernel": bn,
+        "vectorized_elementwise_kernel<relu>": "aten::relu_",
+    }
+    assert [o.name for o in kineto.leaf_ops(trace)] == [bn, "aten::relu_"]  # copy_ is not replayed apart
+    ops = {o["name"]: o for o in kineto.unique_ops(trace)}
+    assert ops[bn]["gpu_time_us"] == 9 and set(ops) == {bn, "aten::relu_"}
+
+
 def test_unique_kernels_ops_tiers_and_gaps(tmp_path):
     trace = kineto.parse(gpu_trace(tmp_path / "t.json.gz"))
     kernels = kineto.unique_kernels(trace)
@@ -235,7 +275,7 @@ def test_import_of_a_real_gpu_trace(tmp_path):
     fixture = Path(__file__).parent / "fixtures" / "kineto-h200" / "bloom-tiny.json.gz"
     result = CliRunner().invoke(main, ["trace", "import", str(fixture), "--out", str(tmp_path / "t")])
     assert result.exit_code == 0, result.output
-    assert "44 unique kernels (56 launches), 46 unique leaf ops over 1 iteration(s)" in result.output
+    assert "44 unique kernels (56 launches), 45 unique leaf ops over 1 iteration(s)" in result.output
     meta = json.loads((tmp_path / "t" / "trace_meta.json").read_text())
     assert set(meta["gpu_time_by_tier_us"]) == {"gemm", "memcpy/memset", "other"}
     assert meta["gpu_time_by_tier_us"]["gemm"] > 0
@@ -253,6 +293,9 @@ def test_import_of_a_real_gpu_trace(tmp_path):
         "aten::index_select",
         "aten::_softmax",
     } <= ops
+    # baddbmm copies its input with a child copy_, then launches its own GEMM: one unit, both kernels
+    (baddbmm,) = [o for o in kineto.read_jsonl(tmp_path / "t" / "ops.jsonl") if o["name"] == "aten::baddbmm"]
+    assert len(baddbmm["kernel_names"]) == 2 and baddbmm["gpu_time_by_tier_us"]["gemm"] > 0
 
 
 def test_ops_of_a_real_gpu_trace_rebuild(tmp_path):

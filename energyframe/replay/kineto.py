@@ -7,7 +7,8 @@ Pure Python (json, no torch), so an existing trace can be imported anywhere. Wha
   id and time nesting);
 - the *leaf* aten ops: ops with no child op other than views and metadata ops (so ``addmm`` is
   a leaf, ``linear`` around it is not, and nothing is counted twice), with their input shapes,
-  dtypes, strides and scalar arguments;
+  dtypes, strides and scalar arguments; a composite op that launches a kernel itself, outside
+  its children, is replayed whole in place of its children;
 - tiers, as the earlier tool had them: memcpy/memset, GEMM (cuBLAS, cuBLASLt, CUTLASS and
   nvjet kernels), other;
 - the steps (``energyframe.step`` annotations) and, per step, how long the GPU sat idle between
@@ -100,10 +101,31 @@ class Op:
     children: list[Op] = field(default_factory=list)
     kernels: list[Kernel] = field(default_factory=list)
     step: int | None = None
+    parent: Op | None = field(default=None, repr=False, compare=False)
+    #: launches a kernel itself, outside its child ops (batch norm that converts its weights
+    #: with a child copy_ and then launches its own kernel): replayed whole, children included
+    launches_directly: bool = False
 
     @property
     def is_leaf(self) -> bool:
-        return not any(c.name not in FREE_OPS for c in self.children)
+        """No child op but views and metadata ops, and none of those hides a real op."""
+        return all(c.name in FREE_OPS and c.is_leaf for c in self.children)
+
+    @property
+    def is_unit(self) -> bool:
+        """Replayed as one: a leaf, or a composite that launches kernels itself; never an op
+        inside such a composite (its kernels are the composite's)."""
+        return (self.is_leaf or self.launches_directly) and self.unit() is self
+
+    def unit(self) -> Op:
+        """The op whose replay runs this op's kernels: the outermost ancestor (or itself) that
+        launches kernels directly, else this op."""
+        unit, op = self, self.parent
+        while op is not None:
+            if op.launches_directly:
+                unit = op
+            op = op.parent
+        return unit
 
     def key(self) -> str:
         a = self.args
@@ -255,6 +277,7 @@ def _nest(ops: list[Op]) -> None:
                 stack.pop()
             if stack:
                 stack[-1].children.append(op)
+                op.parent = stack[-1]
             stack.append(op)
 
 
@@ -282,15 +305,14 @@ def _link(ops: list[Op], kernels: list[Kernel], runtime_by_corr: dict[int, dict]
                 if o.start_us <= t <= o.end_us
             ]
             op = min(enclosing, key=lambda o: o.end_us - o.start_us) if enclosing else None
-        if op is not None:
-            # a kernel belongs to the leaf op underneath, never to a composite around it
-            while not op.is_leaf:
-                inner = [c for c in op.children if c.name not in FREE_OPS and c.start_us <= k.start_us]
-                if not inner:
-                    break
-                op = inner[-1]
-            k.op = op
-            op.kernels.append(k)
+        k.op = op  # the innermost op on the launching thread's stack when it was launched
+    for k in kernels:
+        if k.op is not None and k.op.children:
+            k.op.launches_directly = True
+    for k in kernels:  # a kernel counts for the op whose replay will run it
+        if k.op is not None:
+            k.op = k.op.unit()
+            k.op.kernels.append(k)
 
 
 def _step_of(t: float, steps: list[tuple[float, float]]) -> int | None:
@@ -303,7 +325,7 @@ def _step_of(t: float, steps: list[tuple[float, float]]) -> int | None:
 def leaf_ops(trace: Trace) -> list[Op]:
     """Leaf aten ops inside the profiled steps (all ops when the trace has no steps)."""
     inside = [op for op in trace.ops if trace.steps == [] or op.step is not None]
-    return [op for op in inside if op.is_leaf and op.name.startswith("aten::") and op.name not in FREE_OPS]
+    return [op for op in inside if op.is_unit and op.name.startswith("aten::") and op.name not in FREE_OPS]
 
 
 def unique_kernels(trace: Trace) -> list[dict]:

@@ -59,6 +59,11 @@ INDEX_RULES = {
 }
 
 
+#: the types of the 0-dim tensors that Python numbers become in an op (``x * 0.5``): they
+#: stay on the CPU, and the kernel takes them by value
+WRAPPED_NUMBER_TYPES = ("double", "long int")
+
+
 class RebuildError(Exception):
     """The op cannot be rebuilt; the message says why."""
 
@@ -226,6 +231,9 @@ def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
                 where = device
                 if "HtoD" in kernels and i == 1 or "DtoH" in kernels and i == 0:
                     where = torch.device("cpu")  # the host side of a copy stays on the host
+                wrapped = i > 0 and dims[i] == [] and t in WRAPPED_NUMBER_TYPES
+                if wrapped:  # x * 0.5: a Python number, a CPU scalar passed to the kernel by value
+                    where = torch.device("cpu")
                 low = high = None
                 if index_rule and i == index_rule[0]:
                     table = dims[index_rule[1]]
@@ -236,7 +244,7 @@ def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
                 tensor = _tensor(
                     dims[i], strides[i] if i < len(strides) else None, DTYPE_NAMES[t], where, low, high
                 )
-                if where.type == "cpu" and device.type == "cuda":
+                if where.type == "cpu" and device.type == "cuda" and not wrapped:
                     tensor = tensor.pin_memory()
                 values.append(tensor)
             elif kind == "tensors":

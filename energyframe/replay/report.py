@@ -123,7 +123,9 @@ def prediction(
             ),
             # the energy the ops predict plus idle power over the time they leave out of the
             # *measured* latency: does the idle gap explain the energy, where latency is known?
-            "energy_at_measured_latency_j": _with_gaps(predicted_j, predicted_s, full_latency_s, idle_power_w),
+            "energy_at_measured_latency_j": _with_gaps(
+                predicted_j, predicted_s, full_latency_s, idle_power_w
+            ),
             "energy_at_measured_latency_error_percent": _pct(
                 _with_gaps(predicted_j, predicted_s, full_latency_s, idle_power_w), full_energy_j
             ),
