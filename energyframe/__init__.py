@@ -38,6 +38,10 @@ _EXPORTS = {
     "DerivedTable": "energyframe.interfaces",
     "GraphKernel": "energyframe.workloads.graph",
     "Pipeline": "energyframe.workloads.pipeline",
+    "load_kernel": "energyframe.sweeps.kernel",
+    "sweep": "energyframe.sweeps.api",
+    "SweepResult": "energyframe.sweeps.results",
+    "KernelResult": "energyframe.sweeps.results",
     "Stage": "energyframe.workloads.pipeline",
     "EnergyFrameError": "energyframe.errors",
     "UsageError": "energyframe.errors",
@@ -98,6 +102,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from .orchestrator import RunConfig, run  # noqa: F401
     from .results import RunResult  # noqa: F401
     from .stats import Spread  # noqa: F401
+    from .sweeps.api import sweep  # noqa: F401
+    from .sweeps.kernel import load_kernel  # noqa: F401
+    from .sweeps.results import KernelResult, SweepResult  # noqa: F401
     from .windows import PhaseSummary  # noqa: F401
     from .workloads.graph import GraphKernel  # noqa: F401
     from .workloads.pipeline import Pipeline, Stage  # noqa: F401

@@ -466,3 +466,13 @@ def _print_trace(meta: dict, out: Path) -> None:
         f"wrote {out}/kernels.jsonl, ops.jsonl, trace_meta.json"
         + (", timeline.png" if meta["unique_kernels"] else "")
     )
+
+
+def _add_sweep_commands() -> None:
+    from .sweeps.cli import merge, sweep
+
+    main.add_command(sweep)
+    main.add_command(merge)
+
+
+_add_sweep_commands()

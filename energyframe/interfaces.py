@@ -296,7 +296,9 @@ class Workload(Plugin, ABC):
 
     @abstractmethod
     def phases(self) -> Sequence[Phase]:
-        """The phases to measure, in order. Called after ``setup``."""
+        """The phases to measure, in order. Called after ``setup``. May be a generator: each
+        phase is then prepared just before it is measured (a sweep sizes its graph, or skips a
+        configuration that fails, there)."""
 
     def teardown(self) -> None:
         """Release what ``setup`` allocated. Runs even when a phase failed."""

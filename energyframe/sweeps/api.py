@@ -1,0 +1,214 @@
+"""``ef.sweep``: measure ``.cu`` kernels over a parameter space (``energyframe sweep``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import EnergyFrameError, UsageError
+from .kernel import BASE_OPTIONS, CudaKernel
+from .results import SweepResult
+from .space import as_function, expand, parse_shard
+from .workload import Config, SweepWorkload, plan
+
+log = logging.getLogger("energyframe")
+
+
+def _describe(spec: Any) -> str | None:
+    if spec is None:
+        return None
+    return spec if isinstance(spec, str) else getattr(spec, "__qualname__", repr(spec))
+
+
+def sweep_id(kernels: Sequence[CudaKernel], params: Mapping[str, Sequence[Any]], where: Any) -> str:
+    """What identifies a sweep across its shards: sources, kernels, blocks, values, constraint."""
+    text = json.dumps(
+        {
+            "kernels": [
+                [
+                    k.label,
+                    k.name,
+                    hashlib.sha256(k.source.encode()).hexdigest(),
+                    [list(b) for b in k.blocks],
+                    list(k.compile_options),
+                ]
+                for k in kernels
+            ],
+            "params": {k: list(v) for k, v in params.items()},
+            "where": _describe(where),
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def dry_run_lines(kernels: Sequence[CudaKernel], configs: Sequence[Config], total_points: int) -> list[str]:
+    lines = ["kernels:"]
+    lines += [
+        f"  {k.describe()}  blocks: {', '.join('x'.join(map(str, b)) for b in k.blocks)}" for k in kernels
+    ]
+    lines.append(
+        f"{len(configs)} configurations ({total_points} parameter points x kernels x blocks, this shard):"
+    )
+    for c in configs:
+        if c.launch is None:
+            lines.append(f"  [{c.index}] {c.phase}  ERROR: {c.error}")
+            continue
+        shapes = " ".join(f"{k}{list(v)}" for k, v in c.launch.shapes.items())
+        grid = "x".join(map(str, c.launch.grid))
+        shared = f" smem={c.launch.shared_mem_bytes}" if c.launch.shared_mem_bytes else ""
+        lines.append(f"  [{c.index}] {c.phase} grid={grid}{shared}  {shapes}")
+    return lines
+
+
+def sweep(
+    kernels: CudaKernel | Sequence[CudaKernel],
+    *,
+    power: Any = "auto",
+    reference: Callable[..., Any] | None = None,
+    where: str | Callable[..., bool] | None = None,
+    check: bool = True,
+    rtol: float | None = None,
+    flop: str | Callable[..., float] | None = None,
+    bytes_moved: str | Callable[..., float] | None = None,
+    dry_run: bool = False,
+    profile: bool = False,
+    shard: str | tuple[int, int] | None = None,
+    out: Path | str | None = None,
+    config=None,
+    unroll: int | None = None,
+    reporters: Sequence[Any] = ("console",),
+    seed: int = 0,
+    echo: Callable[[str], None] = print,
+    **params: Sequence[Any],
+) -> SweepResult | list[Config]:
+    """Measure every kernel at every combination of ``params`` (and of each kernel's blocks).
+
+    Args:
+        kernels: from ``load_kernel``.
+        power: power sources as for ``ef.run`` (``"auto"``, ``None`` for timing only, specs).
+        reference: a function of the inputs (float64) and scalars, by parameter name, returning
+            the expected output(s); ``None``: the first kernel of each point is the reference.
+        where: a constraint on a point (a function of the parameters, or ``"N == M"``).
+        check: compare outputs with the reference before measuring.
+        rtol: relative error allowed (default by output dtype: 1e-4 for float32).
+        flop, bytes_moved: work per launch (a function or an expression): GFLOP/s, GB/s, GFLOP/J.
+        dry_run: print the signatures and configurations and return them; no GPU needed.
+        profile: also collect Nsight Compute metrics (ncu) for every measured configuration.
+        shard: ``"I/N"`` or (I, N): measure every N-th parameter point from the I-th.
+        out: where to save (default ``runs/<UTC time>-sweep``).
+        config: a ``RunConfig`` (trials, window length...).
+        unroll: launches per CUDA graph (default: enough for ~2 ms per replay, at most 100).
+        **params: the values of each swept parameter, e.g. ``N=[512, 1024]``.
+
+    Returns:
+        The ``SweepResult`` (saved in ``out``), or with ``dry_run`` the planned configurations.
+    """
+    from .. import orchestrator
+    from ..store import default_run_dir
+
+    kernels = [kernels] if isinstance(kernels, CudaKernel) else list(kernels)
+    if not kernels:
+        raise UsageError("no kernels to sweep")
+    labels = [k.label for k in kernels]
+    if len(set(labels)) != len(labels):
+        raise UsageError(f"two kernels share a label ({labels}): give each a distinct label=")
+    if not params:
+        raise UsageError("no parameters to sweep: give e.g. N=[512, 1024]")
+    shard_t = parse_shard(shard)
+    where_fn = as_function(where)
+    points = expand(params, where_fn)
+    if not points:
+        raise UsageError("the constraint leaves no parameter point to measure")
+    configs = plan(kernels, points, shard_t)
+    flop_fn, bytes_fn = as_function(flop), as_function(bytes_moved)
+    for c in configs:
+        values = {**c.kernel.args, **c.point}
+        for unit, fn in (("flop", flop_fn), ("bytes", bytes_fn)):
+            c.extra[unit] = float(fn(values)) if fn is not None else math.nan
+    if dry_run:
+        for line in dry_run_lines(kernels, configs, len(points)):
+            echo(line)
+        return configs
+
+    meta: dict[str, Any] = {
+        "sweep_id": sweep_id(kernels, params, where),
+        "sources": sorted({str(k.source_path) for k in kernels}),
+        "kernels": [
+            {"label": k.label, "signature": str(k.signature), "options": list(k.compile_options)}
+            for k in kernels
+        ],
+        "parameters": {k: list(v) for k, v in params.items()},
+        "where": _describe(where),
+        "reference": _describe(reference) or (f"first kernel ({labels[0]})" if check else None),
+        "shard": list(shard_t) if shard_t else None,
+        "baseline": labels[0],
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "configurations_in_sweep": len(points) * sum(len(k.blocks) for k in kernels),
+    }
+    workload = SweepWorkload(
+        "sweep", configs, reference=reference, check=check, rtol=rtol, unroll=unroll, seed=seed
+    )
+    out = Path(out) if out is not None else default_run_dir("sweep")
+    run_result, error = None, None
+    try:
+        run_result = orchestrator.run(
+            workload, power=power, reporters=list(reporters), out=out, config=config
+        )
+    except EnergyFrameError as e:
+        run_result, error = getattr(e, "result", None), e
+    if run_result is not None:
+        info = run_result.meta.get("workload", {}).get("info", {})
+        meta["gpu"] = info.get("gpu")
+        meta["power"] = list(run_result.meta.get("primary_channels", []))
+        meta["runs"] = [str(out)]
+    result = SweepResult(tuple(workload.results(run_result)), meta)
+    if profile and error is None:
+        result = _with_ncu(result, configs)
+    result.save(out)
+    echo(
+        f"sweep results: {out / 'benchmark_results.json'}, {out / 'benchmark_report.txt'} and plots in {out}"
+    )
+    if error is not None:
+        raise error
+    return result
+
+
+def _with_ncu(result: SweepResult, configs: Sequence[Config]) -> SweepResult:
+    from . import ncu
+
+    measured = {r.index for r in result.results if r.measured}
+    chosen = [c for c in configs if c.index in measured and c.launch is not None]
+    launches = [
+        {
+            "source": str(c.kernel.source_path.resolve()),
+            "kernel": c.kernel.name,
+            "options": list(c.kernel.compile_options[len(BASE_OPTIONS) :]),
+            **c.launch.to_json(),
+        }
+        for c in chosen
+    ]
+    if not launches:
+        return result
+    try:
+        rows = ncu.profile(launches)
+    except ncu.NcuUnavailable as e:
+        log.warning("ncu: %s", e)
+        return result.with_ncu({}, note=f"not collected: {e}")
+    metrics = {}
+    for c, row in zip(chosen, rows):
+        if row["kernel"].split("(")[0].strip() != c.kernel.name:
+            note = f"not collected: ncu's launch {row['id']} is {row['kernel']!r}, expected {c.kernel.name!r}"
+            log.warning("ncu: %s", note)
+            return result.with_ncu({}, note=note)
+        metrics[c.index] = {k: v for k, v in row.items() if k != "id"}
+    return result.with_ncu(
+        metrics, note="ncu --clock-control none --cache-control none, one launch of each configuration"
+    )

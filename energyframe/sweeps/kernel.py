@@ -1,0 +1,274 @@
+"""A CUDA kernel loaded from a ``.cu`` file, and its launch configurations.
+
+``load_kernel`` reads the signature from the source (no GPU needed); ``CudaKernel.configure``
+turns one point of a sweep into a concrete launch: grid, block, shared memory, every pointer's
+shape and dtype and every scalar's value. Compiling and launching are in ``runtime.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from .signature import Param, Signature, parse_signature
+from .space import as_function
+
+Dim3 = tuple[int, int, int]
+#: compiler options every kernel gets (the user's are added after them)
+BASE_OPTIONS = ("-std=c++17",)
+
+
+def dim3(value: Any, what: str) -> Dim3:
+    """(x, y, z) from an int or a sequence of 1 to 3 positive ints."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = (value,)
+    try:
+        dims = tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{what} must be up to three positive integers, got {value!r}") from None
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims) or any(d != v for d, v in zip(dims, value)):
+        raise UsageError(f"{what} must be up to three positive integers, got {value!r}")
+    return (dims + (1, 1))[:3]  # type: ignore[return-value]
+
+
+def parse_dim3(text: str) -> Dim3:
+    """``16,16`` or ``16x16x1`` -> (16, 16, 1)."""
+    parts = [p for p in text.replace("x", ",").split(",") if p.strip()]
+    try:
+        return dim3([int(p) for p in parts], f"block {text!r}")
+    except ValueError:
+        raise UsageError(f"block {text!r}: expected up to three integers, e.g. 16,16,1") from None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One concrete launch of a kernel: everything needed to allocate its arguments and run it.
+
+    ``shapes`` holds every pointer's shape (elements), ``scalars`` every scalar's value.
+    """
+
+    grid: Dim3
+    block: Dim3
+    shared_mem_bytes: int
+    shapes: Mapping[str, tuple[int, ...]]
+    scalars: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "grid": list(self.grid),
+            "block": list(self.block),
+            "shared_mem_bytes": self.shared_mem_bytes,
+            "shapes": {k: list(v) for k, v in self.shapes.items()},
+            "scalars": dict(self.scalars),
+        }
+
+
+@dataclass(frozen=True)
+class CudaKernel:
+    """A ``__global__`` function of a CUDA source file, with how to launch it.
+
+    Build it with ``load_kernel``. ``label`` names it in results (the kernel's name unless two
+    loaded kernels share it).
+    """
+
+    source_path: Path
+    source: str
+    signature: Signature
+    blocks: tuple[Dim3, ...]
+    grid: Any = None
+    shapes: Any = None
+    shared_mem: Any = 0
+    args: Mapping[str, Any] = field(default_factory=dict)
+    output_names: tuple[str, ...] = ()
+    compile_options: tuple[str, ...] = BASE_OPTIONS
+    label: str = ""
+    inputs: Callable[..., Mapping[str, Any]] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.signature.name
+
+    @property
+    def outputs(self) -> tuple[Param, ...]:
+        """The pointers compared with the reference: those named in ``outputs=``, else the
+        non-const pointers, else (no pointer is const) the last pointer."""
+        pointers = self.signature.pointers
+        if self.output_names:
+            return tuple(p for p in pointers if p.name in self.output_names)
+        return self.signature.outputs or pointers[-1:]
+
+    @property
+    def size_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.signature.scalars if not p.floating)
+
+    def describe(self) -> str:
+        """The parsed signature with what is taken as output, one line."""
+        outs = ", ".join(p.name for p in self.outputs) or "none"
+        return f"{self.label}: {self.signature}  [outputs: {outs}]"
+
+    # -- one configuration --------------------------------------------------------------------
+    def scalar_values(self, point: Mapping[str, Any]) -> dict[str, Any]:
+        values = {}
+        for p in self.signature.scalars:
+            if p.name in point:
+                values[p.name] = point[p.name]
+            elif p.name in self.args:
+                values[p.name] = self.args[p.name]
+            else:
+                raise UsageError(
+                    f"{self.label}: scalar parameter {p.name!r} has no value: sweep it (-p {p.name}=...) "
+                    f"or fix it (args={{'{p.name}': ...}} / --arg {p.name}=...)"
+                )
+        return values
+
+    def _shapes(self, values: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+        given: dict[str, Any] = {}
+        if callable(self.shapes):
+            given = dict(as_function(self.shapes)(values) or {})
+        elif self.shapes:
+            for name, spec in self.shapes.items():
+                given[name] = as_function(spec)(values) if callable(spec) else spec
+        unknown = set(given) - {p.name for p in self.signature.pointers}
+        if unknown:
+            raise UsageError(
+                f"{self.label}: shapes given for {sorted(unknown)}, which are not pointer parameters"
+            )
+        default = self.default_numel(values)
+        shapes = {}
+        for p in self.signature.pointers:
+            spec = given.get(p.name)
+            if spec is None:
+                if default is None:
+                    raise UsageError(
+                        f"{self.label}: no integer size parameter to size {p.name!r} from: give its shape "
+                        f"(shapes={{'{p.name}': ...}} / --shape {p.name}=...)"
+                    )
+                shapes[p.name] = (default,)
+                continue
+            if isinstance(spec, (int, str)):
+                spec = (spec,)
+            dims = tuple(int(_value(d, values)) for d in spec)
+            if not dims or any(d < 1 for d in dims):
+                raise UsageError(f"{self.label}: shape of {p.name!r} must be positive, got {dims}")
+            shapes[p.name] = dims
+        return shapes
+
+    def default_numel(self, values: Mapping[str, Any]) -> int | None:
+        """Elements of a pointer whose shape is not given: the largest product of two integer
+        size parameters (N*M, N*K, K*M for a matrix product), or the one size there is."""
+        sizes = [int(values[n]) for n in self.size_names if n in values]
+        if not sizes:
+            return None
+        if len(sizes) == 1:
+            return sizes[0]
+        return max(a * b for i, a in enumerate(sizes) for b in sizes[i + 1 :])
+
+    def _grid(self, values: Mapping[str, Any], block: Dim3, shapes) -> Dim3:
+        if self.grid is not None:
+            with_block = {**values, "block": block, "bx": block[0], "by": block[1], "bz": block[2]}
+            spec = self.grid
+            grid = as_function(spec)(with_block) if callable(spec) or isinstance(spec, str) else spec
+            return dim3(grid, f"{self.label}: grid")
+        outputs = self.outputs
+        if not outputs:
+            raise UsageError(f"{self.label}: no output to cover with the default grid: give grid=")
+        shape = shapes[outputs[0].name]
+        bx, by, bz = block
+        if by == 1 and bz == 1:
+            return (-(-math.prod(shape) // bx), 1, 1)
+        if bz == 1:
+            return (-(-shape[-1] // bx), -(-math.prod(shape[:-1]) // by), 1)
+        rest = math.prod(shape[:-2]) if len(shape) > 2 else 1
+        return (-(-shape[-1] // bx), -(-(shape[-2] if len(shape) > 1 else 1) // by), -(-rest // bz))
+
+    def configure(self, point: Mapping[str, Any], block: Dim3) -> Launch:
+        """The launch of this kernel at ``point`` with ``block``.
+
+        Raises:
+            UsageError: a scalar without a value, a shape or grid that cannot be computed.
+        """
+        values = {**self.args, **point}
+        scalars = self.scalar_values(point)
+        shapes = self._shapes(values)
+        grid = self._grid(values, block, shapes)
+        shared = self.shared_mem
+        if callable(shared) or isinstance(shared, str):
+            shared = as_function(shared)({**values, "block": block})
+        if int(shared) < 0:
+            raise UsageError(f"{self.label}: shared memory must not be negative, got {shared}")
+        return Launch(grid, block, int(shared), shapes, scalars)
+
+
+def _value(dim: Any, values: Mapping[str, Any]) -> Any:
+    if isinstance(dim, str):
+        return as_function(dim)(values)
+    return dim
+
+
+def load_kernel(
+    source: str | Path,
+    name: str,
+    block: Sequence[int] | Sequence[Sequence[int]] | int = (16, 16, 1),
+    grid: Any = None,
+    shapes: Any = None,
+    shared_mem: Any = 0,
+    args: Mapping[str, Any] | None = None,
+    outputs: Sequence[str] = (),
+    options: Sequence[str] = (),
+    label: str | None = None,
+    inputs: Callable[..., Mapping[str, Any]] | None = None,
+) -> CudaKernel:
+    """Load the ``__global__`` function ``name`` of a ``.cu`` file (read now, compiled on first
+    launch, with the compiled binary cached on disk).
+
+    Args:
+        source: path of the ``.cu`` file.
+        name: the kernel's name; templates are refused (wrap an instantiation in a plain kernel).
+        block: threads per block, (x, y, z); a list of blocks sweeps them.
+        grid: blocks per grid: a tuple, a function of the sweep's parameters (and ``block``,
+            ``bx``, ``by``, ``bz``), or an expression such as ``"cdiv(M, bx), cdiv(N, by)"``.
+            Default: one thread per element of the first output, x along its last dimension.
+        shapes: per pointer, a shape (ints or parameter expressions: ``{"a": ("N", "K")}``) or a
+            function of the parameters returning such a dict. Default: a flat array of the
+            largest product of two integer size parameters.
+        shared_mem: dynamic shared memory per block in bytes (an int, a function or an expression).
+        args: fixed values of scalar parameters that are not swept (``{"alpha": 1.0}``).
+        outputs: pointer parameters the kernel writes. Default: the non-const pointers.
+        options: extra NVRTC options (``-DTILE=32``, ``--use_fast_math``).
+        label: the name in results (default: ``name``).
+        inputs: a function of the parameters (and ``device``) returning tensors for some or all
+            pointer parameters, replacing the random default inputs.
+    """
+    path = Path(source)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise UsageError(f"cannot read the kernel source {str(path)!r}: {e.strerror or e}") from None
+    signature = parse_signature(text, name)
+    if isinstance(block, int) or (block and isinstance(block[0], int)):
+        blocks: tuple[Dim3, ...] = (dim3(block, f"{name}: block"),)
+    else:
+        blocks = tuple(dim3(b, f"{name}: block") for b in block)
+    if not blocks:
+        raise UsageError(f"{name}: give at least one block")
+    unknown = set(outputs) - {p.name for p in signature.pointers}
+    if unknown:
+        raise UsageError(f"{name}: outputs {sorted(unknown)} are not pointer parameters of {signature}")
+    return CudaKernel(
+        source_path=path,
+        source=text,
+        signature=signature,
+        blocks=blocks,
+        grid=grid,
+        shapes=shapes,
+        shared_mem=shared_mem,
+        args=dict(args or {}),
+        output_names=tuple(outputs),
+        compile_options=BASE_OPTIONS + tuple(options),
+        label=label or name,
+        inputs=inputs,
+    )

@@ -1,0 +1,199 @@
+"""A sweep's plots (PNG): latency heatmap over two parameters, latency against one parameter,
+speedup against a baseline kernel, and energy against latency with each point's Pareto front.
+
+Each plot takes one slice: the parameters not on its axes stay at the first value swept.
+matplotlib is imported when a plot is drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from ..plots import PALETTE
+from .results import KernelResult, SweepResult
+
+
+def _series(r: KernelResult, multi_block: set[str]) -> str:
+    return f"{r.kernel} {'x'.join(map(str, r.block))}" if r.kernel in multi_block else r.kernel
+
+
+def _setup():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def varied(results: list[KernelResult]) -> list[str]:
+    """Parameters that take more than one value, in sweep order."""
+    if not results:
+        return []
+    names = list(results[0].parameters)
+    return [n for n in names if len({r.parameters.get(n) for r in results}) > 1]
+
+
+def _slice(results: list[KernelResult], free: tuple[str, ...]) -> list[KernelResult]:
+    """The results whose other parameters equal those of the first result."""
+    first = results[0].parameters
+    return [r for r in results if all(r.parameters.get(k) == v for k, v in first.items() if k not in free)]
+
+
+def pareto(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats in both coordinates (lower is better)."""
+    front = []
+    for i, (x, y) in enumerate(points):
+        if not any(
+            (x2 <= x and y2 <= y) and (x2 < x or y2 < y) for j, (x2, y2) in enumerate(points) if j != i
+        ):
+            front.append(i)
+    return front
+
+
+def heatmap(sweep: SweepResult, path: Path, x: str, y: str) -> Path | None:
+    results = [r for r in sweep.results if r.measured]
+    if not results:
+        return None
+    multi = {k for k in {r.kernel for r in results} if len({r.block for r in results if r.kernel == k}) > 1}
+    cut = _slice(results, (x, y))
+    groups = defaultdict(dict)
+    for r in cut:
+        groups[_series(r, multi)][(r.parameters[x], r.parameters[y])] = r.latency_s * 1e3
+    xs = sorted({r.parameters[x] for r in cut})
+    ys = sorted({r.parameters[y] for r in cut})
+    plt = _setup()
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups) + 1, 3.8), squeeze=False)
+    for ax, (name, cells) in zip(axes[0], groups.items()):
+        grid = [[cells.get((xv, yv), math.nan) for xv in xs] for yv in ys]
+        image = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+        ax.set_yticks(range(len(ys)), [str(v) for v in ys])
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.set_title(name, fontsize=10)
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                if not math.isnan(v):
+                    ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7, color="w")
+        fig.colorbar(image, ax=ax, label="latency per launch (ms)")
+    fixed = {k: v for k, v in cut[0].parameters.items() if k not in (x, y)}
+    fig.suptitle(f"Latency per launch (median){'  ' + str(fixed) if fixed else ''}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _lines(sweep: SweepResult, path: Path, x: str, baseline: str | None) -> Path | None:
+    results = [r for r in sweep.results if r.measured]
+    if not results:
+        return None
+    multi = {k for k in {r.kernel for r in results} if len({r.block for r in results if r.kernel == k}) > 1}
+    cut = _slice(results, (x,))
+    series = defaultdict(dict)
+    for r in cut:
+        series[_series(r, multi)][r.parameters[x]] = r
+    if baseline is not None and baseline not in series:
+        return None
+    plt = _setup()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for color, (name, points) in zip(PALETTE * 4, series.items()):
+        xs = sorted(points)
+        if baseline is None:
+            ys = [points[v].latency_s * 1e3 for v in xs]
+            err = [[points[v].latency_iqr_s * 5e2 for v in xs]] * 2
+            ax.errorbar(xs, ys, yerr=err, marker="o", color=color, label=name, capsize=2)
+        else:
+            base = series[baseline]
+            xs = [v for v in xs if v in base]
+            ax.plot(
+                xs, [base[v].latency_s / points[v].latency_s for v in xs], marker="o", color=color, label=name
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(x)
+    if baseline is None:
+        ax.set_yscale("log")
+        ax.set_ylabel("latency per launch (ms), median ± IQR/2")
+    else:
+        ax.axhline(1.0, color="#888", lw=0.8)
+        ax.set_ylabel(f"speedup vs {baseline}")
+    fixed = {k: v for k, v in cut[0].parameters.items() if k != x}
+    ax.set_title(
+        f"{'Latency' if baseline is None else 'Speedup'} vs {x}{'  ' + str(fixed) if fixed else ''}",
+        fontsize=10,
+    )
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def energy_latency(sweep: SweepResult, path: Path) -> Path | None:
+    results = [r for r in sweep.results if r.measured and r.energy_j > 0]
+    if not results:
+        return None
+    multi = {k for k in {r.kernel for r in results} if len({r.block for r in results if r.kernel == k}) > 1}
+    plt = _setup()
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    names = list(dict.fromkeys(_series(r, multi) for r in results))
+    colors = dict(zip(names, PALETTE * 4))
+    for name in names:
+        mine = [r for r in results if _series(r, multi) == name]
+        ax.scatter(
+            [r.latency_s * 1e3 for r in mine],
+            [r.energy_j * 1e3 for r in mine],
+            color=colors[name],
+            label=name,
+            s=22,
+        )
+    by_point = defaultdict(list)
+    for r in results:
+        by_point[r.point_index].append(r)
+    labelled = False
+    for rows in by_point.values():
+        coords = [(r.latency_s, r.energy_j) for r in rows]
+        front = sorted(coords[i] for i in pareto(coords))
+        ax.plot(
+            [c[0] * 1e3 for c in front],
+            [c[1] * 1e3 for c in front],
+            color="k",
+            lw=0.8,
+            marker="o",
+            mfc="none",
+            ms=9,
+            label=None if labelled else "Pareto front of a parameter point",
+        )
+        labelled = True
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("latency per launch (ms)")
+    ax.set_ylabel("energy per launch (mJ)")
+    ax.set_title("Energy vs latency, every configuration (medians)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def draw_all(sweep: SweepResult, directory: Path | str, baseline: str | None = None) -> list[Path]:
+    """Every plot the results allow, into ``directory``; returns the files written."""
+    directory = Path(directory)
+    results = [r for r in sweep.results if r.measured]
+    axes = varied(results)
+    baseline = baseline or sweep.meta.get("baseline") or (results[0].kernel if results else None)
+    drawn = []
+    if len(axes) >= 2:
+        drawn.append(heatmap(sweep, directory / "heatmap.png", axes[0], axes[1]))
+    if axes:
+        drawn.append(_lines(sweep, directory / f"time_vs_{axes[0]}.png", axes[0], None))
+        if len({r.kernel for r in results}) > 1:
+            drawn.append(_lines(sweep, directory / "speedup.png", axes[0], baseline))
+    drawn.append(energy_latency(sweep, directory / "energy_vs_latency.png"))
+    return [p for p in drawn if p is not None]

@@ -1,0 +1,217 @@
+"""A sweep's results: one ``KernelResult`` per configuration, saved as ``benchmark_results.json``
+(the earlier kernel benchmarker's file, with energy, spread, correctness and ncu metrics added).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .. import store
+from ..errors import StoreError
+
+RESULTS_JSON = "benchmark_results.json"
+REPORT_TXT = "benchmark_report.txt"
+# History of benchmark_results.json:
+#   1 - first version (2026-11).
+RESULTS_VERSION = 1
+
+OK, MISMATCH, ERROR, NOT_RUN = "ok", "mismatch", "error", "not run"
+#: ncu metric -> our field
+NCU_FIELDS = {
+    "gpu__time_duration.sum": "ncu_duration_s",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "compute_throughput_pct",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": "memory_throughput_pct",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed": "dram_throughput_pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "occupancy_pct",
+    "launch__registers_per_thread": "registers_per_thread",
+}
+#: ncu compares with our latency only from here on (shorter launches: graph vs lone launch)
+NCU_COMPARE_MIN_S = 50e-6
+
+
+def _nan(value: Any) -> float:
+    return math.nan if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """One configuration of a sweep. Per launch; units in the names (s, J, W).
+
+    ``latency_s`` and ``energy_j`` are medians over ``trials`` windows; ``*_iqr_*`` their
+    interquartile range, ``*_cv`` their coefficient of variation. ``flags`` carry the window
+    flags (``short`` when a window was under the power source's resolution, ``noisy``).
+    """
+
+    index: int
+    point_index: int
+    kernel: str
+    parameters: Mapping[str, Any]
+    block: tuple[int, int, int]
+    grid: tuple[int, int, int] = (0, 0, 0)
+    status: str = NOT_RUN
+    error: str = ""
+    phase: str = ""
+    latency_s: float = math.nan
+    latency_iqr_s: float = math.nan
+    latency_cv: float = math.nan
+    energy_j: float = math.nan
+    energy_iqr_j: float = math.nan
+    energy_cv: float = math.nan
+    power_w: float = math.nan
+    trials: int = 0
+    launches_per_window: int = 0
+    unroll: int = 0
+    flags: tuple[str, ...] = ()
+    check: Mapping[str, Any] = field(default_factory=dict)
+    flop: float = math.nan
+    bytes: float = math.nan
+    ncu: Mapping[str, Any] = field(default_factory=dict)
+
+    # -- derived figures ----------------------------------------------------------------------
+    @property
+    def gflops(self) -> float:
+        return self.flop / self.latency_s / 1e9 if self.latency_s > 0 else math.nan
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / self.latency_s / 1e9 if self.latency_s > 0 else math.nan
+
+    @property
+    def gflop_per_j(self) -> float:
+        return self.flop / self.energy_j / 1e9 if self.energy_j > 0 else math.nan
+
+    @property
+    def ncu_duration_s(self) -> float:
+        return _nan(self.ncu.get("ncu_duration_s"))
+
+    @property
+    def ncu_diff_pct(self) -> float:
+        """Our latency against ncu's duration of a lone launch, in %."""
+        d = self.ncu_duration_s
+        return 100.0 * (self.latency_s - d) / d if d > 0 else math.nan
+
+    @property
+    def measured(self) -> bool:
+        return self.status in (OK, MISMATCH) and not math.isnan(self.latency_s)
+
+    def config_label(self) -> str:
+        params = " ".join(f"{k}={v}" for k, v in self.parameters.items())
+        return f"{params} block={'x'.join(map(str, self.block))}"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["block"], data["grid"] = list(self.block), list(self.grid)
+        data["flags"] = list(self.flags)
+        data["execution_time_ms"] = self.latency_s * 1e3  # the earlier tool's field
+        for name in ("gflops", "gbps", "gflop_per_j", "ncu_diff_pct"):
+            data[name] = getattr(self, name)
+        for ours in NCU_FIELDS.values():  # the earlier tool's flat metric fields
+            if ours != "ncu_duration_s":
+                data[ours] = self.ncu.get(ours)
+        return store.json_safe(data)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> KernelResult:
+        names = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in data.items() if k in names}
+        for key in ("block", "grid"):
+            if key in values:
+                values[key] = tuple(values[key])
+        values["flags"] = tuple(values.get("flags", ()))
+        for key, f in cls.__dataclass_fields__.items():
+            if f.type == "float" and key in values:
+                values[key] = _nan(values[key])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """Every configuration of a sweep (or of several merged shards) and what describes it."""
+
+    results: tuple[KernelResult, ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def with_ncu(self, metrics: Mapping[int, Mapping[str, Any]], note: str = "") -> SweepResult:
+        results = tuple(
+            replace(r, ncu=dict(metrics[r.index])) if r.index in metrics else r for r in self.results
+        )
+        meta = {**self.meta, "ncu": note or self.meta.get("ncu", "")}
+        return SweepResult(results, meta)
+
+    def frame(self):
+        """One row per configuration, parameters as columns (pandas)."""
+        import pandas as pd
+
+        rows = []
+        for r in self.results:
+            row = r.to_json()
+            row.pop("parameters")
+            row.pop("check")
+            row.pop("ncu")
+            row.update({f"param_{k}": v for k, v in r.parameters.items()})
+            row["check_status"] = r.check.get("status", "")
+            row["rel_error"] = r.check.get("rel_error")
+            row["block"] = "x".join(map(str, r.block))
+            row["flags"] = ";".join(r.flags)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": RESULTS_VERSION,
+            "sweep": store.json_safe(dict(self.meta)),
+            "benchmarks": [r.to_json() for r in self.results],
+        }
+
+    def save(self, directory: Path | str) -> Path:
+        """benchmark_results.json, benchmark_report.txt and the plots, into ``directory``."""
+        from .plots import draw_all
+        from .report import text_report
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        store.write_json(directory / RESULTS_JSON, self.to_json())
+        store.write_bytes(directory / REPORT_TXT, text_report(self).encode())
+        draw_all(self, directory)
+        return directory
+
+    @classmethod
+    def load(cls, path: Path | str) -> SweepResult:
+        path = Path(path)
+        if path.is_dir():
+            path = path / RESULTS_JSON
+        data = store.read_json(path)
+        version = data.get("format_version")
+        if version != RESULTS_VERSION:
+            raise StoreError(f"{path}: unknown benchmark_results.json format {version!r}")
+        return cls(tuple(KernelResult.from_json(b) for b in data["benchmarks"]), data.get("sweep", {}))
+
+
+def merge(parts: Sequence[SweepResult]) -> SweepResult:
+    """Shards of one sweep as one result.
+
+    Raises:
+        StoreError: the parts come from different sweeps, overlap, or a shard is missing.
+    """
+    if not parts:
+        raise StoreError("nothing to merge")
+    ids = {p.meta.get("sweep_id") for p in parts}
+    if len(ids) != 1 or None in ids:
+        raise StoreError(f"these results come from different sweeps (sweep ids {sorted(map(str, ids))})")
+    shards = [tuple(p.meta.get("shard") or (0, 1)) for p in parts]
+    counts = {s[1] for s in shards}
+    if len(counts) != 1:
+        raise StoreError(f"shards of different splits: {shards}")
+    count = counts.pop()
+    seen = sorted(s[0] for s in shards)
+    if len(set(seen)) != len(seen):
+        raise StoreError(f"a shard was given twice: {seen}")
+    missing = sorted(set(range(count)) - set(seen))
+    results = sorted((r for p in parts for r in p.results), key=lambda r: r.index)
+    meta = {**parts[0].meta, "shard": None, "merged_shards": seen, "missing_shards": missing}
+    meta["runs"] = [run for p in parts for run in (p.meta.get("runs") or [])]
+    return SweepResult(tuple(results), meta)
