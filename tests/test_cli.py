@@ -249,6 +249,13 @@ def test_measured_command_gets_no_shell(tmp_path):
     assert f"$(touch {marker}) ; touch {marker}" in proc.stdout
 
 
+def start_long_run(csv, out, **popen_kw) -> subprocess.Popen:
+    """``energyframe run`` of a replayed power log for long enough to be stopped midway."""
+    argv = [sys.executable, "-m", "energyframe", "run", "--power", f"replay:file={csv}"]
+    argv += ["--workload", "sleep:seconds=0.2", "--trials", "1000", "--out", str(out)]
+    return subprocess.Popen(argv, **popen_kw)
+
+
 @pytest.mark.parametrize(
     "sig,code,reason",
     [(signal.SIGINT, 130, "interrupted by SIGINT"), (signal.SIGTERM, 130, "terminated by SIGTERM")],
@@ -256,21 +263,9 @@ def test_measured_command_gets_no_shell(tmp_path):
 def test_signal_saves_an_incomplete_run(tmp_path, power_csv, sig, code, reason):
     csv = power_csv(90.0, period_s=0.05, duration_s=60.0)
     out = tmp_path / "r"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "energyframe",
-            "run",
-            "--power",
-            f"replay:file={csv}",
-            "--workload",
-            "sleep:seconds=0.2",
-            "--trials",
-            "1000",
-            "--out",
-            str(out),
-        ],
+    proc = start_long_run(
+        csv,
+        out,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -295,24 +290,7 @@ def test_signal_saves_an_incomplete_run(tmp_path, power_csv, sig, code, reason):
 def test_killed_run_leaves_its_samples_readable(tmp_path, power_csv):
     csv = power_csv(90.0, period_s=0.05, duration_s=60.0)
     out = tmp_path / "r"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "energyframe",
-            "run",
-            "--power",
-            f"replay:file={csv}",
-            "--workload",
-            "sleep:seconds=0.2",
-            "--trials",
-            "1000",
-            "--out",
-            str(out),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_long_run(csv, out, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(3.0)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -191,6 +191,7 @@ def _with_ncu(result: SweepResult, configs: Sequence[Config]) -> SweepResult:
             "source": str(c.kernel.source_path.resolve()),
             "kernel": c.kernel.name,
             "options": list(c.kernel.compile_options[len(BASE_OPTIONS) :]),
+            "outputs": list(c.kernel.output_names),
             **c.launch.to_json(),
         }
         for c in chosen

@@ -147,11 +147,14 @@ def _launch_all(spec_path: str) -> None:
     """The profiled process: each launch once, on random inputs, synchronised."""
     import torch
 
+    from .check import allocate
     from .kernel import Launch, load_kernel
     from .runtime import kernel_args, launcher
 
     for item in json.loads(Path(spec_path).read_text()):
-        kernel = load_kernel(item["source"], item["kernel"], options=item.get("options", ()))
+        kernel = load_kernel(
+            item["source"], item["kernel"], options=item.get("options", ()), outputs=item.get("outputs", ())
+        )
         launch = Launch(
             tuple(item["grid"]),
             tuple(item["block"]),
@@ -159,15 +162,7 @@ def _launch_all(spec_path: str) -> None:
             {k: tuple(v) for k, v in item["shapes"].items()},
             item["scalars"],
         )
-        tensors = {}
-        for p in kernel.signature.pointers:
-            dtype = getattr(torch, p.torch_dtype)
-            shape = launch.shapes[p.name]
-            tensors[p.name] = (
-                torch.randn(shape, dtype=dtype, device="cuda")
-                if p.floating
-                else torch.randint(0, 16, shape, device="cuda").to(dtype)
-            )
+        tensors = allocate(kernel, launch, {}, "cuda", seed=0)
         launcher(kernel, launch, kernel_args(kernel.signature, tensors, launch.scalars))()
         torch.cuda.synchronize()
         del tensors
