@@ -203,7 +203,9 @@ def run(
         guard_s=guard,
         sync_pulse=sync_pulse or None,
     )
-    power_arg = _power_arg(power)
+    from .registry import power_from_cli
+
+    power_arg = power_from_cli(power)
     name = "command" if command else str(workload).partition(":")[0]
     out = out or default_run_dir(name)
     result = orchestrator.run(
@@ -234,16 +236,6 @@ def _with_per_layer(workload: str | None, validate: bool):
     if validate:
         options["validate"] = "true"
     return type(spec)(spec.name, options)
-
-
-def _power_arg(power: tuple[str, ...]):
-    if not power:
-        return "auto"
-    if any(p.strip().lower() == "none" for p in power):
-        if len(power) > 1:
-            raise UsageError("--power none cannot be combined with other power sources")
-        return None
-    return list(power)
 
 
 @main.command(context_settings=CONTEXT)
@@ -468,11 +460,21 @@ def _print_trace(meta: dict, out: Path) -> None:
     )
 
 
-def _add_sweep_commands() -> None:
-    from .sweeps.cli import merge, sweep
+def _register_commands(group: click.Group) -> None:
+    """Commands that features and third-party packages register (group ``energyframe.commands``).
 
-    main.add_command(sweep)
-    main.add_command(merge)
+    A hook that fails to load or to register is reported on stderr and skipped: one broken
+    plugin must not take the whole command line down (``energyframe list`` shows it too)."""
+    from .registry import command_hooks
+
+    for name, hook, error in command_hooks():
+        if error is None:
+            try:
+                hook(group)
+                continue
+            except Exception as e:  # a third party's bug, reported, never fatal
+                error = f"{type(e).__name__}: {e}"
+        click.echo(f"warning: command plugin {name!r} failed to load: {error}", err=True)
 
 
-_add_sweep_commands()
+_register_commands(main)

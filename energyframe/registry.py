@@ -21,6 +21,9 @@ from .options import Spec, parse_spec
 POWER = "power"
 WORKLOADS = "workloads"
 REPORTERS = "reporters"
+#: entry points of this group are functions ``register(cli: click.Group) -> None`` that add
+#: commands to ``energyframe`` (simonw/llm's ``register_commands`` hook, without pluggy)
+COMMANDS_GROUP = "energyframe.commands"
 GROUPS = {
     POWER: "energyframe.power",
     WORKLOADS: "energyframe.workloads",
@@ -137,6 +140,35 @@ def create(kind: str, spec: str | Spec | Plugin) -> Plugin:
         spec = parse_spec(spec)
     cls = load(kind, spec.name)
     return cls(name=spec.name, **dict(spec.options))
+
+
+def command_hooks() -> list[tuple[str, Any, str | None]]:
+    """The registered command hooks as ``(name, register function or None, load error)``."""
+    failures: list[tuple[str, Any, str | None]] = []
+
+    def failed(_manager: Any, ep: md.EntryPoint, error: BaseException) -> None:
+        failures.append((ep.name, None, f"{ep.value}: {_describe_error(error)}"))
+
+    manager = ExtensionManager(COMMANDS_GROUP, invoke_on_load=False, on_load_failure_callback=failed)
+    hooks: list[tuple[str, Any, str | None]] = []
+    for ext in manager.extensions:
+        if callable(ext.plugin):
+            hooks.append((ext.name, ext.plugin, None))
+        else:
+            hooks.append((ext.name, None, f"{ext.entry_point.value} is not a function"))
+    return sorted(hooks + failures, key=lambda h: h[0])
+
+
+def power_from_cli(values: Sequence[str]) -> str | list[str] | None:
+    """What repeated ``--power SPEC`` options mean: none given is ``"auto"``, ``none`` is timing
+    only, anything else a list of specs (checked later, against the registered sources)."""
+    if not values:
+        return "auto"
+    if any(v.strip().lower() == "none" for v in values):
+        if len(values) > 1:
+            raise UsageError("--power none cannot be combined with other power sources")
+        return None
+    return list(values)
 
 
 def create_all(kind: str, specs: Sequence[str | Spec | Plugin]) -> list[Plugin]:

@@ -145,7 +145,7 @@ def sweep(
         -p N=512..4096 -p M=512..4096 -p K=1024 --shape a=N,K --shape b=K,M --shape res=N,M \\
         --flop '2*N*M*K' --power nvml --ncu
     """
-    from ..cli import _power_arg
+    from ..registry import power_from_cli
     from ..orchestrator import RunConfig
     from .api import sweep as run_sweep
     from .kernel import load_kernel, parse_dim3
@@ -173,7 +173,7 @@ def sweep(
     config = RunConfig(trials=trials, min_window_s=min_window)
     run_sweep(
         kernels,
-        power=_power_arg(power),
+        power=power_from_cli(power),
         reference=_reference(reference),
         where=where,
         check=not no_check,
@@ -207,3 +207,9 @@ def merge(results, out) -> None:
     click.echo(f"merged {len(results)} shard(s), {len(merged.results)} configurations, into {out}")
     if missing:
         click.echo(f"warning: shards {missing} are missing", err=True)
+
+
+def register_commands(cli: click.Group) -> None:
+    """The ``energyframe.commands`` hook: ``energyframe sweep`` and ``energyframe merge``."""
+    cli.add_command(sweep)
+    cli.add_command(merge)
