@@ -31,6 +31,7 @@ _EXPORTS = {
     "Quantity": "energyframe.interfaces",
     "Scope": "energyframe.interfaces",
     "ClockBase": "energyframe.interfaces",
+    "Timing": "energyframe.interfaces",
     "SourceContext": "energyframe.interfaces",
     "Detection": "energyframe.interfaces",
     "WindowAnnotation": "energyframe.interfaces",
@@ -94,6 +95,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         Sample,
         Scope,
         SourceContext,
+        Timing,
         WindowAnnotation,
         Workload,
     )

@@ -69,6 +69,25 @@ class ClockBase(str, enum.Enum):
     WALL = "wall"  # Unix seconds (time.time())
 
 
+class Timing(str, enum.Enum):
+    """What a sample's timestamp means: this decides how samples are placed before integrating.
+
+    Separate from ``Scope``: a wall meter and a PDU both measure the system, but only the one
+    whose records arrive late by an unknown amount needs its lag estimated.
+    """
+
+    #: the value was true at the timestamp (a counter tick, an instant reading). Used as stamped.
+    EXACT = "exact"
+    #: the value is the average over the ``averaging_s`` before the timestamp (a 1-s average
+    #: power reading, a meter record stamped when its period closed). Placed at the middle of
+    #: its period, a fixed and documented shift of ``averaging_s / 2``.
+    PERIOD_END = "period-end"
+    #: the value averages ``averaging_s`` and arrives late by an amount nobody knows (a serial
+    #: wall meter stamped on arrival): the lag is estimated after the run by cross-correlation
+    #: against a finer channel (``energyframe.align``), and the run waits longer for its samples.
+    UNKNOWN = "unknown"
+
+
 @dataclass(frozen=True)
 class Channel:
     """One stream of samples a power source produces.
@@ -82,6 +101,9 @@ class Channel:
         unit: ``J`` for ENERGY, ``W`` for POWER; free text for STATE (``MHz``, ``C``).
         primary: shown in summary tables; secondary channels are kept in windows.csv.
         description: one line for humans (what the reading is, known caveats).
+        timing: what a sample's timestamp means (``Timing``); exact by default.
+        averaging_s: the period a reading averages over, for ``PERIOD_END`` and ``UNKNOWN``
+            timing (0 for instant readings). Units: s.
     """
 
     name: str
@@ -92,6 +114,8 @@ class Channel:
     unit: str = ""
     primary: bool = True
     description: str = ""
+    timing: Timing = Timing.EXACT
+    averaging_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.unit:
@@ -112,6 +136,8 @@ class Channel:
             "clock": self.clock.value,
             "primary": self.primary,
             "description": self.description,
+            "timing": self.timing.value,
+            "averaging_s": self.averaging_s,
         }
 
     @classmethod
@@ -125,6 +151,8 @@ class Channel:
             unit=data.get("unit", ""),
             primary=bool(data.get("primary", True)),
             description=data.get("description", ""),
+            timing=Timing(data.get("timing", Timing.EXACT.value)),
+            averaging_s=float(data.get("averaging_s", 0.0)),
         )
 
 
@@ -203,6 +231,12 @@ class PowerSource(Plugin, ABC):
     def info(self) -> Mapping[str, Any]:
         """Describe what was measured (device names, driver versions) for run.json."""
         return {}
+
+    def resources(self) -> Sequence[str]:
+        """Hardware this source uses exclusively (``"serial:/dev/ttyUSB0"``), known from its
+        options alone. Two sources of one run that claim the same resource are refused before
+        anything starts, so that one meter is never counted twice."""
+        return ()
 
     def annotate(
         self, channel: Channel, start_s: float, end_s: float, series: Mapping[str, SampleSeries]
