@@ -49,7 +49,7 @@ def main() -> None:
         power=None,
         out=args.out / "warm",
         reporters=[],
-        config=ef.RunConfig(trials=1, min_window_s=0.01, warmup_s=0.0),
+        config=ef.RunSettings(trials=1, min_window_s=0.01, warmup_s=0.0),
         echo=lambda s: None,
     )
 
@@ -65,7 +65,7 @@ def main() -> None:
         power=[args.power],
         profile=False,
         out=args.out / "sweep",
-        config=ef.RunConfig(trials=args.trials),
+        config=ef.RunSettings(trials=args.trials),
         reporters=[],
     )
     wall_s = time.monotonic() - t0

@@ -24,7 +24,7 @@ def test_bloom_560m_trace_replay_and_report(tmp_path):
         power=["nvml:gpus=0"],
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunConfig(trials=2, idle_s=1.0),
+        config=ef.RunSettings(trials=2, idle_s=1.0),
     )
     report = json.loads((tmp_path / "run" / "comparison_report.json").read_text())
     assert report["full_model_inference_us"] > 0 and report["predicted_from_kernels_us"] > 0

@@ -17,7 +17,7 @@ pytest.importorskip("cupy")
 ROOT = Path(__file__).resolve().parents[1]
 MATMUL = ROOT / "examples" / "matmul_kernels.cu"
 BUG = Path(__file__).parent / "fixtures" / "cuda" / "planted_bug.cu"
-FAST = ef.RunConfig(trials=3, min_window_periods=2.5, warmup_s=0.1)
+FAST = ef.RunSettings(trials=3, min_window_periods=2.5, warmup_s=0.1)
 SHAPES = {"a": ("N", "K"), "b": ("K", "M"), "res": ("N", "M")}
 
 

@@ -8,7 +8,7 @@ from energyframe.workloads.graph import CPU_NOTE, Captured, torch_device
 from energyframe.workloads.kernels import ConvKernel, DepthwiseConvKernel, MatmulKernel, conv_input_size
 
 torch = pytest.importorskip("torch")
-QUICK = ef.RunConfig(trials=2, min_window_s=0.02, warmup_s=0.0)
+QUICK = ef.RunSettings(trials=2, min_window_s=0.02, warmup_s=0.0)
 
 SMALL = [
     "matmul:M=64,K=32,N=16,dtype=fp32,unroll=3",
@@ -75,7 +75,7 @@ def test_graphkernel_python_api_counts_calls():
 
     kernel = ef.GraphKernel("inc", setup, capture, unroll=7)
     result = ef.run(
-        kernel, power=None, reporters=[], config=ef.RunConfig(trials=2, min_window_s=0.01, warmup=1)
+        kernel, power=None, reporters=[], config=ef.RunSettings(trials=2, min_window_s=0.01, warmup=1)
     )
     window_calls = int(result.windows["iterations"].sum())
     assert window_calls % 7 == 0

@@ -87,7 +87,7 @@ def test_per_layer_run_with_validation_on_the_cpu(tmp_path):
         power=None,
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunConfig(trials=2, min_window_s=0.01),
+        config=ef.RunSettings(trials=2, min_window_s=0.01),
     )
     layers = result.derived_table("layers").rows
     summary = result.derived_table("summary").rows[0]
@@ -105,7 +105,7 @@ def test_per_layer_run_with_validation_on_the_cpu(tmp_path):
 
 def test_whole_model_eager_on_the_cpu():
     result = ef.run(
-        "resnet18:image_size=32", power=None, reporters=[], config=ef.RunConfig(trials=2, min_window_s=0.05)
+        "resnet18:image_size=32", power=None, reporters=[], config=ef.RunSettings(trials=2, min_window_s=0.05)
     )
     assert list(result.windows["phase"].unique()) == ["forward"]
     assert result.summary("forward").work == {"images": 1.0}

@@ -276,7 +276,7 @@ def test_replay_workload_on_the_cpu(tmp_path):
         power=None,
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunConfig(trials=2, min_window_s=0.01),
+        config=ef.RunSettings(trials=2, min_window_s=0.01),
     )
     phases = list(result.windows["phase"].unique())
     assert phases[0] == "(full model)" and len(phases) == 1 + 8

@@ -104,7 +104,7 @@ def sweep(
         profile: also collect Nsight Compute metrics (ncu) for every measured configuration.
         shard: ``"I/N"`` or (I, N): measure every N-th parameter point from the I-th.
         out: where to save (default ``runs/<UTC time>-sweep``).
-        config: a ``RunConfig`` (trials, window length...).
+        config: ``RunSettings`` (trials, window length...).
         unroll: launches per CUDA graph (default: enough for ~2 ms per replay, at most 100).
         **params: the values of each swept parameter, e.g. ``N=[512, 1024]``.
 

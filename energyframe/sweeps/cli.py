@@ -145,8 +145,8 @@ def sweep(
         -p N=512..4096 -p M=512..4096 -p K=1024 --shape a=N,K --shape b=K,M --shape res=N,M \\
         --flop '2*N*M*K' --power nvml --ncu
     """
+    from ..config import RunSettings
     from ..registry import power_from_cli
-    from ..orchestrator import RunConfig
     from .api import sweep as run_sweep
     from .kernel import load_kernel, parse_dim3
     from .space import evaluate, parse_values
@@ -170,7 +170,7 @@ def sweep(
                 output_names=tuple(o for o in outputs if o in pointers),
             )
         )
-    config = RunConfig(trials=trials, min_window_s=min_window)
+    config = RunSettings(trials=trials, min_window_s=min_window)
     run_sweep(
         kernels,
         power=power_from_cli(power),
