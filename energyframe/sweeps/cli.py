@@ -244,6 +244,7 @@ def _on_devices(ctx, kernels, settings, devices, shard, dry_run, out) -> None:
     from ..store import default_run_dir
     from .api import sweep as run_sweep
     from .parallel import parse_devices, sweep_on_devices
+    from .space import in_shard
 
     if shard is not None:
         raise UsageError("--devices splits the sweep into shards itself: drop --shard")
@@ -254,11 +255,10 @@ def _on_devices(ctx, kernels, settings, devices, shard, dry_run, out) -> None:
                 f"--power {spec!r}: with --devices each child measures the one GPU it sees; drop gpus="
             )
     count = len(chosen)
-    plans = {}  # each shard's configurations, checked here before any child starts
-    for i in range(count):
-        plans[i] = run_sweep(kernels, dry_run=True, shard=(i, count), echo=lambda line: None, **settings)
+    # the whole plan, checked here before any child starts; each shard's part of it
+    configs = run_sweep(kernels, dry_run=True, echo=click.echo if dry_run else (lambda line: None), **settings)
+    plans = {i: [c for c in configs if in_shard(c.point_index, (i, count))] for i in range(count)}
     if dry_run:
-        run_sweep(kernels, dry_run=True, echo=click.echo, **settings)
         for i, (label, _visible) in enumerate(chosen):
             indices = ", ".join(str(c.index) for c in plans[i]) or "none"
             click.echo(f"GPU {label} (shard {i}/{count}): {len(plans[i])} configurations: {indices}")

@@ -239,7 +239,8 @@ def _stop(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
 
 def placeholders(planned: Sequence, reason: str) -> tuple[KernelResult, ...]:
     """``not run`` results, with ``reason``, for a shard's planned configurations
-    (``workload.Config``), so the merged results list every configuration."""
+    (``workload.Config``), so the merged results list every configuration (one that could not
+    be configured keeps its error)."""
     return tuple(
         KernelResult(
             index=c.index,
@@ -248,8 +249,8 @@ def placeholders(planned: Sequence, reason: str) -> tuple[KernelResult, ...]:
             parameters=dict(c.point),
             block=c.block,
             grid=c.launch.grid if c.launch is not None else (0, 0, 0),
-            status=NOT_RUN,
-            error=reason if c.launch is not None else (c.error or reason),
+            status=NOT_RUN if c.launch is not None else c.status,
+            error=reason if c.launch is not None else c.error,
             phase=c.phase,
             warnings=c.warnings,
         )

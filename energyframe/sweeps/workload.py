@@ -171,7 +171,7 @@ class SweepWorkload(Workload):
 
         kernel, launch = config.kernel, config.launch
         assert launch is not None
-        free_b, total_b = torch.cuda.mem_get_info(self.device)
+        _, total_b = torch.cuda.mem_get_info(self.device)
         if launch.array_bytes > total_b:
             raise WorkloadError(
                 f"the arguments need {launch.array_bytes / 2**30:.3g} GiB; the GPU has "
@@ -285,7 +285,7 @@ class SweepWorkload(Workload):
                     flop=c.extra.get("flop", math.nan),
                     bytes=c.extra.get("bytes", math.nan),
                     warnings=c.warnings,
-                    device=device if s is not None else "",
+                    device=device if status != NOT_RUN else "",
                     **figures,
                 )
             )
