@@ -128,7 +128,17 @@ def main() -> None:
 def _cli_sweep(args, sizes, devices: str, out: Path, power: str, trials: int) -> float:
     """``energyframe sweep ... --devices DEVICES``; returns its wall time in s."""
     values = ",".join(map(str, sizes))
-    cmd = [sys.executable, "-m", "energyframe", "sweep", str(SOURCE), "-k", "matmul_naive", "-k", "matmul_tiled"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "energyframe",
+        "sweep",
+        str(SOURCE),
+        "-k",
+        "matmul_naive",
+        "-k",
+        "matmul_tiled",
+    ]
     cmd += ["-p", f"N={values}", "-p", f"M={values}", "-p", f"K={args.K}"]
     cmd += ["--shape", "a=N,K", "--shape", "b=K,M", "--shape", "res=N,M", "--flop", "2*N*M*K"]
     cmd += ["--power", power, "--trials", str(trials), "--devices", devices, "--out", str(out)]
@@ -148,7 +158,9 @@ def compare_devices(args, sizes) -> None:
     one = {r.index: r for r in SweepResult.load(args.out / "one").results}
     many = SweepResult.load(args.out / "many")
     rows, worst_t, worst_e = [], 0.0, 0.0
-    print(f"{'kernel':<14}{'N':>6}{'M':>6}{'GPU':>5}{'1-GPU ms':>10}{'N-GPU ms':>10}{'Δt %':>7}{'1-GPU mJ':>10}{'N-GPU mJ':>10}{'ΔE %':>7}")
+    print(
+        f"{'kernel':<14}{'N':>6}{'M':>6}{'GPU':>5}{'1-GPU ms':>10}{'N-GPU ms':>10}{'Δt %':>7}{'1-GPU mJ':>10}{'N-GPU mJ':>10}{'ΔE %':>7}"
+    )
     for r in many.results:
         base = one[r.index]
         dt = 100 * (r.latency_s / base.latency_s - 1)

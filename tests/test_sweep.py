@@ -394,8 +394,12 @@ def test_a_run_that_stops_gives_every_configuration_not_run_its_reason(tmp_path,
     naive = ef.load_kernel(MATMUL, "matmul_naive", shapes=SHAPES)
     lines = []
     with pytest.raises(WorkloadError) as raised:
-        ef.sweep(naive, N=[64, 128], M=[64], K=[64], power=None, out=tmp_path, reporters=[], echo=lines.append)
-    assert lines == [f"sweep results (incomplete) in {tmp_path}: benchmark_results.json, benchmark_report.txt"]
+        ef.sweep(
+            naive, N=[64, 128], M=[64], K=[64], power=None, out=tmp_path, reporters=[], echo=lines.append
+        )
+    assert lines == [
+        f"sweep results (incomplete) in {tmp_path}: benchmark_results.json, benchmark_report.txt"
+    ]
     assert not list(tmp_path.glob("*.png"))
     saved = SweepResult.load(tmp_path)
     reason = f"not measured: the run stopped before it (WorkloadError: {raised.value})"
@@ -513,7 +517,10 @@ def test_a_source_that_is_not_utf8_is_one_line(tmp_path):
     source.write_bytes("// caf\xe9\n__global__ void k(float *y, int n) {}\n".encode("latin-1"))
     result = _dry(source, "-k", "k", "-p", "n=4")
     assert result.exit_code == 2
-    assert result.stderr == f"Error: the kernel source {str(source)!r} is not UTF-8 text (byte 0xe9 at offset 6); save it as UTF-8\n"
+    assert (
+        result.stderr
+        == f"Error: the kernel source {str(source)!r} is not UTF-8 text (byte 0xe9 at offset 6); save it as UTF-8\n"
+    )
 
 
 def test_values_that_are_not_numbers_say_what_is_expected():
@@ -524,18 +531,26 @@ def test_values_that_are_not_numbers_say_what_is_expected():
         "e.g. 512 or 2**10)\n"
     )
     result = _dry(BUG, "-k", "scale_half", "-p", "n=4", "--arg", "alpha=fast")
-    assert result.exit_code == 2 and result.stderr.startswith("Error: --arg alpha=fast: 'fast' is not a number")
+    assert result.exit_code == 2 and result.stderr.startswith(
+        "Error: --arg alpha=fast: 'fast' is not a number"
+    )
 
 
 @pytest.mark.parametrize(
     "text, message",
     [
         ("10**10**10", "exponent 10000000000 is too large (at most 64)"),
-        ("2**64 * 2**64", "a value of the expression exceeds 2**64 (got ~1e38); sizes, grids and work counts are far smaller"),
+        (
+            "2**64 * 2**64",
+            "a value of the expression exceeds 2**64 (got ~1e38); sizes, grids and work counts are far smaller",
+        ),
         ("1 << 100", "shift by 100: shifts go from 0 to 64"),
         ("(1, 2) * 10**9", "'mult' needs numbers, got (1, 2)"),
         ("cdiv(N, 0)", "division by zero"),
-        ("2.0**60 * 2.0**60", "a value of the expression exceeds 2**64 (got 1.33e+36); sizes, grids and work counts are far smaller"),
+        (
+            "2.0**60 * 2.0**60",
+            "a value of the expression exceeds 2**64 (got 1.33e+36); sizes, grids and work counts are far smaller",
+        ),
         ("(" * 300 + "1" + ")" * 300, None),
     ],
 )
@@ -571,7 +586,9 @@ def test_absurdly_large_arrays_are_warned_before_anything_is_allocated():
     assert result.output.splitlines()[-1] == (
         "warning: matmul_naive: the arguments take 65 GiB (res 64 GiB, a 0.5 GiB, b 0.5 GiB): is a size wrong?"
     )
-    (config,) = plan([ef.load_kernel(MATMUL, "matmul_naive", shapes=SHAPES)], [{"N": 512, "M": 512, "K": 512}])
+    (config,) = plan(
+        [ef.load_kernel(MATMUL, "matmul_naive", shapes=SHAPES)], [{"N": 512, "M": 512, "K": 512}]
+    )
     assert config.warnings == () and config.launch.array_bytes == 3 * 512 * 512 * 4
 
 
@@ -607,11 +624,15 @@ def test_a_crafted_shard_cannot_write_outside_out(saved, tmp_path):
     assert not list(tmp_path.rglob("PWNED*"))
 
 
-@pytest.mark.parametrize("text", ["[1, 2]", '{"format_version": 2}', '{"format_version": 2, "benchmarks": [{"index": "x"}]}'])
+@pytest.mark.parametrize(
+    "text", ["[1, 2]", '{"format_version": 2}', '{"format_version": 2, "benchmarks": [{"index": "x"}]}']
+)
 def test_files_that_are_not_sweep_results_are_refused_in_one_line(tmp_path, text):
     (tmp_path / "benchmark_results.json").write_text(text)
     result = CliRunner().invoke(main, ["merge", str(tmp_path), "--out", str(tmp_path / "m")])
-    assert result.exit_code == 2 and result.stderr.startswith(f"Error: {tmp_path / 'benchmark_results.json'} is not a sweep's results")
+    assert result.exit_code == 2 and result.stderr.startswith(
+        f"Error: {tmp_path / 'benchmark_results.json'} is not a sweep's results"
+    )
     assert len(result.stderr.splitlines()) == 1
 
 

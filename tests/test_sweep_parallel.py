@@ -45,7 +45,10 @@ def test_devices_are_indices_of_the_visible_gpus_or_uuids():
     for text, message in [
         ("0,0", "--devices '0,0': a GPU is named twice"),
         ("", "--devices '': expected GPU indices or UUIDs, e.g. 0,1,2,3"),
-        ("gpu0", "--devices 'gpu0': 'gpu0' is neither a GPU index nor a UUID (GPU-...); expected e.g. 0,1,2,3"),
+        (
+            "gpu0",
+            "--devices 'gpu0': 'gpu0' is neither a GPU index nor a UUID (GPU-...); expected e.g. 0,1,2,3",
+        ),
     ]:
         with pytest.raises(UsageError) as raised:
             parse_devices(text)
@@ -62,8 +65,26 @@ def test_each_child_is_a_shard_on_one_gpu(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     kids = children(["sweep", "k.cu", "-k=a"], [("0", "0"), ("1", "1")], tmp_path, python="py")
     assert [k.command for k in kids] == [
-        ("py", "-m", "energyframe", "sweep", "k.cu", "-k=a", "--shard=0/2", f"--out={tmp_path / 'shards' / '0'}"),
-        ("py", "-m", "energyframe", "sweep", "k.cu", "-k=a", "--shard=1/2", f"--out={tmp_path / 'shards' / '1'}"),
+        (
+            "py",
+            "-m",
+            "energyframe",
+            "sweep",
+            "k.cu",
+            "-k=a",
+            "--shard=0/2",
+            f"--out={tmp_path / 'shards' / '0'}",
+        ),
+        (
+            "py",
+            "-m",
+            "energyframe",
+            "sweep",
+            "k.cu",
+            "-k=a",
+            "--shard=1/2",
+            f"--out={tmp_path / 'shards' / '1'}",
+        ),
     ]
     assert [dict(k.env) for k in kids] == [
         {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0"},
@@ -102,7 +123,17 @@ def test_children_that_fail_are_each_reported(tmp_path):
     # the real CLI children: each parses the same arguments (a mistake there would be a usage
     # error, exit 2), plans its shard, and fails because this machine has no GPU
     out = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "energyframe", "sweep", str(MATMUL), "-k", "matmul_naive", "-k", "matmul_tiled"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "energyframe",
+        "sweep",
+        str(MATMUL),
+        "-k",
+        "matmul_naive",
+        "-k",
+        "matmul_tiled",
+    ]
     cmd += ["-p", "N=512..2048", "-p", "M=512", "-p", "K=256", "--where", "N != 1024", "-X", "-DTILE=16"]
     cmd += ["--shape", "a=N,K", "--shape", "b=K,M", "--shape", "res=N,M", "--flop", "2*N*M*K"]
     cmd += ["--power", "none", "--trials", "2", "--devices", "0,1", "--out", str(out)]
@@ -260,7 +291,10 @@ def test_ctrl_c_stops_every_child(tmp_path):
             sys.exit(e.exit_code)
     """
     proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(parent)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-c", textwrap.dedent(parent)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     started = [tmp_path / "shards" / f"{i}.started" for i in range(2)]
     deadline = time.monotonic() + 120

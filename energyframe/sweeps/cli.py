@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -162,8 +161,8 @@ def sweep(
         -p N=512..4096 -p M=512..4096 -p K=1024 --shape a=N,K --shape b=K,M --shape res=N,M \\
         --flop '2*N*M*K' --power nvml --ncu
     """
-    from ..registry import power_from_cli
     from ..orchestrator import RunConfig
+    from ..registry import power_from_cli
     from .api import sweep as run_sweep
     from .kernel import load_kernel, parse_dim3
     from .space import constant, parse_values
@@ -256,7 +255,9 @@ def _on_devices(ctx, kernels, settings, devices, shard, dry_run, out) -> None:
             )
     count = len(chosen)
     # the whole plan, checked here before any child starts; each shard's part of it
-    configs = run_sweep(kernels, dry_run=True, echo=click.echo if dry_run else (lambda line: None), **settings)
+    configs = run_sweep(
+        kernels, dry_run=True, echo=click.echo if dry_run else (lambda line: None), **settings
+    )
     plans = {i: [c for c in configs if in_shard(c.point_index, (i, count))] for i in range(count)}
     if dry_run:
         for i, (label, _visible) in enumerate(chosen):

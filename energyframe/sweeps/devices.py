@@ -65,7 +65,9 @@ def nvml_settings(uuid: str) -> dict[str, Any]:
             "power_limit_w": lambda: nvml.nvmlDeviceGetPowerManagementLimit(handle) / 1e3,
             "max_sm_clock_mhz": lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM),
             "max_mem_clock_mhz": lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM),
-            "applications_sm_clock_mhz": lambda: nvml.nvmlDeviceGetApplicationsClock(handle, nvml.NVML_CLOCK_SM),
+            "applications_sm_clock_mhz": lambda: nvml.nvmlDeviceGetApplicationsClock(
+                handle, nvml.NVML_CLOCK_SM
+            ),
             "applications_mem_clock_mhz": lambda: nvml.nvmlDeviceGetApplicationsClock(
                 handle, nvml.NVML_CLOCK_MEM
             ),
@@ -152,7 +154,9 @@ def describe_line(label: str, info: Mapping[str, Any]) -> str:
     if info.get("power_limit_w") is not None:
         parts.append(f"{info['power_limit_w']:g} W limit")
     if info.get("applications_sm_clock_mhz") is not None:
-        parts.append(f"application clocks {info['applications_sm_clock_mhz']}/{info.get('applications_mem_clock_mhz')} MHz")
+        parts.append(
+            f"application clocks {info['applications_sm_clock_mhz']}/{info.get('applications_mem_clock_mhz')} MHz"
+        )
     if info.get("sm_clock_mhz") is not None:
         parts.append(f"measured SM clock {info['sm_clock_mhz']:.0f} MHz (median)")
     if info.get("host"):

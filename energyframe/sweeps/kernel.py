@@ -282,7 +282,9 @@ def _too_large(label: str, grid: Dim3, sizes: Mapping[str, int]) -> list[str]:
         out.append(f"{label}: grid {'x'.join(map(str, grid))} is {blocks:.3g} blocks: is a size wrong?")
     total = sum(sizes.values())
     if total > LARGE_ARRAYS_BYTES:
-        largest = ", ".join(f"{k} {v / 2**30:.3g} GiB" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1])[:3])
+        largest = ", ".join(
+            f"{k} {v / 2**30:.3g} GiB" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+        )
         out.append(f"{label}: the arguments take {total / 2**30:.3g} GiB ({largest}): is a size wrong?")
     return out
 

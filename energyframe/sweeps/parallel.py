@@ -219,7 +219,11 @@ def _raise_interrupt(signum, frame) -> None:
 
 def _stop(procs: Sequence[subprocess.Popen], grace_s: float) -> None:
     """SIGINT to each running child; SIGTERM to those alive after ``grace_s``; then SIGKILL."""
-    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
+    for sig, wait_s in (
+        (signal.SIGINT, grace_s),
+        (signal.SIGTERM, KILL_GRACE_S),
+        (signal.SIGKILL, KILL_GRACE_S),
+    ):
         alive = [p for p in procs if p.poll() is None]
         if not alive:
             return

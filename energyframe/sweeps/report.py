@@ -48,7 +48,9 @@ def text_report(sweep: SweepResult) -> str:
     found = warnings(sweep)
     lines += [f"WARNING: {w}" for w in found[:MAX_WARNINGS]]
     if len(found) > MAX_WARNINGS:
-        lines.append(f"WARNING: ... and {len(found) - MAX_WARNINGS} more (each configuration's in benchmark_results.json)")
+        lines.append(
+            f"WARNING: ... and {len(found) - MAX_WARNINGS} more (each configuration's in benchmark_results.json)"
+        )
     if meta.get("missing_shards"):
         lines.append(f"MISSING SHARDS: {meta['missing_shards']} (merged {meta.get('merged_shards')})")
     if meta.get("ncu"):

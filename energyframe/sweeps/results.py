@@ -213,7 +213,9 @@ class SweepResult:
             raise UsageError(f"{path} is not a sweep's results ({type(e).__name__}: {e})") from None
         if not isinstance(meta, dict):
             raise UsageError(f"{path} is not a sweep's results ('sweep' is not an object)")
-        names = [str(n) for r in results for n in r.parameters] + [str(n) for n in meta.get("parameters") or {}]
+        names = [str(n) for r in results for n in r.parameters] + [
+            str(n) for n in meta.get("parameters") or {}
+        ]
         bad = sorted({n for n in names if not n.isidentifier()})
         if bad:
             raise UsageError(

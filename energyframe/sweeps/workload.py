@@ -206,7 +206,9 @@ class SweepWorkload(Workload):
         kernel, launch = config.kernel, config.launch
         assert launch is not None
         if self.reference is not None:
-            expected = reference_outputs(kernel, self.reference, tensors, launch.scalars, config.point, before)
+            expected = reference_outputs(
+                kernel, self.reference, tensors, launch.scalars, config.point, before
+            )
             return compare(kernel, tensors, expected, "reference", self.rtol)
         if config.point_index in self._expected:
             against, expected = self._expected[config.point_index]
