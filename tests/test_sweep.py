@@ -643,4 +643,4 @@ def test_results_do_not_import_their_presentation():
         "print(sorted(m for m in sys.modules if m.startswith('energyframe.sweeps.')))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "['energyframe.sweeps.results']"
+    assert done.stdout.strip() == "['energyframe.sweeps.devices', 'energyframe.sweeps.results']"

@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import store
 from ..errors import StoreError, UsageError
+from .devices import differences, label_devices
 
 RESULTS_JSON = "benchmark_results.json"
 REPORT_TXT = "benchmark_report.txt"
@@ -235,8 +236,6 @@ def merge(parts: Sequence[SweepResult], labels: Sequence[str | None] | None = No
     Raises:
         StoreError: the parts come from different sweeps, overlap, or a shard is missing.
     """
-    from .devices import differences, label_devices
-
     if not parts:
         raise StoreError("nothing to merge")
     ids = {p.meta.get("sweep_id") for p in parts}
@@ -267,6 +266,9 @@ def merge(parts: Sequence[SweepResult], labels: Sequence[str | None] | None = No
     meta = {**parts[0].meta, "shard": None, "merged_shards": seen, "missing_shards": missing}
     meta.pop("device", None)
     meta["devices"] = devices
+    names_seen = [info.get("name") for info in devices.values() if info.get("name")]
+    if names_seen:
+        meta["gpu"] = ", ".join(dict.fromkeys(names_seen))
     meta["warnings"] = list(dict.fromkeys(warnings))
     meta["runs"] = [run for p in parts for run in (p.meta.get("runs") or [])]
     return SweepResult(tuple(results), meta)
