@@ -68,9 +68,7 @@ def _drivers(meta: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _power_limits(meta: Mapping[str, Any]) -> tuple[float, ...]:
-    return tuple(
-        sorted(float(g["power_limit_w"]) for g in gpus(meta) if g.get("power_limit_w") is not None)
-    )
+    return tuple(sorted(float(g["power_limit_w"]) for g in gpus(meta) if g.get("power_limit_w") is not None))
 
 
 def _flagged_trials(windows: pd.DataFrame, prefix: str) -> dict[str, tuple[int, int, set[str]]]:
@@ -113,13 +111,13 @@ def check(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:
     out: list[str] = []
     for label, run in zip(labels, runs):
         if not run.complete:
-            out.append(f"run {label} is incomplete ({run.reason}): it has only what was measured before it stopped")
+            out.append(
+                f"run {label} is incomplete ({run.reason}): it has only what was measured before it stopped"
+            )
 
     models = [gpu_models(m) for m in metas]
     if any(models) and _differ(models):
-        out.append(
-            "different GPU models: " + _per_run(labels, models, lambda v: ", ".join(v) or "unknown")
-        )
+        out.append("different GPU models: " + _per_run(labels, models, lambda v: ", ".join(v) or "unknown"))
     drivers = [_drivers(m) for m in metas]
     if any(drivers) and _differ(drivers):
         out.append("different GPU drivers: " + _per_run(labels, drivers, lambda v: ", ".join(v) or "unknown"))
@@ -135,7 +133,11 @@ def check(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:
     for phase, reference in clocks[0].items():
         seen = [c.get(phase, math.nan) for c in clocks]
         finite = [v for v in seen if math.isfinite(v)]
-        if len(finite) > 1 and reference > 0 and max(abs(v / reference - 1) for v in finite) > CLOCK_TOLERANCE:
+        if (
+            len(finite) > 1
+            and reference > 0
+            and max(abs(v / reference - 1) for v in finite) > CLOCK_TOLERANCE
+        ):
             slow.append(f"{phase} (" + ", ".join(f"{v:.0f}" for v in seen) + " MHz)")
     if slow:
         out.append(
@@ -166,7 +168,9 @@ def check(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:
             if len({c[0] > 0 for c in counts if c[1]}) > 1:
                 uneven.append(f"{phase} (" + ", ".join(f"{c[0]}/{c[1]}" for c in counts) + ")")
         if uneven:
-            out.append(f"windows flagged {flag} in some runs and not others ({', '.join(labels)}): {_names(uneven)}")
+            out.append(
+                f"windows flagged {flag} in some runs and not others ({', '.join(labels)}): {_names(uneven)}"
+            )
 
     workloads = [(m.get("workload") or {}) for m in metas]
     names = [w.get("name") for w in workloads]
@@ -181,7 +185,8 @@ def check(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:
     sources = [tuple(sorted(s.get("name", "") for s in m.get("sources", []))) for m in metas]
     if _differ(sources):
         out.append(
-            "different power sources: " + _per_run(labels, sources, lambda v: ", ".join(v) or "none (timing only)")
+            "different power sources: "
+            + _per_run(labels, sources, lambda v: ", ".join(v) or "none (timing only)")
         )
     else:
         for label, meta in zip(labels[1:], metas[1:]):
@@ -197,7 +202,9 @@ def check(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:
     for key in VERSION_KEYS:
         versions = [(m.get("versions") or {}).get(key) for m in metas]
         if any(versions) and _differ(versions):
-            out.append(f"different {key} versions: " + _per_run(labels, versions, lambda v: v or "not installed"))
+            out.append(
+                f"different {key} versions: " + _per_run(labels, versions, lambda v: v or "not installed")
+            )
     cpus = [(m.get("host") or {}).get("cpu") for m in metas]
     if any(cpus) and _differ(cpus):
         out.append("different host CPUs: " + _per_run(labels, cpus, lambda v: v or "unknown"))

@@ -310,9 +310,7 @@ def compare_trials(
         per_run = [trial_values(w, figure) for w in windows]
         for i in range(n):
             if channels[i] is not None:
-                per_run[i] = {
-                    k: v for k, v in per_run[i].items() if k[1] == "" or k[1] in channels[i]
-                }
+                per_run[i] = {k: v for k, v in per_run[i].items() if k[1] == "" or k[1] in channels[i]}
         keys = list(dict.fromkeys(k for run in per_run for k in run))
         for key in keys:
             present = [key in run for run in per_run]
@@ -334,9 +332,7 @@ def compare_trials(
                 spread = Spread.of(run[key])
                 spreads.append(spread)
                 values.append(spread.median)
-                changes.append(
-                    None if i == 0 else judge(figure, reference, run[key], alpha, min_change_pct)
-                )
+                changes.append(None if i == 0 else judge(figure, reference, run[key], alpha, min_change_pct))
             kind = next((k[key[0]] for k in kinds if key[0] in k), "phase")
             rows.append(
                 Row(
@@ -363,7 +359,9 @@ def compare_trials(
             else:
                 changes.append(None)
         rows.append(
-            Row("derived", name, "", name.rpartition(".")[2], _unit(name), (None,) * n, values, tuple(changes))
+            Row(
+                "derived", name, "", name.rpartition(".")[2], _unit(name), (None,) * n, values, tuple(changes)
+            )
         )
     order = {k: i for i, k in enumerate(KINDS)}
     rows.sort(key=lambda r: order.get(r.kind, len(order)))  # stable: phases keep their order

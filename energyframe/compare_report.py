@@ -28,7 +28,12 @@ from .stats import Spread
 from .store import json_safe
 
 TEST_NAME = "Mann-Whitney U test (two-sided; exact up to 60 trials in all)"
-FIGURE_LABELS = {"time": "time/iter", "energy": "energy/iter", "power": "power", "dynamic": "dyn. energy/iter"}
+FIGURE_LABELS = {
+    "time": "time/iter",
+    "energy": "energy/iter",
+    "power": "power",
+    "dynamic": "dyn. energy/iter",
+}
 FORMATS = ("text", "md", "csv", "json")
 
 
@@ -144,22 +149,17 @@ def text_table(comparison: Comparison) -> str:
     return lines + ("\n".join(extra) + "\n" if extra else "")
 
 
-def _md(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
 def markdown_table(comparison: Comparison) -> str:
-    columns = _columns(comparison)
-    lines = [header(comparison), ""]
-    lines.append("| " + " | ".join(_md(c) for c in columns) + " |")
-    align = ["---"] * 3 + ["---:"] + ["---:", "---:", "---"] * (len(comparison.labels) - 1)
-    lines.append("|" + "|".join(align) + "|")
-    for row in comparison.rows:
-        lines.append("| " + " | ".join(_md(c) for c in _cells(comparison, row)) + " |")
+    from .markdown import md_text, table
+
+    n = len(comparison.labels)
+    right = [False] * 3 + [True] + [True, True, False] * (n - 1)
+    lines = [md_text(header(comparison)), ""]
+    lines += table(_columns(comparison), [_cells(comparison, row) for row in comparison.rows], right)
     extra = notes(comparison)
     if extra:
         lines.append("")
-        lines += [f"- {_md(note)}" for note in extra]
+        lines += [f"- {md_text(note)}" for note in extra]
     return "\n".join(lines) + "\n"
 
 
@@ -184,7 +184,9 @@ def long_rows(comparison: Comparison) -> list[dict]:
                 "reference": i == 0,
             }
             for f in SPREAD_FIELDS:
-                record[f] = getattr(spread, f) if spread is not None else (row.values[i] if f == "median" else None)
+                record[f] = (
+                    getattr(spread, f) if spread is not None else (row.values[i] if f == "median" else None)
+                )
             test = change.test if change is not None else None
             record.update(
                 ratio=change.ratio if change is not None else None,

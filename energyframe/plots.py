@@ -84,11 +84,15 @@ def trace_lines(result: RunResult, all_channels: bool = True, show_raw: bool = F
             dt = np.diff(t)
             ok = dt > 0
             power = np.diff(v)[ok] / dt[ok]
-            lines.append(TraceLine(name, f"{label} (counter, between ticks)", t[1:][ok] - t0, power, "steps-pre"))
+            lines.append(
+                TraceLine(name, f"{label} (counter, between ticks)", t[1:][ok] - t0, power, "steps-pre")
+            )
         else:
             resolution = info.get("resolution_s", 0)
             # a moved meter sample sits in the middle of the interval it reports
-            style = "steps-mid" if moved and resolution >= 0.5 else "steps-post" if resolution >= 0.05 else "line"
+            style = (
+                "steps-mid" if moved and resolution >= 0.5 else "steps-post" if resolution >= 0.05 else "line"
+            )
             lines.append(TraceLine(name, label, t - t0, v, style))
     return lines
 

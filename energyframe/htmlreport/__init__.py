@@ -93,8 +93,7 @@ def facts(run: SavedRun) -> list[tuple[str, str]]:
         ("GPU", ", ".join(gpu_models(meta)) or "-"),
     ]
     drivers = sorted(
-        {str((s.get("info") or {}).get("driver_version")) for s in meta.get("sources", [])}
-        - {"None"}
+        {str((s.get("info") or {}).get("driver_version")) for s in meta.get("sources", [])} - {"None"}
     )
     if drivers:
         out.append(("driver", ", ".join(drivers)))
@@ -155,7 +154,11 @@ def summary_rows(run: SavedRun) -> list[dict]:
             if spread is None:
                 cells += [_cell("-", None, f"{name}.median"), _cell("-", None, f"{name}.iqr")]
                 continue
-            riqr = f"{100 * spread.relative_iqr:.2g}%" if spread.n > 1 and math.isfinite(spread.relative_iqr) else "-"
+            riqr = (
+                f"{100 * spread.relative_iqr:.2g}%"
+                if spread.n > 1 and math.isfinite(spread.relative_iqr)
+                else "-"
+            )
             cells += [
                 _cell(si(spread.median, unit), spread.median, f"{name}.median"),
                 _cell(riqr, spread.iqr, f"{name}.iqr"),
@@ -180,7 +183,9 @@ def derived_tables(run: SavedRun) -> list[dict]:
             for row in table.rows:
                 columns += [c for c in row if c not in columns]
         rows = [[_cell(cell(c, row.get(c)), row.get(c), c) for c in columns] for row in table.rows]
-        out.append({"name": table.name, "title": table.title, "note": table.note, "columns": columns, "rows": rows})
+        out.append(
+            {"name": table.name, "title": table.title, "note": table.note, "columns": columns, "rows": rows}
+        )
     return out
 
 
@@ -238,7 +243,10 @@ def run_figures(run: SavedRun, max_points: int) -> tuple[list[tuple[str, dict]],
             ("Sweep: energy against latency", f.sweep_energy_latency(run.sweep)),
         ]
     if run.replay:
-        items += [("Replay: prediction", f.replay_prediction(run.replay)), ("Replay: tiers", f.tiers(run.replay))]
+        items += [
+            ("Replay: prediction", f.replay_prediction(run.replay)),
+            ("Replay: tiers", f.tiers(run.replay)),
+        ]
         trace = ((run.result.meta.get("workload") or {}).get("info") or {}).get("trace")
         if trace:
             path = Path(trace) if Path(trace).is_absolute() else run.path / trace
@@ -309,7 +317,9 @@ def comparison_context(runs: Sequence[SavedRun], figures, alpha, min_change_pct,
             cells.append(_cell(cr.value_text(row, i), row.values[i], f"run{i}.median"))
             if i:
                 change = row.changes[i]
-                cells.append(_cell(cr.change_text(row, i), change.change_pct if change else None, f"run{i}.change_pct"))
+                cells.append(
+                    _cell(cr.change_text(row, i), change.change_pct if change else None, f"run{i}.change_pct")
+                )
                 cells.append(_cell(cr.verdict_text(row, i), None, f"run{i}.verdict"))
         significant = any(c is not None and c.significant for c in row.changes)
         rows.append({"cells": cells, "significant": significant, "name": row.name, "figure": row.figure})
@@ -364,7 +374,9 @@ def build_report(
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    workloads = ", ".join(dict.fromkeys(str((r.result.meta.get("workload") or {}).get("name", "?")) for r in runs))
+    workloads = ", ".join(
+        dict.fromkeys(str((r.result.meta.get("workload") or {}).get("name", "?")) for r in runs)
+    )
     js = get_plotlyjs().replace("</script", "<\\/script")
     return env.get_template("report.html.j2").render(
         title=f"energyframe: {' vs '.join(r.label for r in runs)} ({workloads})",

@@ -95,7 +95,11 @@ def power_trace(result: RunResult, max_points: int = 20000, title: str = "") -> 
                 y=v,
                 mode="lines",
                 name=label,
-                line={"shape": LINE_SHAPES[line.style], "width": 1.2, "dash": "dash" if line.dashed else "solid"},
+                line={
+                    "shape": LINE_SHAPES[line.style],
+                    "width": 1.2,
+                    "dash": "dash" if line.dashed else "solid",
+                },
                 visible=True if line.name in primary or not primary else "legendonly",
             )
         )
@@ -208,7 +212,9 @@ def closure(summary: Mapping[str, Any]) -> dict | None:
             col=col,
         )
         fig.update_yaxes(title_text=unit, row=1, col=col)
-    fig.update_layout(title="closure: the per-layer sum against the whole model", height=HEIGHT, margin={"t": 80})
+    fig.update_layout(
+        title="closure: the per-layer sum against the whole model", height=HEIGHT, margin={"t": 80}
+    )
     return fig.to_plotly_json()
 
 
@@ -342,7 +348,9 @@ def replay_prediction(report: Mapping[str, Any]) -> dict | None:
         value = report.get(key)
         return float(value) if isinstance(value, (int, float)) else math.nan
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("latency per iteration (µs)", "energy per iteration (J)"))
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("latency per iteration (µs)", "energy per iteration (J)")
+    )
     for col, pairs in enumerate(
         (
             (
@@ -443,7 +451,9 @@ def tiers(report: Mapping[str, Any]) -> dict | None:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("predicted latency (µs)", "predicted energy (J)"))
     for col, key in ((1, "predicted_us"), (2, "predicted_energy_j")):
         values = [v.get(key) if isinstance(v, Mapping) else None for v in breakdown.values()]
-        fig.add_trace(go.Bar(x=names, y=values, marker_color=PALETTE[col - 1], showlegend=False), row=1, col=col)
+        fig.add_trace(
+            go.Bar(x=names, y=values, marker_color=PALETTE[col - 1], showlegend=False), row=1, col=col
+        )
     fig.update_layout(title="by kernel tier", height=HEIGHT - 60, margin={"t": 80})
     return fig.to_plotly_json()
 
