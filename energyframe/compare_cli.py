@@ -76,7 +76,11 @@ def compare(runs, table_format, figures, alpha, min_change, all_channels, labels
         derived=not no_derived,
     )
     if table_format == "text":
-        click.echo(compare_report.text_table(comparison), nl=False)
+        import shutil
+        import sys
+
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 1000
+        click.echo(compare_report.text_table(comparison, width=width), nl=False)
     elif table_format == "md":
         click.echo(compare_report.markdown_table(comparison), nl=False)
     elif table_format == "csv":

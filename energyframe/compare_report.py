@@ -138,13 +138,14 @@ def _cells(comparison: Comparison, row: Row) -> list[str]:
 
 
 # -- tables ---------------------------------------------------------------------------------------
-def text_table(comparison: Comparison) -> str:
+def text_table(comparison: Comparison, width: int = 1000) -> str:
+    """The rich table as text, at most ``width`` columns (wider than the table: no wrapping)."""
     table = Table(title=header(comparison), title_justify="left", header_style="bold")
     for column in _columns(comparison):
         table.add_column(column, overflow="fold")
     for row in comparison.rows:
         table.add_row(*_cells(comparison, row))
-    lines = render(table, width=200)
+    lines = render(table, width=width)
     extra = notes(comparison)
     return lines + ("\n".join(extra) + "\n" if extra else "")
 
