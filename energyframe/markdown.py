@@ -20,6 +20,12 @@ def md_text(value: object) -> str:
     return _SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
 
 
+def md_code(value: object) -> str:
+    """A path or an option set as inline code (shown as written), when it has no backquote."""
+    text = " ".join(str(value).splitlines())
+    return f"`{text}`" if "`" not in text else md_text(text)
+
+
 def table(columns: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool] = ()) -> list[str]:
     """A GitHub-flavoured Markdown table; cells are escaped here."""
     right = list(right) or [False] * len(columns)
@@ -56,7 +62,8 @@ def run_markdown(result: RunResult, run_dir: Path | None = None, all_channels: b
         facts.append(("energyframe", str(version)))
     if meta.get("exit_code") is not None:
         facts.append(("exit code of the measured command", str(meta["exit_code"])))
-    lines += [f"- **{md_text(k)}**: {md_text(v)}" for k, v in facts]
+    code = {"run directory", "workload"}
+    lines += [f"- **{md_text(k)}**: {md_code(v) if k in code else md_text(v)}" for k, v in facts]
     rows = list(result.summaries) if all_channels else result.primary_summaries()
     lines += ["", "## Summary", ""]
     if rows:

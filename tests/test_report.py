@@ -110,10 +110,12 @@ def windows_from_page(rows) -> pd.DataFrame:
 
 
 def assert_page_numbers_equal_windows_csv(page: str, run_dirs):
+    assert_tables_equal_windows_csv(tables(page, "windows"), tables(page, "summary"), run_dirs)
+
+
+def assert_tables_equal_windows_csv(window_tables, summary_tables, run_dirs):
     """The windows table of each run holds exactly windows.csv; each summary median is the
     median of windows.csv's trials."""
-    window_tables = tables(page, "windows")
-    summary_tables = tables(page, "summary")
     assert len(window_tables) == len(summary_tables) == len(run_dirs)
     for (_, rows), (_, summary), run_dir in zip(window_tables, summary_tables, run_dirs):
         csv = store.read_windows(run_dir)  # as energyframe reads it: text columns "" when empty
