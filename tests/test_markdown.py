@@ -58,7 +58,7 @@ def test_report_md_in_the_run_directory(tmp_path):
         assert row[4] == si(float(np.median(group["time_per_iter_s"])), "s")
         assert row[6] == si(float(np.median(group["energy_per_iter_j"])), "J")
     # the pipeline's derived tables
-    assert "## two: per stage, per call \\(x count in the totals\\)" in lines
+    assert "## two: per stage, per call (x count in the totals)" in lines
     assert "## two: pipeline totals per item" in lines
 
 
