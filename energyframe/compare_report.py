@@ -113,7 +113,12 @@ def header(comparison: Comparison) -> str:
 
 
 def notes(comparison: Comparison) -> list[str]:
-    out = [f"warning: {w}" for w in comparison.warnings]
+    out = (
+        []
+        if comparison.rows
+        else [f"nothing to compare: no phase of {comparison.reference} is in another run"]
+    )
+    out += [f"warning: {w}" for w in comparison.warnings]
     for where, names in comparison.only_in.items():
         out.append(f"only in {where or 'none'}: {comparison_names(names)}")
     return out

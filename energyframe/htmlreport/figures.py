@@ -108,8 +108,7 @@ def power_trace(result: RunResult, max_points: int = 20000, title: str = "") -> 
         height=HEIGHT + 60,
         xaxis={"title": "time since the run started (s)", "rangeslider": {"visible": True}},
         yaxis={"title": "power (W)", "fixedrange": False},
-        legend={"orientation": "h", "y": -0.45},
-        margin={"t": 50, "b": 10},
+        margin={"t": 50},
     )
     return fig.to_plotly_json()
 
