@@ -87,4 +87,4 @@ def test_stdout_when_not_saved_and_an_incomplete_run(capsys):
 
 def test_listed_with_its_options():
     out = CliRunner().invoke(main, ["list", "reporters"]).output
-    assert "markdown  [energyframe " in out and "path (str, default None)" in out
+    assert "markdown  [energyframe " in out and "path (str, not set)" in out
