@@ -9,13 +9,14 @@ from click.testing import CliRunner
 import energyframe as ef
 from energyframe.cli import main
 from energyframe.workloads import models
+from energyframe.workloads.perlayer import PerLayer
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
 
 def decomposed(cls, **options):
-    workload = cls(name=cls.__name__, device="meta", per_layer=True, dtype="fp16", **options)
+    workload = PerLayer(model=cls(name=cls.__name__, device="meta", dtype="fp16", **options))
     workload.setup()
     c = Counter()
     for unit in workload.decomposition.units:

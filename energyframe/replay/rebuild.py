@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..workloads.torchops import stand_in
+
 #: the profiler's names for tensor element types
 DTYPE_NAMES = {
     "float": "float32",
@@ -183,29 +185,6 @@ def _unrecorded_lists(packet, types: list[str]) -> str | None:
     return None
 
 
-def _tensor(dims, strides, dtype_name: str, device, low: int | None = None, high: int | None = None):
-    import torch
-
-    dtype = getattr(torch, dtype_name)
-    shape = tuple(int(d) for d in dims)
-    stride = tuple(int(s) for s in strides) if strides and len(strides) == len(shape) else None
-    if stride is None:
-        stride = torch.empty(shape, device="meta").stride()
-    storage = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0
-    if dtype.is_floating_point or dtype.is_complex:
-        if dtype.itemsize == 1:  # float8: randn cannot make it directly
-            base = torch.randn(storage, device=device).to(dtype)
-        else:
-            base = torch.randn(storage, dtype=dtype, device=device)
-    elif dtype == torch.bool:
-        base = torch.randint(0, 2, (storage,), device=device).bool()
-    elif low is not None and high is not None and high > low:
-        base = torch.randint(low, high, (storage,), dtype=dtype, device=device)
-    else:
-        base = torch.zeros(storage, dtype=dtype, device=device)  # zeros index every dimension safely
-    return torch.as_strided(base, shape, stride)
-
-
 def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
     """An op from one ops.jsonl record. Raises RebuildError with the reason."""
     name = record["name"]
@@ -241,7 +220,7 @@ def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
                         index_rule[2] if isinstance(index_rule[2], int) else int(_concrete(concrete[1]) or 0)
                     )
                     low, high = 0, int(table[axis]) if table else None
-                tensor = _tensor(
+                tensor = stand_in(
                     dims[i], strides[i] if i < len(strides) else None, DTYPE_NAMES[t], where, low, high
                 )
                 if where.type == "cpu" and device.type == "cuda" and not wrapped:
@@ -250,7 +229,9 @@ def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
             elif kind == "tensors":
                 parts = dims[i] or []
                 part_strides = strides[i] if i < len(strides) and strides[i] else [None] * len(parts)
-                values.append([_tensor(d, s, tensor_dtype_hint, device) for d, s in zip(parts, part_strides)])
+                values.append(
+                    [stand_in(d, s, tensor_dtype_hint, device) for d, s in zip(parts, part_strides)]
+                )
             elif kind == "dtype":
                 values.append(
                     getattr(torch, SCALAR_TYPES[int(value)]) if isinstance(value, (int, float)) else None

@@ -16,7 +16,10 @@ from ..errors import WorkloadError
 from ..interfaces import Phase
 from ..options import Option
 from .graph import device_sync
-from .models import ModelWorkload
+from .models import ModelRow, ModelWorkload, define_models
+
+BLOOM_560M = {"hidden": 1024, "layers": 24, "heads": 16, "vocab": 250880}
+OPT_125M = {"hidden": 768, "layers": 12, "heads": 12, "vocab": 50272}
 
 LM_OPTIONS = (
     Option(
@@ -58,6 +61,7 @@ class LanguageModel(ModelWorkload):
     FAMILY: ClassVar[str] = ""
     SIZE: ClassVar[Mapping[str, int]] = {}
     OPTIONS = LM_OPTIONS
+    PER_LAYER = False
 
     def config(self):
         import transformers
@@ -159,31 +163,46 @@ class LanguageModel(ModelWorkload):
         return out
 
 
-class Bloom(LanguageModel):
-    DESCRIPTION = "BLOOM of any size by config (hidden, layers, heads, vocab); random weights"
-    FAMILY = "bloom"
-    SIZE = {"hidden": 1024, "layers": 24, "heads": 16, "vocab": 250880}
-
-
-class Bloom560M(Bloom):
-    DESCRIPTION = "BLOOM-560M (hidden 1024, 24 layers, 16 heads, vocabulary 250880); random weights"
-
-
-class OPT(LanguageModel):
-    DESCRIPTION = "OPT of any size by config (hidden, layers, heads, vocab); random weights"
-    FAMILY = "opt"
-    SIZE = {"hidden": 768, "layers": 12, "heads": 12, "vocab": 50272}
-
-
-class OPT125M(OPT):
-    DESCRIPTION = "OPT-125m (hidden 768, 12 layers, 12 heads); random weights"
-
-
-class OPT350M(OPT):
-    DESCRIPTION = "OPT-350m (hidden 1024, 24 layers, 16 heads, 512-d embeddings, post-LN); random weights"
-    SIZE = {"hidden": 1024, "layers": 24, "heads": 16, "vocab": 50272, "proj": 512, "pre_ln": 0}
-
-
-class OPT1_3B(OPT):
-    DESCRIPTION = "OPT-1.3b (hidden 2048, 24 layers, 32 heads); random weights"
-    SIZE = {"hidden": 2048, "layers": 24, "heads": 32, "vocab": 50272}
+#: the language models: entry name, class, description, family and size (a row per entry point)
+LANGUAGE_MODELS = (
+    ModelRow(
+        "bloom",
+        "Bloom",
+        "BLOOM of any size by config (hidden, layers, heads, vocab); random weights",
+        {"FAMILY": "bloom", "SIZE": BLOOM_560M},
+    ),
+    ModelRow(
+        "bloom-560m",
+        "Bloom560M",
+        "BLOOM-560M (hidden 1024, 24 layers, 16 heads, vocabulary 250880); random weights",
+        {"FAMILY": "bloom", "SIZE": BLOOM_560M},
+    ),
+    ModelRow(
+        "opt",
+        "OPT",
+        "OPT of any size by config (hidden, layers, heads, vocab); random weights",
+        {"FAMILY": "opt", "SIZE": OPT_125M},
+    ),
+    ModelRow(
+        "opt-125m",
+        "OPT125M",
+        "OPT-125m (hidden 768, 12 layers, 12 heads); random weights",
+        {"FAMILY": "opt", "SIZE": OPT_125M},
+    ),
+    ModelRow(
+        "opt-350m",
+        "OPT350M",
+        "OPT-350m (hidden 1024, 24 layers, 16 heads, 512-d embeddings, post-LN); random weights",
+        {
+            "FAMILY": "opt",
+            "SIZE": {"hidden": 1024, "layers": 24, "heads": 16, "vocab": 50272, "proj": 512, "pre_ln": 0},
+        },
+    ),
+    ModelRow(
+        "opt-1.3b",
+        "OPT1_3B",
+        "OPT-1.3b (hidden 2048, 24 layers, 32 heads); random weights",
+        {"FAMILY": "opt", "SIZE": {"hidden": 2048, "layers": 24, "heads": 32, "vocab": 50272}},
+    ),
+)
+LANGUAGE_CLASSES = define_models(LanguageModel, LANGUAGE_MODELS, globals())
