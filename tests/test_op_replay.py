@@ -333,3 +333,51 @@ def test_python_numbers_stay_cpu_scalars():
         device
     )
     assert positional[1].device == device
+
+
+@pytest.mark.parametrize(
+    "index,position",
+    [
+        (lambda x, m: x[m], 0),  # a mask over the leading dimensions
+        (lambda x, m: x[:, m[0]], 1),  # a 1-d mask over the second dimension
+    ],
+    ids=["leading", "second-dim"],
+)
+def test_boolean_mask_index_is_rebuilt_from_a_real_trace(tmp_path, index, position):
+    """The profiler records x[mask]'s index list as empty; the mask's shape comes from the
+    op's nonzero child, and its True count from the selects of that nonzero's result."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from energyframe.replay import kineto
+
+    x = torch.randn(4, 6)
+    mask = torch.zeros(4, 6, dtype=torch.bool)
+    mask.view(-1)[torch.randperm(24)[:5]] = True
+    mask[0, 1] = True  # the first row has a True value whatever the permutation
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        expected = index(x, mask)
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    # on the CPU no kernel marks aten::index as launching its own, so take its record directly
+    records = [op.record() for op in kineto.parse(tmp_path / "trace.json").ops if op.name == "aten::index"]
+    assert len(records) == 1 and records[0]["input_dims"][1] == []  # what the profiler left empty
+    masks = records[0]["boolean_masks"]
+    used = mask if position == 0 else mask[0]
+    assert masks == [
+        {"dims": list(used.shape), "strides": list(used.stride()), "true_count": int(used.sum())}
+    ]
+    op = rebuild(records[0], "float32")
+    positional, _ = op.make_args(CPU)
+    indices = positional[1]
+    assert indices[:position] == [None] * position
+    assert indices[position].dtype == torch.bool and int(indices[position].sum()) == int(used.sum())
+    assert op.overload(*positional).shape == expected.shape
+
+
+def test_masks_that_do_not_fit_the_tensor_are_refused():
+    rec = record("aten::index", [[4, 6], []], ["float", ""])
+    rec["boolean_masks"] = [{"dims": [5], "strides": [1], "true_count": 2}]
+    with pytest.raises(
+        RebuildError,
+        match=r"boolean masks of shapes \[\[5\]\] do not fit the indexed tensor's shape \[4, 6\]",
+    ):
+        rebuild(rec)

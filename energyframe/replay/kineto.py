@@ -97,13 +97,56 @@ class Op:
 
     def record(self) -> dict:
         a = self.args
-        return {
+        out = {
             "name": self.name,
             "input_dims": a.get("Input Dims"),
             "input_types": a.get("Input type"),
             "input_strides": a.get("Input Strides"),
             "concrete_inputs": a.get("Concrete Inputs"),
         }
+        if self.name == "aten::index":
+            masks = boolean_masks(self)
+            if masks:
+                out["boolean_masks"] = masks
+        return out
+
+    def descendants(self) -> list[Op]:
+        """Every op nested in this one, in the order they started."""
+        out = []
+        for child in self.children:
+            out += [child, *child.descendants()]
+        return sorted(out, key=lambda o: o.start_us)
+
+
+def boolean_masks(op: Op) -> list[dict]:
+    """The boolean masks an ``aten::index`` was given, read from its children: the profiler
+    records the index list itself as empty. A mask is turned into indices by a ``nonzero``
+    child (whose input is the mask: dims, strides) and then one ``select(1, j)`` per mask
+    dimension of its ``n x mask_dims`` result, whose dims give the mask's True count ``n``."""
+    masks = []
+    nested = op.descendants()
+    for i, child in enumerate(nested):
+        dims, types = child.args.get("Input Dims") or [], child.args.get("Input type") or []
+        if child.name != "aten::nonzero" or not dims or types[:1] != ["bool"]:
+            continue
+        mask = {
+            "dims": dims[0],
+            "strides": (child.args.get("Input Strides") or [None])[0],
+            "true_count": None,
+        }
+        for later in nested[i + 1 :]:
+            shape = (later.args.get("Input Dims") or [None])[0]
+            if (
+                later.name == "aten::select"
+                and (later.args.get("Input type") or [None])[0] == "long int"
+                and isinstance(shape, list)
+                and len(shape) == 2
+                and shape[1] == len(dims[0])
+            ):
+                mask["true_count"] = shape[0]
+                break
+        masks.append(mask)
+    return masks
 
 
 @dataclass

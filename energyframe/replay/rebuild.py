@@ -194,6 +194,9 @@ def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
     concrete = list(record.get("concrete_inputs") or [""] * len(types))
     if not (len(types) == len(dims) == len(concrete)):
         raise RebuildError(f"{name}: the trace's input lists disagree in length")
+    masks = _mask_indices(record) if name == "aten::index" else None
+    if masks is not None:
+        types[1] = "TensorList"  # the list the profiler left empty, known from the op's children
     overload = choose_overload(name, types)
     arguments = overload._schema.arguments
     kernels = " ".join(record.get("kernel_names") or [])
@@ -226,6 +229,15 @@ def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
                 if where.type == "cpu" and device.type == "cuda" and not wrapped:
                     tensor = tensor.pin_memory()
                 values.append(tensor)
+            elif kind == "tensors" and masks is not None:
+                values.append(
+                    [
+                        None
+                        if m is None
+                        else stand_in(m["dims"], m["strides"], "bool", device, true_count=m["true_count"])
+                        for m in masks
+                    ]
+                )
             elif kind == "tensors":
                 parts = dims[i] or []
                 part_strides = strides[i] if i < len(strides) and strides[i] else [None] * len(parts)
@@ -260,6 +272,25 @@ def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
         return positional, keywords
 
     return Rebuilt(name, overload, make_args)
+
+
+def _mask_indices(record: dict) -> list | None:
+    """``aten::index``'s index list from the boolean masks its children revealed (see
+    ``kineto.boolean_masks``): None for the dimensions before the masks, then the masks, which
+    cover consecutive dimensions of the indexed tensor, placed where their shapes fit it first.
+    None when the record has no masks (long index tensors leave no trace of their position)."""
+    masks = record.get("boolean_masks")
+    dims = (record.get("input_dims") or [[]])[0]
+    if not masks or not isinstance(dims, list):
+        return None
+    covered = [d for m in masks for d in m["dims"]]
+    for start in range(len(dims) - len(covered) + 1):
+        if dims[start : start + len(covered)] == covered:
+            return [None] * start + list(masks)
+    raise RebuildError(
+        f"aten::index: boolean masks of shapes {[m['dims'] for m in masks]} do not fit the indexed "
+        f"tensor's shape {dims}"
+    )
 
 
 def float_dtype_hint(records: list[dict]) -> str:
