@@ -1,9 +1,8 @@
 """The per-layer wrapper workload: options passed to the model, the spec the CLI builds, the
 deprecated per_layer=true, and the named models' table against pyproject's entry points."""
 
+import importlib.metadata as md
 import logging
-import tomllib
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -18,7 +17,6 @@ from energyframe.workloads.perlayer import PerLayer, per_layer_models, per_layer
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ef.RunConfig(trials=1, min_window_s=0.01, idle_s=0.0)
 
 
@@ -233,9 +231,7 @@ def test_the_wrapper_on_the_cli(tmp_path):
 
 
 def test_named_models_are_the_rows_of_their_tables():
-    entry_points = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][
-        "energyframe.workloads"
-    ]
+    entry_points = {ep.name: ep.value for ep in md.entry_points(group="energyframe.workloads")}
     rows = [
         (models, models.VISION_MODELS, models.VisionModel),
         (models, models.OPT66B_MODES, models.OPT66B),
