@@ -41,7 +41,7 @@ def test_bloom_560m_trace_replay_and_report(tmp_path):
     # the graph's launch gap, from profiling its replays: its kernels and their busy time
     model = report["kernel_gap_model"]
     print("kernel gap model:", model)
-    assert model["kernels_from"] == "graph" and model["kernels_per_inference"] > 24 * 8
+    assert model["kernels_counted_in"] == "graph" and model["kernels_per_inference"] > 24 * 8
     assert 0 < model["graph_kernel_busy_us"] < report["full_model_graph_inference_us"]
     assert 0 < model["measured_gap_per_kernel_us"] < 20
     assert report["predicted_with_kernel_gaps_us"] > report["predicted_from_kernels_us"]

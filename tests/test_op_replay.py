@@ -394,7 +394,7 @@ def test_kernel_gap_arithmetic():
     assert gapped["latency_s"] == pytest.approx(0.719e-3 + 78 * 1.4e-6)
     # the gaps at the ops' own mean power (0.120 J over 0.719 ms), and at idle power
     assert gapped["energy_j"] == pytest.approx(0.120 * (1 + 78 * 1.4e-6 / 0.719e-3))
-    assert gapped["energy_idle_gaps_j"] == pytest.approx(0.120 + 78 * 1.4e-6 * 118.0)
+    assert gapped["kernel_gaps_energy_at_idle_j"] == pytest.approx(0.120 + 78 * 1.4e-6 * 118.0)
 
 
 def test_the_report_adds_the_graphs_kernel_gaps():
@@ -414,8 +414,8 @@ def test_the_report_adds_the_graphs_kernel_gaps():
     # Σ = 100 us and 0.02 J; the graph: 12 kernels busy for 106 us in 130 us, so 2 us a kernel
     report = prediction(**common, graph_kernels=12, graph_busy_s=106e-6)
     model = report["kernel_gap_model"]
-    assert model["measured_gap_per_kernel_us"] == pytest.approx(2.0) and model["gap_from"] == "graph"
-    assert model["kernels_from"] == "graph" and model["sum_vs_graph_kernels_percent"] == pytest.approx(
+    assert model["measured_gap_per_kernel_us"] == pytest.approx(2.0) and model["gap_source"] == "graph"
+    assert model["kernels_counted_in"] == "graph" and model["sum_vs_graph_kernels_percent"] == pytest.approx(
         100 * (100 / 106 - 1)
     )
     assert report["predicted_with_kernel_gaps_us"] == pytest.approx(124)
@@ -426,8 +426,8 @@ def test_the_report_adds_the_graphs_kernel_gaps():
     report = prediction(**{**common, "graph_latency_s": math.nan}, kernel_gap_option_s=1.5e-6)
     model = report["kernel_gap_model"]
     assert (
-        model["gap_from"] == "option"
-        and model["kernels_from"] == "trace"
+        model["gap_source"] == "option"
+        and model["kernels_counted_in"] == "trace"
         and model["kernels_per_inference"] == 12
     )
     assert report["predicted_with_kernel_gaps_us"] == pytest.approx(100 + 12 * 1.5)

@@ -53,7 +53,7 @@ def with_kernel_gaps(
         "gaps_s": gaps_s,
         "latency_s": predicted_s + gaps_s,
         "energy_j": predicted_j + gaps_s * ops_power_w,
-        "energy_idle_gaps_j": predicted_j + gaps_s * idle_power_w,
+        "kernel_gaps_energy_at_idle_j": predicted_j + gaps_s * idle_power_w,
     }
 
 
@@ -130,20 +130,22 @@ def prediction(
         "kernel_gap_energy_error_percent": _pct(gapped["energy_j"], graph_energy_j),
         "kernel_gap_model": {
             "kernels_per_inference": launches,
-            "kernels_from": "graph" if graph_counted else "trace",
+            "kernels_counted_in": "graph" if graph_counted else "trace",
             "graph_kernel_busy_us": graph_busy_s * 1e6,
             "measured_gap_per_kernel_us": measured_gap_s * 1e6,
             "gap_per_kernel_us": gap_s * 1e6,
-            "gap_from": "option" if kernel_gap_option_s is not None else "graph",
-            "gaps_us": gapped["gaps_s"] * 1e6,
+            "gap_source": "option" if kernel_gap_option_s is not None else "graph",
+            "kernel_gaps_us": gapped["gaps_s"] * 1e6,
             "sum_vs_graph_kernels_percent": _pct(predicted_s, graph_busy_s),
-            "energy_idle_gaps_j": gapped["energy_idle_gaps_j"],
-            "energy_idle_gaps_error_percent": _pct(gapped["energy_idle_gaps_j"], graph_energy_j),
+            "kernel_gaps_energy_at_idle_j": gapped["kernel_gaps_energy_at_idle_j"],
+            "kernel_gaps_energy_at_idle_error_percent": _pct(
+                gapped["kernel_gaps_energy_at_idle_j"], graph_energy_j
+            ),
             "explanation": (
                 "a CUDA graph starts each kernel a short time after the previous one ends; the "
                 "replayed ops' sum leaves that out. gap per kernel = (graph time - its kernels' busy "
                 "time, profiled) / its kernels; the prediction adds kernels x gap, at the ops' mean "
-                "power (energy_idle_gaps_j: at idle power, a lower bound)"
+                "power (kernel_gaps_energy_at_idle_j: at idle power, a lower bound)"
             ),
         },
         "coverage_percent_of_gpu_time": coverage,

@@ -201,9 +201,7 @@ class ReplayWorkload(Workload):
         report = self._report(result)
         summary = {k: v for k, v in report.items() if not isinstance(v, (dict, list))}
         summary.update({f"gap_{k}": v for k, v in report["gap_analysis"].items() if k != "explanation"})
-        summary.update(
-            {f"graph_gap_{k}": v for k, v in report["kernel_gap_model"].items() if k != "explanation"}
-        )
+        summary.update({k: v for k, v in report["kernel_gap_model"].items() if k != "explanation"})
         summary.update(
             replayed_ops=len(self.rebuilt),
             not_rebuilt_ops=len(self.failed),
@@ -245,7 +243,7 @@ class ReplayWorkload(Workload):
                     "graph_error_percent",
                     "full_model_graph_energy_j",
                     "graph_energy_error_percent",
-                    "graph_gap_gap_per_kernel_us",
+                    "gap_per_kernel_us",
                     "predicted_with_kernel_gaps_us",
                     "kernel_gap_error_percent",
                     "predicted_with_kernel_gaps_energy_j",
