@@ -41,6 +41,7 @@ _EXPORTS = {
     "DerivedTable": "energyframe.model",
     "GraphKernel": "energyframe.workloads.graph",
     "Pipeline": "energyframe.workloads.pipeline",
+    "PerLayer": "energyframe.workloads.perlayer",
     "load_kernel": "energyframe.sweeps.kernel",
     "sweep": "energyframe.sweeps.api",
     "SweepResult": "energyframe.sweeps.results",
@@ -110,4 +111,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from .sweeps.results import KernelResult, SweepResult  # noqa: F401
     from .windows import PhaseSummary  # noqa: F401
     from .workloads.graph import GraphKernel  # noqa: F401
+    from .workloads.perlayer import PerLayer  # noqa: F401
     from .workloads.pipeline import Pipeline, Stage  # noqa: F401

@@ -59,7 +59,7 @@ def test_pipeline_with_energy_and_idle_baseline():
 
 
 def test_resnet18_per_layer_closure():
-    result = ef.run("resnet18:batch=8,per_layer=true,validate=true", power=["nvml:gpus=0"], reporters=[])
+    result = ef.run("per-layer:model=resnet18,batch=8,validate=true", power=["nvml:gpus=0"], reporters=[])
     summary = result.derived_table("summary").rows[0]
     layers = result.derived_table("layers").rows
     assert all(r["execution"] == "cuda graph" for r in layers)

@@ -139,11 +139,13 @@ def run(
     if validate and not per_layer:
         raise UsageError("--validate compares a per-layer run with the whole model: add --per-layer")
     if per_layer:
+        from ..workloads.perlayer import per_layer_spec
+
         workload = per_layer_spec(workload, validate)
     if out is not None and str(out).strip() == "":
         raise UsageError("--out is empty; give a directory for the run")
     the_workload: str | CommandWorkload = CommandWorkload(name="command", argv=list(command)) if command else str(workload)
-    name = "command" if command else str(workload).partition(":")[0]
+    name = "command" if command else run_name(str(workload))
     result = orchestrator.run(
         the_workload,
         power=power_from_cli(power),
@@ -157,18 +159,10 @@ def run(
         sys.exit(code)
 
 
-def per_layer_spec(workload: str | None, validate: bool) -> str:
-    """The workload spec with per_layer (and validate) switched on, if the workload has them."""
-    from .. import registry
+def run_name(spec: str) -> str:
+    """What the default run directory is named after: the workload, or the wrapped model."""
     from ..options import parse_spec
 
-    if not workload:
-        raise UsageError("--per-layer needs --workload MODEL")
-    spec = parse_spec(workload)
-    cls = registry.load(registry.WORKLOADS, spec.name)
-    if "per_layer" not in {o.name for o in cls.OPTIONS}:
-        raise UsageError(f"workload {spec.name!r} has no per-layer mode (models such as resnet50 have)")
-    options = {**spec.options, "per_layer": "true"}
-    if validate:
-        options["validate"] = "true"
-    return str(type(spec)(spec.name, options))
+    parsed = parse_spec(spec)
+    model = parsed.options.get("model")
+    return f"{parsed.name}-{model}" if parsed.name == "per-layer" and model else parsed.name
