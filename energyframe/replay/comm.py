@@ -6,7 +6,8 @@ Pure Python (no torch), as ``kineto``. A collective is a ``c10d::`` dispatcher o
 around one and counts only when the trace shows no ``c10d::`` op inside it. Its size is the
 recorded input shape; its element type comes from the ``record_param_comms`` event inside it
 (NCCL traces), else from the functional wrapper's recorded input, else from the trace's
-commonest floating type. Its GPU time is that of the NCCL kernels launched inside it.
+commonest floating type. Its GPU time is that of the kernels launched inside it (NCCL's, and
+any the backend launches itself: ops inside a collective are not leaf ops).
 Barriers are synchronisation, not the model's work: they are counted, not replayed.
 """
 

@@ -147,12 +147,15 @@ class VicunaTP(Workload):
         w, tp, name = self.world, self.tp, self.name
         if w.world_size != tp:
             where = f"WORLD_SIZE is {w.world_size}" if w.launched else "WORLD_SIZE is not set"
-            how = (
+            if tp == 1:
+                raise WorkloadError(
+                    f"{name}: tp=1 runs in one process, but {where}; run it without torchrun, "
+                    f"or set tp={w.world_size}"
+                )
+            raise WorkloadError(
+                f"{name}: tp={tp} runs one process per rank, {tp} in all, but {where}; "
                 f"run it under torchrun --nproc-per-node {tp}"
-                if tp > 1
-                else "run it in one process, without torchrun"
             )
-            raise WorkloadError(f"{name}: tp={tp} needs {tp} process(es), one per rank, but {where}; {how}")
         if tp > 1 and self.options["device"] in ("auto", "cuda"):
             import torch
 
@@ -244,8 +247,9 @@ class VicunaTP(Workload):
         self._first = logits[:, -1:].argmax(-1)
 
     def decode(self, n: int | None = None):
-        """``n`` greedy tokens (default ``new_tokens``), one forward each, on a copy of the
-        prompt's KV cache (the prompt's own tensors are left as they were). Returns the tokens."""
+        """``n`` forwards of one token each (default ``new_tokens``), greedy, on a copy of the
+        prompt's KV cache (the prompt's own tensors are left as they were): the first feeds the
+        token the prompt's forward chose. Returns the ``n`` tokens they chose."""
         import torch
 
         if self._prompt is None:
