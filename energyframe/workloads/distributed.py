@@ -156,6 +156,13 @@ def barrier_sync(device) -> Callable[[], None]:
     return sync
 
 
+def wait_for_ranks() -> None:
+    """Return when every rank has called this (on the host group)."""
+    import torch.distributed as dist
+
+    dist.barrier(group=host_group())
+
+
 def agreed_max(value: float) -> float:
     """The largest ``value`` over the ranks."""
     import torch
