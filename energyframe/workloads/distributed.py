@@ -188,11 +188,15 @@ def agreed_steps(
     window_s: float,
     max_steps: int = 1_000_000_000,
     clock: Callable[[], float] = time.monotonic,
+    warmup: int = 2,
 ) -> tuple[int, float]:
     """Steps per window so that a window lasts at least ``window_s`` on the slowest rank, the
-    same on every rank: growing batches are timed (each synced) and the ranks' largest time
-    decides each next batch, so every rank runs the same steps. Returns the steps and the time
-    per step. Units: s."""
+    same on every rank: after ``warmup`` untimed steps (a first call initialises communicators
+    and caches), growing batches are timed (each synced) and the ranks' largest time decides
+    each next batch, so every rank runs the same steps. Returns the steps and the time per
+    step. Units: s."""
+    for _ in range(warmup):
+        step()
     n = 1
     while True:
         sync()
@@ -222,8 +226,13 @@ def own_channel(result, device) -> str | None:
         uuid = "GPU-" + str(torch.cuda.get_device_properties(device).uuid)
     except (AttributeError, RuntimeError):
         return None
-    primary = set(result.meta.get("primary_channels", []))
-    for source in result.meta.get("sources", []):
+    return channel_of_gpu(result.meta, uuid)
+
+
+def channel_of_gpu(meta, uuid: str) -> str | None:
+    """The primary channel of the GPU with ``uuid`` in a run's metadata (``gpu<NVML index>``)."""
+    primary = set(meta.get("primary_channels", []))
+    for source in meta.get("sources", []):
         for gpu in (source.get("info") or {}).get("gpus", []) or []:
             if str(gpu.get("uuid", "")) == uuid and f"gpu{gpu.get('index')}" in primary:
                 return f"gpu{gpu.get('index')}"
