@@ -162,7 +162,8 @@ class Remote:
             "source": f"{cls.__module__}:{cls.__qualname__}",
             "path": _import_roots(cls.__module__),
             "name": source.name,
-            "options": {k: _jsonable(v) for k, v in source.options.items()},
+            # None means "not set" (an option's value is never None otherwise)
+            "options": {k: _jsonable(v) for k, v in source.options.items() if v is not None},
             "prepared": source.prepared,
             "raw_dir": str(context.raw_dir) if context.raw_dir is not None else None,
         }
