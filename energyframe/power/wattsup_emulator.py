@@ -70,7 +70,7 @@ def csv_profile(path: str | Path, loop: bool = True) -> Callable[[float], float]
 def nvml_profile(baseline_w: float, gpu: int = 0, scale: float = 1.0) -> Callable[[float], float]:
     """A profile of the wall behind a GPU: ``baseline_w`` plus ``scale`` times the GPU's NVML
     power (read live)."""
-    from .nvml_sampler import load_pynvml
+    from .nvml.device import load_pynvml
 
     nvml = load_pynvml()
     nvml.nvmlInit()
