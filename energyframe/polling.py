@@ -144,20 +144,20 @@ class PollingSource(PowerSource):
         self.prepared: dict[str, Any] = {}
         #: the context ``start`` was given (in the child: its raw_dir, and warn to the parent)
         self.context = SourceContext()
-        self._lock = threading.Lock()
-        self._pending: list[Sample] = []
-        self._error: str | None = None
-        self._raised = False
-        self._stop = threading.Event()
-        self._children: list[subprocess.Popen] = []
-        self._threads: list[threading.Thread] = []
-        self._alive: dict[str, float] = {}
-        self._tasks: list[Task] = []
-        self._channels: dict[str, Channel] = {}
-        self._policy: dict[str, Dedup] = {}
-        self._last: dict[str, tuple[float, float]] = {}
-        self._opened = False
-        self._remote: Any = None  # a sampler.Remote in process mode
+        self._poll_lock = threading.Lock()
+        self._poll_pending: list[Sample] = []
+        self._poll_error: str | None = None
+        self._poll_raised = False
+        self._poll_stop = threading.Event()
+        self._poll_children: list[subprocess.Popen] = []
+        self._poll_threads: list[threading.Thread] = []
+        self._poll_alive: dict[str, float] = {}
+        self._poll_tasks: list[Task] = []
+        self._poll_channels: dict[str, Channel] = {}
+        self._poll_policy: dict[str, Dedup] = {}
+        self._poll_last: dict[str, tuple[float, float]] = {}
+        self._poll_opened = False
+        self._poll_remote: Any = None  # a sampler.Remote in process mode
 
     # -- what an author writes -------------------------------------------------------------
     def open(self) -> Sequence[Channel]:
@@ -198,9 +198,14 @@ class PollingSource(PowerSource):
         return self.options.get("mode") or self.DEFAULT_MODE
 
     @property
+    def sampler_process(self) -> subprocess.Popen | None:
+        """The child process acquiring in process mode (``None`` in thread mode)."""
+        return self._poll_remote.proc if self._poll_remote is not None else None
+
+    @property
     def stopping(self) -> bool:
         """True once ``stop`` began or acquisition failed: loops and streams should end."""
-        return self._stop.is_set()
+        return self._poll_stop.is_set()
 
     def poll_interval_s(self) -> float:
         """The default poller's pause: the ``interval_s`` or ``interval_ms`` option, if any."""
@@ -217,17 +222,17 @@ class PollingSource(PowerSource):
     def spawn(self, args: Sequence[str], **popen: Any) -> subprocess.Popen:
         """Start a process that ``stop`` (or a failure) terminates and reaps."""
         proc = subprocess.Popen(list(args), **popen)
-        self._children.append(proc)
+        self._poll_children.append(proc)
         return proc
 
     def fail(self, message: str) -> None:
         """Latch a failure from any thread: acquisition stops, ``read`` raises it once, after
         the samples acquired before it."""
-        with self._lock:
-            if self._error is not None:
+        with self._poll_lock:
+            if self._poll_error is not None:
                 return
-            self._error = message
-        self._stop.set()
+            self._poll_error = message
+        self._poll_stop.set()
         self._reap_children()
 
     # -- the PowerSource contract ---------------------------------------------------------------
@@ -237,47 +242,47 @@ class PollingSource(PowerSource):
         if self.mode == "process":
             from .sampler import Remote
 
-            self._remote = Remote(self)
-            return self._remote.start(context)
+            self._poll_remote = Remote(self)
+            return self._poll_remote.start(context)
         channels = self._open_here()
         self._run_here(self._take)
         return channels
 
     def read(self) -> list[Sample]:
-        if self._remote is not None:
-            self._remote.pull()
+        if self._poll_remote is not None:
+            self._poll_remote.pull()
         else:
             self._watch()
-        with self._lock:
-            out, self._pending = self._pending, []
+        with self._poll_lock:
+            out, self._poll_pending = self._poll_pending, []
             if out:
                 return out
-            if self._error is not None and not self._raised:
-                self._raised = True
-                raise PowerSourceError(self._error)
+            if self._poll_error is not None and not self._poll_raised:
+                self._poll_raised = True
+                raise PowerSourceError(self._poll_error)
         return []
 
     def stop(self) -> None:
-        if self._remote is not None:
-            self._remote.stop()
+        if self._poll_remote is not None:
+            self._poll_remote.stop()
         else:
             self._stop_here()
 
     def info(self) -> Mapping[str, Any]:
-        info = dict(self._remote.info if self._remote is not None else self.describe())
+        info = dict(self._poll_remote.info if self._poll_remote is not None else self.describe())
         if "mode" in self.options:
             info["mode"] = self.mode
         return info
 
     # -- acquisition where it runs (this process, or the child) ---------------------------------
     def _open_here(self) -> list[Channel]:
-        self._stop.clear()
+        self._poll_stop.clear()
         try:
             channels = list(self.open())
-            self._opened = True
-            self._channels = {c.name: c for c in channels}
-            self._policy = {c.name: Dedup(self.dedup(c)) for c in channels}
-            self._tasks = list(self.tasks())
+            self._poll_opened = True
+            self._poll_channels = {c.name: c for c in channels}
+            self._poll_policy = {c.name: Dedup(self.dedup(c)) for c in channels}
+            self._poll_tasks = list(self.tasks())
         except BaseException:
             self._close_once(force=True)
             raise
@@ -285,26 +290,26 @@ class PollingSource(PowerSource):
 
     def _run_here(self, sink: Callable[[list[Sample]], None]) -> None:
         now = time.monotonic()
-        for task in self._tasks:
-            self._alive[task.name] = now
+        for task in self._poll_tasks:
+            self._poll_alive[task.name] = now
             target = self._poll_loop if isinstance(task, Poller) else self._stream_loop
             thread = threading.Thread(
                 target=self._guard, args=(target, task, sink), name=f"energyframe-{task.name}", daemon=True
             )
-            self._threads.append(thread)
-        for thread in self._threads:
+            self._poll_threads.append(thread)
+        for thread in self._poll_threads:
             thread.start()
 
     def _stop_here(self) -> None:
-        self._stop.set()
+        self._poll_stop.set()
         self._reap_children()
-        for thread in self._threads:
+        for thread in self._poll_threads:
             thread.join(timeout=JOIN_TIMEOUT_S)
         self._close_once()
 
     def _close_once(self, force: bool = False) -> None:
-        if self._opened or force:
-            self._opened = False
+        if self._poll_opened or force:
+            self._poll_opened = False
             try:
                 self.close()
             except Exception as e:  # releasing hardware must not hide the first error
@@ -321,40 +326,40 @@ class PollingSource(PowerSource):
 
     def _poll_loop(self, task: Poller, sink) -> None:
         prev_mid: float | None = None
-        while not self._stop.is_set():
+        while not self._poll_stop.is_set():
             m0 = time.monotonic()
             readings = task.poll()
             m1 = time.monotonic()
-            self._alive[task.name] = m1
+            self._poll_alive[task.name] = m1
             mid = (m0 + m1) / 2
             batch = self._stamp(readings, mid, prev_mid)
             prev_mid = mid
             if batch:
                 sink(batch)
             if task.interval_s > 0:
-                self._stop.wait(task.interval_s)
+                self._poll_stop.wait(task.interval_s)
 
     def _stream_loop(self, task: Stream, sink) -> None:
         for readings in task.read():
             now = time.monotonic()
-            self._alive[task.name] = now
+            self._poll_alive[task.name] = now
             batch = self._stamp(readings, now, None)
             if batch:
                 sink(batch)
-        if not self._stop.is_set():
+        if not self._poll_stop.is_set():
             raise PowerSourceError(f"{task.name} ended unexpectedly")
 
     def _stamp(self, readings: Readings, mid: float, prev_mid: float | None) -> list[Sample]:
         if not isinstance(readings, Mapping):
             out = [Sample(*s) for s in readings]
             for s in out:
-                if s.channel not in self._channels:
+                if s.channel not in self._poll_channels:
                     raise PowerSourceError(self._undeclared(s.channel))
             return out
         out = []
         offset = None
         for name, value in readings.items():
-            channel = self._channels.get(name)
+            channel = self._poll_channels.get(name)
             if channel is None:
                 raise PowerSourceError(self._undeclared(name))
             value = float(value)
@@ -364,23 +369,23 @@ class PollingSource(PowerSource):
                     offset = time.time() - time.monotonic()
                 t += offset
                 before = None if before is None else before + offset
-            policy = self._policy[name]
+            policy = self._poll_policy[name]
             if policy is Dedup.KEEP:
                 out.append(Sample(name, t, value))
                 continue
-            last = self._last.get(name)
+            last = self._poll_last.get(name)
             if last is None:
-                self._last[name] = (value, t)
+                self._poll_last[name] = (value, t)
                 if policy is Dedup.CHANGES:
                     out.append(Sample(name, t, value))
             elif value != last[0]:
                 # the change happened between the previous poll and this one
                 changed = (before + t) / 2 if before is not None else t
                 out.append(Sample(name, changed, value))
-                self._last[name] = (value, changed)
+                self._poll_last[name] = (value, changed)
             elif policy is Dedup.CHANGES and t - last[1] >= channel.resolution_s:
                 out.append(Sample(name, t, value))  # unchanged: say so, or it looks like a gap
-                self._last[name] = (value, t)
+                self._poll_last[name] = (value, t)
         return out
 
     def _undeclared(self, name: str) -> str:
@@ -389,9 +394,9 @@ class PollingSource(PowerSource):
         )
 
     def _take(self, batch: list[Sample]) -> None:
-        with self._lock:
-            self._pending.extend(batch)
-            flooded = len(self._pending) > self.MAX_PENDING
+        with self._poll_lock:
+            self._poll_pending.extend(batch)
+            flooded = len(self._poll_pending) > self.MAX_PENDING
         if flooded:
             self.fail(
                 f"power source {self.name!r} holds more than {self.MAX_PENDING} samples nobody read: "
@@ -400,13 +405,13 @@ class PollingSource(PowerSource):
 
     def _watch(self) -> None:
         """Fail the source when a loop has not come round for longer than it may."""
-        if self._stop.is_set():
+        if self._poll_stop.is_set():
             return
         now = time.monotonic()
-        for task in self._tasks:
+        for task in self._poll_tasks:
             if task.silent_after_s is None:
                 continue
-            quiet = now - self._alive.get(task.name, now)
+            quiet = now - self._poll_alive.get(task.name, now)
             if quiet > task.silent_after_s:
                 message = (
                     task.on_silence(quiet)
@@ -417,7 +422,7 @@ class PollingSource(PowerSource):
                 return
 
     def _reap_children(self) -> None:
-        for proc in self._children:
+        for proc in self._poll_children:
             reap(proc)
 
 

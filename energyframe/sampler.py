@@ -228,8 +228,8 @@ class Remote:
             source.context.warn(message)
         reader.warnings.clear()
         if samples:
-            with source._lock:
-                source._pending.extend(samples)
+            with source._poll_lock:
+                source._poll_pending.extend(samples)
 
     def pull(self) -> None:
         """Move what the child wrote into the source's buffer; notice a child that died."""
@@ -254,7 +254,7 @@ class Remote:
                 source.fail(reader.error)
 
     def stop(self) -> None:
-        self.source._stop.set()
+        self.source._poll_stop.set()
         self._end()
         with self._lock:
             if not self._stopped and self.reader is not None:
@@ -354,12 +354,12 @@ def main(argv: list[str] | None = None) -> int:
         if os.getppid() != parent:  # the parent died: do not sample forever
             break
     source._stop_here()
-    with source._lock:
-        pending, source._pending = source._pending, []
+    with source._poll_lock:
+        pending, source._poll_pending = source._poll_pending, []
     if pending:
         out.samples(pending)
-    if source._error is not None:
-        out.error(source._error)
+    if source._poll_error is not None:
+        out.error(source._poll_error)
         return 1
     out.done(source.describe())
     return 0

@@ -310,8 +310,8 @@ def test_sampler_process_dying_is_reported(fake_nvml):
     fake_nvml()
     source = NVMLPowerSource(name="nvml")
     source.start(SourceContext())
-    os.kill(source._remote.proc.pid, signal.SIGKILL)
-    source._remote.proc.wait()
+    os.kill(source.sampler_process.pid, signal.SIGKILL)
+    source.sampler_process.wait()
     with pytest.raises(PowerSourceError, match=r"the NVML sampler process died \(exit code -9\)"):
         for _ in range(100):
             source.read()
@@ -326,7 +326,7 @@ def test_sampler_process_stops_cleanly_and_keeps_a_raw_log(fake_nvml, tmp_path):
     source.stop()
     log = (tmp_path / "raw" / "nvml-sampler.log").read_text().splitlines()
     assert log[0].startswith("C,") and log[-1].startswith("Q,")
-    assert source._remote.proc.returncode == 0
+    assert source.sampler_process.returncode == 0
     assert len(source.read()) > 0  # samples not read before stop() are still handed over
 
 
@@ -336,7 +336,7 @@ def test_samples_stay_readable_after_stop_without_a_run_directory(fake_nvml):
     source.start(SourceContext())
     time.sleep(0.5)
     source.stop()
-    assert not source._remote.reader.path.exists()  # the temporary log is removed
+    assert not source._poll_remote.reader.path.exists()  # the temporary log is removed
     assert {s.channel for s in source.read()} >= {"gpu0", "gpu0.power_samples"}
     assert source.read() == []
 

@@ -123,7 +123,7 @@ def test_a_failure_is_raised_once_after_the_samples_before_it(mode):
 def test_process_mode_runs_in_a_child_that_is_reaped_on_stop(tmp_path):
     source = SignalSource(name="sig", period_s=0.005, mode="process")
     source.start(SourceContext(raw_dir=tmp_path / "raw"))
-    proc = source._remote.proc
+    proc = source.sampler_process
     assert proc.pid != os.getpid() and proc.poll() is None
     time.sleep(0.2)
     assert source.read()
@@ -162,7 +162,7 @@ def test_the_child_exits_when_its_parent_dies(tmp_path):
         from tests.fakes import SignalSource
         source = SignalSource(name="sig", mode="process")
         source.start(SourceContext())
-        print(source._remote.proc.pid, flush=True)
+        print(source.sampler_process.pid, flush=True)
         os._exit(0)  # dies without stopping its source
         """
     )
@@ -198,7 +198,7 @@ class Hanging(Scripted):
 
     def _poll(self):
         if getattr(self, "_polled", False):
-            self._stop.wait(30)
+            self._poll_stop.wait(30)
         self._polled = True
         return {"keep": 1.0}
 
