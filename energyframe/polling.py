@@ -284,6 +284,7 @@ class PollingSource(PowerSource):
             self._poll_policy = {c.name: Dedup(self.dedup(c)) for c in channels}
             self._poll_tasks = list(self.tasks())
         except BaseException:
+            self._reap_children()
             self._close_once(force=True)
             raise
         return channels
