@@ -42,6 +42,7 @@ from .model import (
 from .options import Option, resolve_options
 
 if TYPE_CHECKING:
+    from .polling import Dedup, Poller, PollingSource, Stream
     from .results import COMPLETE, INCOMPLETE, RunResult
     from .samples import SampleSeries
     from .stats import Spread
@@ -56,6 +57,10 @@ _LAZY = {
     "SampleSeries": "samples",
     "Spread": "stats",
     "PhaseSummary": "windows",
+    "PollingSource": "polling",
+    "Poller": "polling",
+    "Stream": "polling",
+    "Dedup": "polling",
 }
 
 
@@ -199,8 +204,11 @@ __all__ = [
     "DerivedTable",
     "Detection",
     "EnergyFrameError",
+    "Dedup",
     "Option",
     "OptionError",
+    "Poller",
+    "PollingSource",
     "Phase",
     "PhaseSummary",
     "Plugin",
@@ -214,6 +222,7 @@ __all__ = [
     "Scope",
     "SourceContext",
     "Spread",
+    "Stream",
     "Timing",
     "UsageError",
     "WindowAnnotation",
