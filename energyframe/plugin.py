@@ -42,7 +42,6 @@ from .model import (
 from .options import Option, resolve_options
 
 if TYPE_CHECKING:
-    from .polling import Dedup, Poller, PollingSource, Stream
     from .results import COMPLETE, INCOMPLETE, RunResult
     from .samples import SampleSeries
     from .stats import Spread
@@ -204,11 +203,11 @@ __all__ = [
     "DerivedTable",
     "Detection",
     "EnergyFrameError",
-    "Dedup",
+    "Dedup",  # noqa: F822 (lazy: __getattr__)
     "Option",
     "OptionError",
-    "Poller",
-    "PollingSource",
+    "Poller",  # noqa: F822
+    "PollingSource",  # noqa: F822
     "Phase",
     "PhaseSummary",
     "Plugin",
@@ -222,7 +221,7 @@ __all__ = [
     "Scope",
     "SourceContext",
     "Spread",
-    "Stream",
+    "Stream",  # noqa: F822
     "Timing",
     "UsageError",
     "WindowAnnotation",
