@@ -119,7 +119,8 @@ class _Pieces:
             n = int(math.ceil((end - start) / bin_s - 1e-9))
             local = start + bin_s * np.arange(n)
             edges.append(local)
-            columns.append(offset[kind] + np.arange(n))
+            # a segment longer than the profile (fitted on other cycles) keeps its last bin
+            columns.append(offset[kind] + np.minimum(np.arange(n), bins[kind] - 1))
         self.lo = np.concatenate(edges)
         self.hi = np.append(self.lo[1:], segments.end_s)
         self.column = np.concatenate(columns)

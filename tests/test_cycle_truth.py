@@ -133,3 +133,19 @@ def test_segments_must_be_consistent():
         Segments(np.array([0.0, 1.0]), ("on", "off"), 0.5)
     with pytest.raises(ValueError, match="2 on edges but 1 off edges"):
         Segments.from_cycles([0.0, 1.0], [0.5], 2.0)
+
+
+def test_a_profile_from_some_cycles_gives_the_truth_of_the_others():
+    # fitted on the first half, laid along every cycle; the last idle segment is longer than any
+    # the profile saw, and its extra bins take the profile's last bin
+    edges, ticks, counter, segments, energy = run(seed=10, cycles=80, fall_s=0.03)
+    half = Segments.from_cycles(edges[:40, 0], edges[:40, 1], float(edges[39, 2]))
+    profile = fit_profile(ticks, counter, half)
+    longer = Segments.from_cycles(edges[:, 0], edges[:, 1], float(edges[-1, 2]) + 0.4)
+    assert profile.power_w["off"].size * profile.bin_s < longer.end_s - longer.starts_s[-1]
+    # windows ending around and past the longest idle the profile saw (0.5 s + the gap)
+    seen = profile.power_w["off"].size * profile.bin_s
+    tails = [[edges[-1, 1], edges[-1, 1] + seen + d] for d in (-0.04, -0.01, 0.01, 0.04, 0.3)]
+    w = np.vstack([windows_of(edges[40:])["off"], tails])
+    exact = energy(w[:, 1]) - energy(w[:, 0])
+    assert worst_pct(window_truth(profile, ticks, counter, longer, w), exact) < 1.0
