@@ -60,6 +60,8 @@ WINDOW_KINDS = [
 TARGET_PCT = {"loaded": 2.0, "idle": 5.0}
 #: differences of |error| below this are ties (the truth's own resolution is ~0.01-0.1 %). Units: %.
 TIE_PCT = 0.05
+#: the benchmark's own parameters, saved beside the run
+PARAMETERS = "benchmark.json"
 FUSED = "fused"
 COUNTER = "counter (interpolated)"
 
@@ -89,17 +91,14 @@ def record(args) -> Path:
     run_for(step, sync, 3.0)  # clocks, temperature and power settle
     per_step = time_per_step(step, sync)
     n_on = max(1, round(args.on_s / per_step))
-    sources = [NVMLPowerSource(name="nvml", gpus=args.gpu)]
+    chosen = {"gpus": args.gpu} if args.gpu else {}  # default: the GPU CUDA sees
+    sources = [NVMLPowerSource(name="nvml", **chosen)]
     if args.smi:
         from energyframe.power.nvidia_smi import NvidiaSmiPowerSource
 
-        sources.append(NvidiaSmiPowerSource(name="nvidia-smi", gpus=args.gpu, prefix="smi.", interval_ms=20))
+        sources.append(NvidiaSmiPowerSource(name="nvidia-smi", prefix="smi.", interval_ms=20, **chosen))
     rng = random.Random(args.seed)
-    note = (
-        f"transient benchmark: {args.cycles} cycles of {n_on} GEMMs (~{args.on_s} s at "
-        f"{per_step * 1e3:.3f} ms each), {args.off_s} s idle, random gap up to {args.gap_s} s"
-    )
-    with ef.measure(power=sources, sync=sync, out=args.run_dir, notes=[note]) as m:
+    with ef.measure(power=sources, sync=sync, out=args.run_dir) as m:
         time.sleep(1.5)  # idle before the first cycle
         for _ in range(args.cycles):
             with m.window("on", iterations=n_on):
@@ -109,6 +108,17 @@ def record(args) -> Path:
                 time.sleep(args.off_s)
             time.sleep(rng.uniform(0.0, args.gap_s))
         time.sleep(1.0)
+    parameters = {
+        "cycles": args.cycles,
+        "gemms_per_on_window": n_on,
+        "seconds_per_gemm": per_step,
+        "on_s": args.on_s,
+        "off_s": args.off_s,
+        "gap_s": args.gap_s,
+        "seed": args.seed,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    (Path(args.run_dir) / PARAMETERS).write_text(json.dumps(parameters, indent=1))
     return Path(args.run_dir)
 
 
@@ -173,7 +183,9 @@ def _stats(errors: np.ndarray) -> dict:
     }
 
 
-def analyse(run: RunData, bin_s: float | None = None, smoothing: float | None = None) -> dict:
+def analyse(
+    run: RunData, bin_s: float | None = None, smoothing: float | None = None, parameters: dict | None = None
+) -> dict:
     """Truth, every method's energy and error for every window; summaries and checks."""
     from energyframe import cycle_truth
 
@@ -258,6 +270,19 @@ def analyse(run: RunData, bin_s: float | None = None, smoothing: float | None = 
         for name, _, _, _ in WINDOW_KINDS
     }
 
+    # the truth must be finer than the targets it judges: its cross-checks against half of them
+    warnings = []
+    if not np.any(np.isfinite(other)):
+        warnings.append(f"{n} cycles are too few for the half-run cross-check of the truth: run more")
+    for name, load, on_step, _ in WINDOW_KINDS:
+        for check in ("other_half", "smoothing_x4_and_div4"):
+            spread = checks[name][check]["max_abs_pct"]
+            if on_step and np.isfinite(spread) and spread > TARGET_PCT[load] / 2:
+                warnings.append(
+                    f"the truth of '{name}' windows moves by up to {spread:.2f} % ({check}): too coarse to "
+                    f"judge the {TARGET_PCT[load]} % target (cycles not identical enough?)"
+                )
+
     lags = {}
     buf = run.series[f"{gpu}.power_samples"]
     for suffix in ("power_instant", "power_average"):
@@ -271,7 +296,7 @@ def analyse(run: RunData, bin_s: float | None = None, smoothing: float | None = 
         "device": device,
         "driver": driver,
         "run_started_at": run.meta.get("started_at"),
-        "notes": run.meta.get("notes", []),
+        "parameters": parameters or {},
         "gpu_channel": gpu,
         "cycles": int(n),
         "on_s_median": float(np.median(edges[:, 1] - edges[:, 0])),
@@ -293,6 +318,7 @@ def analyse(run: RunData, bin_s: float | None = None, smoothing: float | None = 
         "targets_pct": TARGET_PCT,
         "meets_targets": targets,
         "fused_not_worse_than_counter": beats,
+        "warnings": warnings,
         "windows": [
             {
                 "kind": kind,
@@ -364,6 +390,8 @@ def print_report(out: dict) -> None:
         "fused not worse than the counter (median and max, within the truth's resolution) on every window kind: "
         + ("yes" if not worse else "no: " + ", ".join(worse))
     )
+    for warning in out["warnings"]:
+        print(f"WARNING: {warning}")
 
 
 def plot(run: RunData, out: dict, png: str, first_cycle: int = 3, cycles: int = 3) -> None:
@@ -426,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     run_dir = Path(args.offline) if args.offline else record(args)
     run = load_run(run_dir)
-    out = analyse(run)
+    saved = run_dir / PARAMETERS
+    out = analyse(run, parameters=json.loads(saved.read_text()) if saved.exists() else None)
     out["run_dir"] = str(run_dir)
     print_report(out)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

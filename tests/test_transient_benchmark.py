@@ -118,6 +118,7 @@ def test_the_table_ranks_the_methods_as_the_exact_energy_does(analysis):
     assert out["profile"]["crossing_off_s"] == pytest.approx(0.015, abs=0.005)  # half-way down a 30-ms fall
     for kind in ("on", "off"):
         assert out["truth_checks"][kind]["other_half"]["max_abs_pct"] < 1.0
+    assert out["warnings"] == []
 
 
 def test_offline_command_writes_the_raw_numbers_and_prints_the_table(recorded, tmp_path, capsys):
