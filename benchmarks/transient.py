@@ -44,19 +44,23 @@ from run_data import RunData, counter_energy_of, gpu_info, load_run, window_ener
 from energyframe.cycle_truth import Segments, fit_profile, profile_energy, window_truth  # noqa: E402
 from energyframe.fusion import ShapeSeries, fuse, fused_channels  # noqa: E402
 
-#: window kinds: (name, load, starts or ends on a step, (start, end) from one cycle's edges
-#: (on start, on end, off start, off end))
+#: window kinds: (name, load, judged against the targets, (start, end) from one cycle's edges
+#: (on start, on end, off start, off end)). The targets are for the whole 0.5-s phases, which
+#: start or end on a load step; the 0.2-s windows show where the error comes from. A tick is
+#: stamped within ±2 ms, which moves every counter-based figure, the truth included, by up to
+#: ±1.4 J per edge at 700 W: ~0.4 % of a loaded 0.5-s window, but ~1 % of a 0.2-s one.
 WINDOW_KINDS = [
     ("on", "loaded", True, lambda a, b, b2, c: (a, b)),
-    ("on, first 0.2 s", "loaded", True, lambda a, b, b2, c: (a, a + 0.2)),
-    ("on, last 0.2 s", "loaded", True, lambda a, b, b2, c: (b - 0.2, b)),
+    ("on, first 0.2 s", "loaded", False, lambda a, b, b2, c: (a, a + 0.2)),
+    ("on, last 0.2 s", "loaded", False, lambda a, b, b2, c: (b - 0.2, b)),
     ("on, middle 0.2 s", "loaded", False, lambda a, b, b2, c: (a + 0.15, a + 0.35)),
     ("off", "idle", True, lambda a, b, b2, c: (b2, c)),
-    ("off, first 0.2 s", "idle", True, lambda a, b, b2, c: (b2, b2 + 0.2)),
+    ("off, first 0.2 s", "idle", False, lambda a, b, b2, c: (b2, b2 + 0.2)),
     # 0.15 s from both edges: the next cycle may start within 0.1 s of the off window's end
     ("off, middle 0.2 s", "idle", False, lambda a, b, b2, c: (b2 + 0.15, b2 + 0.35)),
 ]
-#: |error| targets for windows that start or end on a load step (the issue's): loaded, idle. Units: %.
+#: max |error| targets for the whole on and off phases, which start and end on load steps (the
+#: issue's): loaded, idle. Units: %.
 TARGET_PCT = {"loaded": 2.0, "idle": 5.0}
 #: differences of |error| below this are ties (the truth's own resolution is ~0.01-0.1 %). Units: %.
 TIE_PCT = 0.05
@@ -252,8 +256,8 @@ def analyse(
     targets = {}
     for m in methods:
         verdict = {}
-        for name, load, on_step, _ in WINDOW_KINDS:
-            if on_step:
+        for name, load, judged, _ in WINDOW_KINDS:
+            if judged:
                 worst = summary[m][name]["max_abs_pct"]
                 verdict[name] = bool(worst <= TARGET_PCT[load])
         targets[m] = verdict
@@ -274,10 +278,10 @@ def analyse(
     warnings = []
     if not np.any(np.isfinite(other)):
         warnings.append(f"{n} cycles are too few for the half-run cross-check of the truth: run more")
-    for name, load, on_step, _ in WINDOW_KINDS:
+    for name, load, judged, _ in WINDOW_KINDS:
         for check in ("other_half", "smoothing_x4_and_div4"):
             spread = checks[name][check]["max_abs_pct"]
-            if on_step and np.isfinite(spread) and spread > TARGET_PCT[load] / 2:
+            if judged and np.isfinite(spread) and spread > TARGET_PCT[load] / 2:
                 warnings.append(
                     f"the truth of '{name}' windows moves by up to {spread:.2f} % ({check}): too coarse to "
                     f"judge the {TARGET_PCT[load]} % target (cycles not identical enough?)"
@@ -358,10 +362,8 @@ def print_report(out: dict) -> None:
         print(f"lag of {name} behind the buffer (cross-correlation): {lag * 1e3:.0f} ms")
 
     kinds = [k for k, _, _, _ in WINDOW_KINDS]
-    print("\nmedian / max |error| % against the truth (windows marked * start or end on a load step)")
-    header = f"{'method':32s}" + "".join(
-        f"{(k + ('*' if on_step else '')):>19s}" for k, _, on_step, _ in WINDOW_KINDS
-    )
+    print("\nmedian / max |error| % against the truth (* judged against the targets)")
+    header = f"{'method':32s}" + "".join(f"{(k + ('*' if judged else '')):>19s}" for k, _, judged, _ in WINDOW_KINDS)
     print(header)
     print(f"{'truth (mean J)':32s}" + "".join(f"{out['truth_checks'][k]['truth_mean_j']:>19.1f}" for k in kinds))
     for m, by_kind in out["summary"].items():
@@ -375,7 +377,8 @@ def print_report(out: dict) -> None:
         )
         print(f"  {label:30s}" + cells)
     print(
-        f"\ntargets on windows at a step, max |error|: loaded <= {TARGET_PCT['loaded']} %, idle <= {TARGET_PCT['idle']} %"
+        f"\ntargets for the whole on / off phases (they start and end on load steps), max |error|: "
+        f"loaded <= {TARGET_PCT['loaded']} %, idle <= {TARGET_PCT['idle']} %"
     )
     for m, verdict in out["meets_targets"].items():
         missed = [k for k, ok in verdict.items() if not ok]

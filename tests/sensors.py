@@ -101,14 +101,20 @@ def buffer_samples(
     period_s: float = 0.02,
     jitter_s: float = 0.0005,
     late_s: float = 0.0,
+    mean_s: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The driver's buffer: each sample the mean power since the previous one, stamped
-    ``late_s`` late."""
+    """The driver's buffer, stamped ``late_s`` late: each sample the mean power since the
+    previous one (``mean_s=None``), over the last ``mean_s`` before its time, or the power at
+    its time (``mean_s=0``). Which of these the driver does is not documented."""
     n = int(end_s / period_s)
     u = np.sort(period_s * np.arange(1, n) + rng.uniform(-jitter_s, jitter_s, n - 1))
-    e = load.energy_j(u)
-    mean = np.diff(e) / np.diff(u)
-    return u[1:] + late_s, mean
+    if mean_s is None:
+        e = load.energy_j(u)
+        return u[1:] + late_s, np.diff(e) / np.diff(u)
+    u = u[1:]
+    if mean_s == 0:
+        return u + late_s, load.power_w(u)
+    return u + late_s, (load.energy_j(u) - load.energy_j(u - mean_s)) / mean_s
 
 
 def instant_samples(

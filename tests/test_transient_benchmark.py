@@ -1,8 +1,8 @@
 """The transient benchmark's offline analysis on a recorded-like run (no GPU).
 
 The run is synthetic but saved and read back in the real run format: a square-wave load with
-soft edges, read the way NVML reads it (counter ticks in mJ, a 20-ms buffer of period means
-stamped 12 ms late, instant power), windows "on" and "off" as ``ef.measure`` records them, all
+soft edges, read the way NVML reads it (counter ticks in mJ stamped within ±2 ms, a 20-ms
+buffer of period means stamped 12 ms late, instant power), windows "on" and "off" as ``ef.measure`` records them, all
 on Unix time. The truth the benchmark derives from the counter alone must match the load's
 exact energy, and its table must rank the methods as the exact energy does.
 """
@@ -41,6 +41,7 @@ def recorded(tmp_path_factory):
     end = float(edges[-1, 2]) + 1.5
     ticks = tick_times(rng, end)
     counter_mj = np.round((3.2e6 + load.energy_j(ticks)) * 1e3)  # NVML counts mJ
+    ticks = ticks + rng.uniform(-0.002, 0.002, ticks.size)  # stamped between two ~4-ms polls
     buf_t, buf_p = buffer_samples(load, rng, end, late_s=0.012)
     inst_t, inst_p = instant_samples(load, rng, end)
     mono, wall = ClockBase.MONOTONIC, ClockBase.WALL
@@ -93,7 +94,10 @@ def analysis(recorded):
 def test_the_truth_from_the_counter_matches_the_exact_energy(recorded, analysis):
     _, load, _ = recorded
     _, out = analysis
-    checked = 0
+    # the ticks' ±2-ms stamps move any counter-based energy by up to ±1.4 J per edge at 680 W:
+    # the truth's floor, as it is every method's
+    worst_pct = {"on": 1.0, "off": 4.0}  # the whole phases; 0.2-s windows: 2.5 (loaded), 5 (idle)
+    errors: dict[str, list[float]] = {}
     for w in out["windows"]:
         if not np.isfinite(w["truth_j"]):
             assert w["cycle"] in (0, len(out["windows"]) // 7 - 1)  # edge intervals outside the cycles
@@ -101,10 +105,12 @@ def test_the_truth_from_the_counter_matches_the_exact_energy(recorded, analysis)
         start = w["start_s"] + out["time_origin_unix_s"] - UNIX_0
         end = w["end_s"] + out["time_origin_unix_s"] - UNIX_0
         exact = float(load.window_j(start, end)[0])
-        limit = 0.01 if w["kind"].startswith("on") else 0.02
-        assert w["truth_j"] == pytest.approx(exact, rel=limit), w["kind"]
-        checked += 1
-    assert checked >= 58 * 7
+        errors.setdefault(w["kind"], []).append(100.0 * abs(w["truth_j"] / exact - 1.0))
+    assert len(errors) == 7 and all(len(e) >= 58 for e in errors.values())
+    for kind, e in errors.items():
+        loaded = kind.startswith("on")
+        assert max(e) <= worst_pct.get(kind, 2.5 if loaded else 5.0), kind
+        assert np.median(e) <= (0.6 if loaded else 1.2), kind
 
 
 def test_the_table_ranks_the_methods_as_the_exact_energy_does(analysis):
@@ -119,6 +125,7 @@ def test_the_table_ranks_the_methods_as_the_exact_energy_does(analysis):
     for kind in ("on", "off"):
         assert out["truth_checks"][kind]["other_half"]["max_abs_pct"] < 1.0
     assert out["warnings"] == []
+    assert set(out["meets_targets"]["fused"]) == {"on", "off"}
 
 
 def test_offline_command_writes_the_raw_numbers_and_prints_the_table(recorded, tmp_path, capsys):
