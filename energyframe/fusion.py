@@ -454,7 +454,20 @@ def fuse(
     ids, ranks, times, values = (np.concatenate(c) for c in zip(*parts))
     # a step inside a series is two knots at one time: keep their order
     order = np.lexsort((np.arange(ids.size), times, ranks, ids))
-    series = SampleSeries(times[order] + origin, values[order])
+    ids, ranks, times, values = ids[order], ranks[order], times[order], values[order]
+    # back on the caller's timeline: the ticks' own times (adding the origin back could move them
+    # by a rounding step on Unix seconds), and the knots inside an interval kept inside it
+    absolute = np.clip(times + origin, t[ids], t[ids + 1])
+    absolute[ranks == 0] = t[ids[ranks == 0]]
+    absolute[ranks == 2] = t[ids[ranks == 2] + 1]
+    # rounding moved the inner knots a little: rescale each interval once more, on the caller's
+    # timeline, so that its trapezoids there add up to the increment
+    same = ids[1:] == ids[:-1]
+    areas = np.where(same, np.diff(absolute) * (values[1:] + values[:-1]) / 2, 0.0)
+    area = np.bincount(ids[:-1], weights=areas, minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fix = np.where(valid & (area > 0), increments / area, 1.0)
+    series = SampleSeries(absolute, values * fix[ids])
     return FusionResult(
         series,
         tuple(offsets),

@@ -92,6 +92,7 @@ def arbitrary_run(draw):
     return ticks, counter, ShapeSeries("buffer", shape_t, shape_p, 0.02, reading), i, j
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(arbitrary_run())
 def test_tick_aligned_windows_get_the_counter_exactly(run):
@@ -101,6 +102,7 @@ def test_tick_aligned_windows_get_the_counter_exactly(run):
     assert math.isclose(fused_energy(result, ticks[i], ticks[j]), expected, rel_tol=1e-9, abs_tol=1e-6)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(arbitrary_run())
 def test_every_tick_interval_integrates_to_its_increment(run):
@@ -112,6 +114,19 @@ def test_every_tick_interval_integrates_to_its_increment(run):
     for k in range(ticks.size - 1):
         got = power_energy(s.times_s, s.values, ticks[k], ticks[k + 1]).energy_j
         assert math.isclose(got, counter[k + 1] - counter[k], rel_tol=1e-9, abs_tol=1e-6)
+
+
+def test_ticks_on_unix_seconds_are_kept_exactly():
+    # saved runs are on Unix time (~1.8e9 s): a tick's time must come back bit for bit
+    _, _, ticks, counter, buffer, instant = sensors(seed=13)
+    unix = 1.79e9
+    shifted = [ShapeSeries(s.name, s.times_s + unix, s.power_w, s.period_s, s.reading) for s in (buffer, instant)]
+    result = fuse(ticks + unix, counter, shifted)
+    assert np.all(np.isin(ticks + unix, result.series.times_s))
+    assert np.all(np.diff(result.series.times_s) >= 0)
+    for i, j in [(0, ticks.size - 1), (7, 8), (40, 90)]:
+        got = fused_energy(result, ticks[i] + unix, ticks[j] + unix)
+        assert got == pytest.approx(counter[j] - counter[i], rel=1e-11)
 
 
 def test_recorded_h200_ticks_are_kept_exactly():

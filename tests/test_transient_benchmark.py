@@ -22,6 +22,8 @@ from energyframe.store import FORMAT_VERSION
 from energyframe.windows import WINDOW_COLUMNS
 from tests.sensors import buffer_samples, instant_samples, square_wave, tick_times
 
+pytestmark = pytest.mark.slow  # one synthetic 60-cycle run, analysed twice: ~20 s
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 UNIX_0 = 1.79e9
 
