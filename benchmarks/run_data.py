@@ -53,9 +53,7 @@ def from_result(result: RunResult) -> RunData:
     samples = result.samples
     for name, group in samples.groupby("channel", sort=False):
         g = group.sort_values("time_s", kind="stable")
-        series[str(name)] = SampleSeries(
-            g["time_s"].to_numpy(dtype=float), g["value"].to_numpy(dtype=float)
-        )
+        series[str(name)] = SampleSeries(g["time_s"].to_numpy(dtype=float), g["value"].to_numpy(dtype=float))
     w = result.windows
     columns = ["phase", "trial", "start_s", "end_s", "iterations"]
     windows = (
@@ -97,4 +95,3 @@ def counter_energy_of(series: SampleSeries):
         return counter_energy(series.times_s, series.values, start_s, end_s).energy_j
 
     return energy
-

@@ -161,7 +161,9 @@ def methods_of(run: RunData, gpu: str) -> tuple[dict, dict]:
     out[FUSED] = (window_energy_of(fused_series[f"{gpu}.fused"]), "the fused channel as the hook builds it")
     counter = s[gpu]
     buf = s[f"{gpu}.power_samples"]
-    period = run.channels[f"{gpu}.power_samples"].resolution_s if f"{gpu}.power_samples" in run.channels else 0.02
+    period = (
+        run.channels[f"{gpu}.power_samples"].resolution_s if f"{gpu}.power_samples" in run.channels else 0.02
+    )
     shapes_point = [ShapeSeries(f"{gpu}.power_samples", buf.times_s, buf.values, period or 0.02, "point")]
     shapes_period = [ShapeSeries(f"{gpu}.power_samples", buf.times_s, buf.values, period or 0.02, "period")]
     variants = {
@@ -197,7 +199,9 @@ def analyse(
     smoothing = smoothing or cycle_truth.SMOOTHING
     gpus = run.counter_channels()
     if not gpus:
-        raise ValueError("the run has no energy counter with a 20-ms buffer beside it (gpuN, gpuN.power_samples)")
+        raise ValueError(
+            "the run has no energy counter with a 20-ms buffer beside it (gpuN, gpuN.power_samples)"
+        )
     gpu = gpus[0]
     ticks, counter = run.series[gpu].times_s, run.series[gpu].values
     edges = cycle_edges(run)
@@ -230,7 +234,9 @@ def analyse(
     except ValueError:  # too few cycles for a profile from half of them
         other = np.full(truth.size, np.nan)
     smooth = [
-        window_truth(fit_profile(ticks, counter, segments, bin_s, smoothing * f), ticks, counter, segments, spans)
+        window_truth(
+            fit_profile(ticks, counter, segments, bin_s, smoothing * f), ticks, counter, segments, spans
+        )
         for f in (0.25, 4.0)
     ]
     mean_cycle = profile_energy(profile, segments, spans)
@@ -240,7 +246,7 @@ def analyse(
     kinds = np.array([name for name, _, _, _ in windows])
     summary: dict = {m: {} for m in methods}
     checks: dict = {}
-    for name, load, on_step, _ in WINDOW_KINDS:
+    for name, _, _, _ in WINDOW_KINDS:
         sel = (kinds == name) & np.isfinite(truth)
         for m, values in energies.items():
             summary[m][name] = _stats(100.0 * (values[sel] / truth[sel] - 1.0))
@@ -267,7 +273,8 @@ def analyse(
         name: {
             stat: bool(
                 summary[FUSED][name][stat]
-                <= summary[COUNTER][name][stat] + max(TIE_PCT, np.nan_to_num(checks[name]["other_half"][stat]))
+                <= summary[COUNTER][name][stat]
+                + max(TIE_PCT, np.nan_to_num(checks[name]["other_half"][stat]))
             )
             for stat in ("median_abs_pct", "max_abs_pct")
         }
@@ -292,7 +299,9 @@ def analyse(
     for suffix in ("power_instant", "power_average"):
         other_series = run.series.get(f"{gpu}.{suffix}")
         if other_series is not None and len(other_series) > 10 and len(buf) > 10:
-            lags[f"{gpu}.{suffix}"] = lag_s(buf.times_s, buf.values, other_series.times_s, other_series.values)
+            lags[f"{gpu}.{suffix}"] = lag_s(
+                buf.times_s, buf.values, other_series.times_s, other_series.values
+            )
 
     device, driver = gpu_info(run.meta)
     t0 = float(edges[0, 0])
@@ -357,20 +366,31 @@ def print_report(out: dict) -> None:
         )
     f = out["fusion"]
     if f:
-        print(f"fusion: {f['intervals']} tick intervals, shaped {f['shaped']}, shifted {f['shifted']}, flat {f['flat']}")
+        print(
+            f"fusion: {f['intervals']} tick intervals, shaped {f['shaped']}, shifted {f['shifted']}, flat {f['flat']}"
+        )
     for name, lag in out["lags_behind_buffer_s"].items():
         print(f"lag of {name} behind the buffer (cross-correlation): {lag * 1e3:.0f} ms")
 
     kinds = [k for k, _, _, _ in WINDOW_KINDS]
     print("\nmedian / max |error| % against the truth (* judged against the targets)")
-    header = f"{'method':32s}" + "".join(f"{(k + ('*' if judged else '')):>19s}" for k, _, judged, _ in WINDOW_KINDS)
+    header = f"{'method':32s}" + "".join(
+        f"{(k + ('*' if judged else '')):>19s}" for k, _, judged, _ in WINDOW_KINDS
+    )
     print(header)
-    print(f"{'truth (mean J)':32s}" + "".join(f"{out['truth_checks'][k]['truth_mean_j']:>19.1f}" for k in kinds))
+    print(
+        f"{'truth (mean J)':32s}" + "".join(f"{out['truth_checks'][k]['truth_mean_j']:>19.1f}" for k in kinds)
+    )
     for m, by_kind in out["summary"].items():
-        cells = "".join(f"{by_kind[k]['median_abs_pct']:>11.2f} /{by_kind[k]['max_abs_pct']:>6.2f}" for k in kinds)
+        cells = "".join(
+            f"{by_kind[k]['median_abs_pct']:>11.2f} /{by_kind[k]['max_abs_pct']:>6.2f}" for k in kinds
+        )
         print(f"{m:32s}" + cells)
     print("truth cross-checks, median / max |difference| %:")
-    for check, label in (("other_half", "profile of the other half"), ("smoothing_x4_and_div4", "smoothing x4 and /4")):
+    for check, label in (
+        ("other_half", "profile of the other half"),
+        ("smoothing_x4_and_div4", "smoothing x4 and /4"),
+    ):
         cells = "".join(
             f"{out['truth_checks'][k][check]['median_abs_pct']:>11.2f} /{out['truth_checks'][k][check]['max_abs_pct']:>6.2f}"
             for k in kinds
@@ -419,7 +439,14 @@ def plot(run: RunData, out: dict, png: str, first_cycle: int = 3, cycles: int = 
     tt, te = s[gpu].times_s, s[gpu].values
     inside = (tt >= lo - 0.2) & (tt <= hi + 0.2)
     tt, te = tt[inside], te[inside]
-    ax.step(tt[1:] - t0, np.diff(te) / np.diff(tt), where="pre", color="black", lw=1.6, label="counter, between ticks")
+    ax.step(
+        tt[1:] - t0,
+        np.diff(te) / np.diff(tt),
+        where="pre",
+        color="black",
+        lw=1.6,
+        label="counter, between ticks",
+    )
     for name, label, colour, kw in (
         (f"{gpu}.power_samples", "20-ms buffer (as stamped)", "tab:blue", {"marker": ".", "ms": 3}),
         (f"{gpu}.power_instant", "instant (186)", "tab:green", {"drawstyle": "steps-post"}),

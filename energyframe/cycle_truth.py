@@ -179,9 +179,7 @@ def fit_profile(
     kinds, bins = _bins(segments, bin_s)
     n_cols = sum(bins.values())
     if a.size < n_cols:
-        raise ValueError(
-            f"{a.size} tick intervals cannot determine {n_cols} profile bins: run more cycles"
-        )
+        raise ValueError(f"{a.size} tick intervals cannot determine {n_cols} profile bins: run more cycles")
     pieces = _Pieces(segments, kinds, bins, bin_s)
     design = pieces.overlap_matrix(a, b, n_cols)
     rows = []

@@ -59,7 +59,9 @@ def worst_pct(got, truth):
     ],
 )
 def test_window_truth_matches_the_exact_energy(rise_s, fall_s, spread, loaded_pct, idle_pct):
-    edges, ticks, counter, segments, energy = run(seed=5, cycles=100, rise_s=rise_s, fall_s=fall_s, spread=spread)
+    edges, ticks, counter, segments, energy = run(
+        seed=5, cycles=100, rise_s=rise_s, fall_s=fall_s, spread=spread
+    )
     profile = fit_profile(ticks, counter, segments)
     assert profile.intervals > 500
     for kind, w in windows_of(edges).items():
@@ -122,7 +124,9 @@ def test_windows_outside_the_cycles_or_across_a_reset_have_no_truth():
 
 def test_too_few_ticks_for_the_profile_are_refused():
     edges, ticks, counter, segments, _ = run(seed=8, cycles=3)
-    with pytest.raises(ValueError, match=r"tick intervals cannot determine \d+ profile bins: run more cycles"):
+    with pytest.raises(
+        ValueError, match=r"tick intervals cannot determine \d+ profile bins: run more cycles"
+    ):
         fit_profile(ticks, counter, segments)
 
 

@@ -20,7 +20,6 @@ from energyframe.fusion import (
 )
 from energyframe.interfaces import Channel, ClockBase, Quantity, Scope
 from energyframe.samples import SampleSeries
-
 from tests.sensors import PulseLoad, buffer_samples, instant_samples, square_wave, tick_times
 
 #: the targets for windows that start or end on a load step (docs/measurement.md)
@@ -55,7 +54,14 @@ def worst(errors: list[float]) -> float:
 
 
 def sensors(
-    seed, cycles=20, late_s=0.008, rise_s=0.0, fall_s=0.0, tick_jitter_s=0.002, buffer_jitter_s=5e-4, stamp_s=0.0
+    seed,
+    cycles=20,
+    late_s=0.008,
+    rise_s=0.0,
+    fall_s=0.0,
+    tick_jitter_s=0.002,
+    buffer_jitter_s=5e-4,
+    stamp_s=0.0,
 ):
     rng = np.random.default_rng(seed)
     load, edges = square_wave(rng, cycles, rise_s=rise_s, fall_s=fall_s)
@@ -120,7 +126,9 @@ def test_ticks_on_unix_seconds_are_kept_exactly():
     # saved runs are on Unix time (~1.8e9 s): a tick's time must come back bit for bit
     _, _, ticks, counter, buffer, instant = sensors(seed=13)
     unix = 1.79e9
-    shifted = [ShapeSeries(s.name, s.times_s + unix, s.power_w, s.period_s, s.reading) for s in (buffer, instant)]
+    shifted = [
+        ShapeSeries(s.name, s.times_s + unix, s.power_w, s.period_s, s.reading) for s in (buffer, instant)
+    ]
     result = fuse(ticks + unix, counter, shifted)
     assert np.all(np.isin(ticks + unix, result.series.times_s))
     assert np.all(np.diff(result.series.times_s) >= 0)
@@ -213,7 +221,7 @@ def test_the_period_reading_with_local_shift_is_not_worse_than_joining_samples(m
     plain = fuse(ticks, counter, [ShapeSeries("buffer", u, p, 0.02, "point")], max_shift_periods=0.0)
     for kind in ("loaded", "idle"):
         errors = {
-            name: np.abs(errors_pct(load, edges, lambda a, b: fused_energy(r, a, b))[kind])
+            name: np.abs(errors_pct(load, edges, lambda a, b, r=r: fused_energy(r, a, b))[kind])
             for name, r in (("chosen", chosen), ("plain", plain))
         }
         assert np.median(errors["chosen"]) <= np.median(errors["plain"]) + 0.02, kind
@@ -344,7 +352,9 @@ def test_a_counter_reset_gives_nan_only_across_it():
     counter = 400.0 * ticks + 1e6
     reset = int(np.searchsorted(ticks, 3.0))
     counter[reset:] -= 1e6  # the driver reloaded between two ticks
-    result = fuse(ticks, counter, [ShapeSeries("buffer", np.arange(0.0, 6.0, 0.02), np.full(300, 400.0), 0.02)])
+    result = fuse(
+        ticks, counter, [ShapeSeries("buffer", np.arange(0.0, 6.0, 0.02), np.full(300, 400.0), 0.02)]
+    )
     assert result.unknown == 1
     assert math.isnan(fused_energy(result, 2.0, 4.0))
     assert fused_energy(result, 0.5, ticks[reset - 1]) == pytest.approx(400.0 * (ticks[reset - 1] - 0.5))
@@ -381,12 +391,18 @@ def nvml_channels(with_instant=True):
     mono, wall = ClockBase.MONOTONIC, ClockBase.WALL
     out = {
         "gpu0": Channel("gpu0", Quantity.ENERGY, Scope.GPU, 0.1, mono),
-        "gpu0.power_samples": Channel("gpu0.power_samples", Quantity.POWER, Scope.GPU, 0.02, wall, primary=False),
-        "gpu0.sm_clock": Channel("gpu0.sm_clock", Quantity.STATE, Scope.GPU, 0.05, mono, unit="MHz", primary=False),
+        "gpu0.power_samples": Channel(
+            "gpu0.power_samples", Quantity.POWER, Scope.GPU, 0.02, wall, primary=False
+        ),
+        "gpu0.sm_clock": Channel(
+            "gpu0.sm_clock", Quantity.STATE, Scope.GPU, 0.05, mono, unit="MHz", primary=False
+        ),
         "gpu1": Channel("gpu1", Quantity.ENERGY, Scope.GPU, 0.1, mono),  # no buffer: left alone
     }
     if with_instant:
-        out["gpu0.power_instant"] = Channel("gpu0.power_instant", Quantity.POWER, Scope.GPU, 0.1, mono, primary=False)
+        out["gpu0.power_instant"] = Channel(
+            "gpu0.power_instant", Quantity.POWER, Scope.GPU, 0.1, mono, primary=False
+        )
     return out
 
 

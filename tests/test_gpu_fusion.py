@@ -35,7 +35,9 @@ def square_wave_run(tmp_path_factory):
     torch.cuda.synchronize()
     rng = random.Random(1)
     directory = tmp_path_factory.mktemp("fusion-run")
-    with ef.measure(power=[NVMLPowerSource(name="nvml", gpus="0")], sync=torch.cuda.synchronize, out=directory) as m:
+    with ef.measure(
+        power=[NVMLPowerSource(name="nvml", gpus="0")], sync=torch.cuda.synchronize, out=directory
+    ) as m:
         time.sleep(1.0)
         for _ in range(12):
             with m.window("on"):

@@ -66,8 +66,18 @@ def recorded(tmp_path_factory):
     rows = []
     for k, (a, b, c) in enumerate(edges):
         for phase, start, stop in (("on", a, b), ("off", b + 2e-5, c)):
-            rows.append({"phase": phase, "trial": k, "channel": "gpu0", "start_s": UNIX_0 + start,
-                         "end_s": UNIX_0 + stop, "duration_s": stop - start, "iterations": 1, "flags": ""})
+            rows.append(
+                {
+                    "phase": phase,
+                    "trial": k,
+                    "channel": "gpu0",
+                    "start_s": UNIX_0 + start,
+                    "end_s": UNIX_0 + stop,
+                    "duration_s": stop - start,
+                    "iterations": 1,
+                    "flags": "",
+                }
+            )
     windows = pd.DataFrame(rows).reindex(columns=WINDOW_COLUMNS)
     meta = {
         "format_version": FORMAT_VERSION,
@@ -140,4 +150,7 @@ def test_offline_command_writes_the_raw_numbers_and_prints_the_table(recorded, t
     assert {"fused", "counter (interpolated)", "20-ms buffer", "instant (186)"} <= set(saved["summary"])
     printed = capsys.readouterr().out
     assert "median / max |error| % against the truth" in printed
-    assert "fused not worse than the counter (median and max, within the truth's resolution) on every window kind: yes" in printed
+    assert (
+        "fused not worse than the counter (median and max, within the truth's resolution) on every window kind: yes"
+        in printed
+    )
