@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -75,6 +75,8 @@ MAX_SCALE = 3.0
 MAX_SHIFT_PERIODS = 0.5
 #: the local shift is searched on this many steps each way
 SHIFT_STEPS = 20
+#: tick intervals whose local shifts are searched at once
+SHIFT_CHUNK = 20_000
 
 
 @dataclass(frozen=True)
@@ -127,11 +129,16 @@ def _local_shifts(
     """Per interval, the least shift d (the series read at t + d) within ``±reach_s`` whose
     scaled integral matches ``e`` within ``noise_j`` (or as well as any shift does)."""
     grid = np.linspace(-reach_s, reach_s, 2 * SHIFT_STEPS + 1)
-    mismatch = np.abs(gain * np.stack([signal.between(a + d, b + d) for d in grid]) - e)
-    enough = np.maximum(mismatch.min(axis=0), noise_j) * (1 + 1e-9)
-    distance = np.where(mismatch <= enough, np.abs(grid)[:, None], np.inf)
-    d = grid[np.argmin(distance, axis=0)]
-    return np.where(mismatch[SHIFT_STEPS] <= max(noise_j, 0.0), 0.0, d)
+    out = np.zeros(a.size)
+    for lo in range(0, a.size, SHIFT_CHUNK):  # bounded memory on hours-long runs
+        part = slice(lo, lo + SHIFT_CHUNK)
+        ap, bp, ep = a[part], b[part], e[part]
+        mismatch = np.abs(gain * np.stack([signal.between(ap + d, bp + d) for d in grid]) - ep)
+        enough = np.maximum(mismatch.min(axis=0), noise_j) * (1 + 1e-9)
+        distance = np.where(mismatch <= enough, np.abs(grid)[:, None], np.inf)
+        d = grid[np.argmin(distance, axis=0)]
+        out[part] = np.where(mismatch[SHIFT_STEPS] <= max(noise_j, 0.0), 0.0, d)
+    return out
 
 
 def _clean_counter(ticks_s, counter_j) -> tuple[np.ndarray, np.ndarray]:
@@ -346,18 +353,21 @@ def fused_channels(
     channels: Mapping[str, Channel],
     series: Mapping[str, SampleSeries],
     report: dict | None = None,
+    primary: bool = False,
 ) -> tuple[dict[str, Channel], dict[str, SampleSeries]]:
     """Add a fused power channel ``NAME.fused`` for each counter channel ``NAME`` that has a
     ``NAME.power_samples`` channel (and use ``NAME.power_instant`` where the buffer has gaps).
 
     Call it on the run's aligned series (monotonic seconds, time maps applied), before windows
-    are integrated. The new channels are secondary (``primary=False``); the inputs are not
+    are integrated. The new channels are secondary unless ``primary``; the inputs are not
     changed.
 
     Args:
         channels: the run's channels by name.
         series: their samples by name.
         report: if given, receives ``FusionResult.to_json()`` for each fused channel, by name.
+        primary: make each fused channel primary, and its counter channel secondary (only where
+            validation shows fused power no worse than the counter everywhere).
 
     Returns:
         New dicts of channels and series, with the fused channels added.
@@ -384,13 +394,15 @@ def fused_channels(
             channel.scope,
             first.resolution_s,
             ClockBase.MONOTONIC,
-            primary=False,
+            primary=primary,
             description=(
                 f"{name}'s energy counter between its ticks, shaped inside each tick interval by "
                 f"the 20-ms power samples ({first.name}); computed after the run"
             ),
         )
         new_series[fused_name] = result.series
+        if primary:
+            new_channels[name] = replace(channel, primary=False)
         if report is not None:
             report[fused_name] = result.to_json()
     return new_channels, new_series

@@ -433,6 +433,20 @@ def test_fused_channels_adds_one_secondary_power_channel_per_gpu_with_a_buffer()
     assert got == pytest.approx(float(load.window_j(on, off)[0]), rel=LOADED_PCT / 100)
 
 
+def test_fused_channels_can_make_the_fused_channel_primary():
+    _, _, ticks, counter, buffer, _ = sensors(seed=12)
+    channels = nvml_channels(with_instant=False)
+    series = {
+        "gpu0": SampleSeries(ticks, counter),
+        "gpu0.power_samples": SampleSeries(buffer.times_s, buffer.power_w),
+        "gpu1": SampleSeries(ticks, counter),
+    }
+    new_channels, _ = fused_channels(channels, series, primary=True)
+    assert new_channels["gpu0.fused"].primary and not new_channels["gpu0"].primary
+    assert new_channels["gpu1"].primary  # no buffer: its counter stays the primary channel
+    assert channels["gpu0"].primary  # the caller's channels are not changed
+
+
 def test_fused_channels_leaves_runs_without_a_buffer_alone():
     channels = {"gpu0": Channel("gpu0", Quantity.ENERGY, Scope.GPU, 0.1)}
     series = {"gpu0": SampleSeries(np.array([0.0, 0.1]), np.array([0.0, 10.0]))}
