@@ -27,6 +27,7 @@ from ..interfaces import (
     Sample,
     Scope,
     SourceContext,
+    Timing,
     WindowAnnotation,
 )
 from ..options import Option
@@ -138,6 +139,8 @@ class WattsUpPowerSource(PowerSource):
                 ClockBase.MONOTONIC,
                 primary=single,
                 description=f"WattsUp? meter on {m.port} ({period:g}-s averages, stamped on arrival)",
+                timing=Timing.UNKNOWN,
+                averaging_s=period,
             )
             for m in self._meters
         ]
@@ -150,6 +153,8 @@ class WattsUpPowerSource(PowerSource):
                     period,
                     ClockBase.MONOTONIC,
                     description="sum of the meters (each meter's latest record at every record)",
+                    timing=Timing.UNKNOWN,
+                    averaging_s=period,
                 )
             )
         return channels

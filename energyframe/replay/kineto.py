@@ -26,58 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
+from ..workloads.torchops import is_free
 
 STEP_ANNOTATION = "energyframe.step"
 TIER_MEMORY = "memcpy/memset"
 TIER_GEMM = "gemm"
 TIER_OTHER = "other"
 _GEMM = re.compile(r"gemm|gemv|cutlass|cublas|nvjet|xmma|wgmma|splitk|dot_kernel", re.IGNORECASE)
-#: ops that launch no kernel of their own: they do not make an op composite
-FREE_OPS = {
-    "aten::view",
-    "aten::_unsafe_view",
-    "aten::reshape",
-    "aten::_reshape_alias",
-    "aten::as_strided",
-    "aten::t",
-    "aten::transpose",
-    "aten::permute",
-    "aten::expand",
-    "aten::expand_as",
-    "aten::unsqueeze",
-    "aten::squeeze",
-    "aten::select",
-    "aten::slice",
-    "aten::narrow",
-    "aten::split",
-    "aten::chunk",
-    "aten::unbind",
-    "aten::flatten",
-    "aten::unflatten",
-    "aten::alias",
-    "aten::detach",
-    "aten::detach_",
-    "detach_",
-    "detach",
-    "aten::lift_fresh",
-    "aten::resolve_conj",
-    "aten::resolve_neg",
-    "aten::empty",
-    "aten::empty_like",
-    "aten::empty_strided",
-    "aten::resize_",
-    "aten::contiguous",
-    "aten::is_contiguous",
-    "aten::size",
-    "aten::stride",
-    "aten::dim",
-    "aten::numel",
-    "aten::item",
-    "aten::_local_scalar_dense",
-    "aten::result_type",
-    "aten::to",
-    "aten::unfold",
-}
 
 
 def tier(kernel_name: str, category: str = "kernel") -> str:
@@ -109,7 +64,7 @@ class Op:
     @property
     def is_leaf(self) -> bool:
         """No child op but views and metadata ops, and none of those hides a real op."""
-        return all(c.name in FREE_OPS and c.is_leaf for c in self.children)
+        return all(is_free(c.name) and c.is_leaf for c in self.children)
 
     @property
     def is_unit(self) -> bool:
@@ -142,13 +97,56 @@ class Op:
 
     def record(self) -> dict:
         a = self.args
-        return {
+        out = {
             "name": self.name,
             "input_dims": a.get("Input Dims"),
             "input_types": a.get("Input type"),
             "input_strides": a.get("Input Strides"),
             "concrete_inputs": a.get("Concrete Inputs"),
         }
+        if self.name == "aten::index":
+            masks = boolean_masks(self)
+            if masks:
+                out["boolean_masks"] = masks
+        return out
+
+    def descendants(self) -> list[Op]:
+        """Every op nested in this one, in the order they started."""
+        out = []
+        for child in self.children:
+            out += [child, *child.descendants()]
+        return sorted(out, key=lambda o: o.start_us)
+
+
+def boolean_masks(op: Op) -> list[dict]:
+    """The boolean masks an ``aten::index`` was given, read from its children: the profiler
+    records the index list itself as empty. A mask is turned into indices by a ``nonzero``
+    child (whose input is the mask: dims, strides) and then one ``select(1, j)`` per mask
+    dimension of its ``n x mask_dims`` result, whose dims give the mask's True count ``n``."""
+    masks = []
+    nested = op.descendants()
+    for i, child in enumerate(nested):
+        dims, types = child.args.get("Input Dims") or [], child.args.get("Input type") or []
+        if child.name != "aten::nonzero" or not dims or types[:1] != ["bool"]:
+            continue
+        mask = {
+            "dims": dims[0],
+            "strides": (child.args.get("Input Strides") or [None])[0],
+            "true_count": None,
+        }
+        for later in nested[i + 1 :]:
+            shape = (later.args.get("Input Dims") or [None])[0]
+            if (
+                later.name == "aten::select"
+                and (later.args.get("Input type") or [None])[0] == "long int"
+                and isinstance(shape, list)
+                and len(shape) == 2
+                and shape[1] == len(dims[0])
+            ):
+                mask["true_count"] = shape[0]
+                break
+        masks.append(mask)
+    return masks
 
 
 @dataclass
@@ -325,7 +323,7 @@ def _step_of(t: float, steps: list[tuple[float, float]]) -> int | None:
 def leaf_ops(trace: Trace) -> list[Op]:
     """Leaf aten ops inside the profiled steps (all ops when the trace has no steps)."""
     inside = [op for op in trace.ops if trace.steps == [] or op.step is not None]
-    return [op for op in inside if op.is_unit and op.name.startswith("aten::") and op.name not in FREE_OPS]
+    return [op for op in inside if op.is_unit and op.name.startswith("aten::") and not is_free(op.name)]
 
 
 def unique_kernels(trace: Trace) -> list[dict]:

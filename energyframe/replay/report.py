@@ -32,6 +32,31 @@ def _with_gaps(energy_j: float, busy_s: float, latency_s: float, idle_power_w: f
     return energy_j + max(0.0, latency_s - busy_s) * idle_power_w
 
 
+def kernel_gap_s(graph_latency_s: float, graph_busy_s: float, kernels: float) -> float:
+    """The launch gap per kernel in a CUDA graph: the graph's time less its kernels' busy time,
+    over its kernels. Units: s (NaN when any input is unknown)."""
+    if not (math.isfinite(graph_latency_s) and math.isfinite(graph_busy_s) and kernels and kernels > 0):
+        return math.nan
+    return (graph_latency_s - graph_busy_s) / kernels
+
+
+def with_kernel_gaps(
+    predicted_s: float, predicted_j: float, kernels: float, gap_s: float, idle_power_w: float
+) -> dict:
+    """The replayed ops' sum with ``kernels`` launch gaps of ``gap_s`` added: the time, and the
+    energy with the gaps at the ops' own mean power (a gap of a microsecond or two is far too
+    short for clocks or power to change) and, as a lower bound, at the idle baseline's power.
+    Units: s, J."""
+    gaps_s = kernels * gap_s if math.isfinite(gap_s) and kernels else math.nan
+    ops_power_w = predicted_j / predicted_s if predicted_s > 0 else math.nan
+    return {
+        "gaps_s": gaps_s,
+        "latency_s": predicted_s + gaps_s,
+        "energy_j": predicted_j + gaps_s * ops_power_w,
+        "kernel_gaps_energy_at_idle_j": predicted_j + gaps_s * idle_power_w,
+    }
+
+
 def prediction(
     ops: Sequence[OpFigures],
     kernels: Sequence[dict],
@@ -44,11 +69,17 @@ def prediction(
     graph_latency_s: float = math.nan,
     graph_energy_j: float = math.nan,
     graph_execution: str | None = None,
+    graph_kernels: float = math.nan,
+    graph_busy_s: float = math.nan,
+    kernel_gap_option_s: float | None = None,
 ) -> dict:
     """Everything comparison_report.json holds (the earlier tool's fields, then more).
 
     ``graph_*`` are the full model run as one CUDA graph: its kernels back to back, as the
-    replayed ops run, so Σ ops predicts it without the host's launch gaps."""
+    replayed ops run, so Σ ops predicts it without the host's launch gaps. ``graph_kernels``
+    and ``graph_busy_s`` (per inference, from profiling the graph's replays) give the launch
+    gap per kernel inside the graph; ``kernel_gap_option_s`` replaces it (a gap measured on
+    another model), applied to the graph's kernels or, without a graph, to the trace's."""
     per_step = max(1, int(iterations_per_step))
     predicted_s = predicted_j = 0.0
     tiers: dict[str, dict] = defaultdict(
@@ -75,6 +106,12 @@ def prediction(
     idle_s = gaps.get("idle_us", math.nan) * 1e-6 / per_step
     busy_s = gaps.get("busy_us", math.nan) * 1e-6 / per_step
     span_s = gaps.get("span_us", math.nan) * 1e-6 / per_step
+    measured_gap_s = kernel_gap_s(graph_latency_s, graph_busy_s, graph_kernels)
+    gap_s = kernel_gap_option_s if kernel_gap_option_s is not None else measured_gap_s
+    graph_counted = math.isfinite(graph_kernels) and graph_kernels > 0
+    launches = graph_kernels if graph_counted else meta.get("kernel_launches", 0) / iterations / per_step
+    launches = launches or math.nan
+    gapped = with_kernel_gaps(predicted_s, predicted_j, launches, gap_s, idle_power_w)
     report = {
         "full_model_inference_us": full_latency_s * 1e6,
         "predicted_from_kernels_us": predicted_s * 1e6,
@@ -87,6 +124,30 @@ def prediction(
         "full_model_graph_energy_j": graph_energy_j,
         "graph_energy_error_percent": _pct(predicted_j, graph_energy_j),
         "full_model_graph_execution": graph_execution,
+        "predicted_with_kernel_gaps_us": gapped["latency_s"] * 1e6,
+        "kernel_gap_error_percent": _pct(gapped["latency_s"], graph_latency_s),
+        "predicted_with_kernel_gaps_energy_j": gapped["energy_j"],
+        "kernel_gap_energy_error_percent": _pct(gapped["energy_j"], graph_energy_j),
+        "kernel_gap_model": {
+            "kernels_per_inference": launches,
+            "kernels_counted_in": "graph" if graph_counted else "trace",
+            "graph_kernel_busy_us": graph_busy_s * 1e6,
+            "measured_gap_per_kernel_us": measured_gap_s * 1e6,
+            "gap_per_kernel_us": gap_s * 1e6,
+            "gap_source": "option" if kernel_gap_option_s is not None else "graph",
+            "kernel_gaps_us": gapped["gaps_s"] * 1e6,
+            "sum_vs_graph_kernels_percent": _pct(predicted_s, graph_busy_s),
+            "kernel_gaps_energy_at_idle_j": gapped["kernel_gaps_energy_at_idle_j"],
+            "kernel_gaps_energy_at_idle_error_percent": _pct(
+                gapped["kernel_gaps_energy_at_idle_j"], graph_energy_j
+            ),
+            "explanation": (
+                "a CUDA graph starts each kernel a short time after the previous one ends; the "
+                "replayed ops' sum leaves that out. gap per kernel = (graph time - its kernels' busy "
+                "time, profiled) / its kernels; the prediction adds kernels x gap, at the ops' mean "
+                "power (kernel_gaps_energy_at_idle_j: at idle power, a lower bound)"
+            ),
+        },
         "coverage_percent_of_gpu_time": coverage,
         "tier_breakdown": {
             name: {

@@ -48,6 +48,14 @@ class ReplayWorkload(Workload):
             "on a GPU, also measure the full model as one CUDA graph (no host launch gaps)",
         ),
         Option("unroll", "int", 20, "calls of an op captured per CUDA graph", minimum=1),
+        Option(
+            "kernel_gap_us",
+            "float",
+            None,
+            "launch gap per kernel in a CUDA graph added to the prediction, in µs "
+            "(default: measured from the full model's graph)",
+            minimum=0,
+        ),
         Option("device", "str", "auto", "cuda, cuda:N, cpu or auto"),
         Option("limit", "int", None, "replay only the N ops with the most traced GPU time", minimum=1),
     )
@@ -75,6 +83,10 @@ class ReplayWorkload(Workload):
         self.full = None
         self.full_graph = None
         self.device = None
+        #: the full model's graph under the profiler: kernels, busy time per replay
+        self.graph_kernels = None
+        self.graph_iterations = 1
+        self.full_graph_spec = None
 
     def run_defaults(self) -> Mapping[str, Any]:
         return dict(PIPELINE_RUN_DEFAULTS)
@@ -113,6 +125,7 @@ class ReplayWorkload(Workload):
             self.full.setup()
             graph = self._graph_spec(spec)
             if graph is not None:
+                self.full_graph_spec = str(graph)
                 self.full_graph = registry.create(registry.WORKLOADS, graph)
                 self.full_graph.setup()
 
@@ -130,11 +143,27 @@ class ReplayWorkload(Workload):
         if self.full is not None:
             out.append(dataclasses.replace(list(self.full.phases())[0], name=FULL_MODEL))
         if self.full_graph is not None:
-            out.append(dataclasses.replace(list(self.full_graph.phases())[0], name=FULL_MODEL_GRAPH))
+            out.append(self._profiled(list(self.full_graph.phases())[0]))
         for _record, op, name in self.rebuilt:
             captured = Captured(op.make_args, op.call, self.options["unroll"], self.device)
             out.append(captured.phase(name))
         return out
+
+    def _profiled(self, phase: Phase) -> Phase:
+        """The full-model graph phase, whose set-up also profiles a few replays of the graph:
+        its kernels and their busy time give the launch gap between kernels (graphgap.py)."""
+        self.graph_iterations = phase.iterations_per_step
+
+        def setup() -> None:
+            if phase.setup is not None:
+                phase.setup()
+            captured = getattr(self.full_graph, "whole_captured", None)
+            if captured is not None and captured.on_gpu and captured.fallback is None:
+                from .graphgap import profile_replays
+
+                self.graph_kernels = profile_replays(phase.step, phase.sync)
+
+        return dataclasses.replace(phase, name=FULL_MODEL_GRAPH, setup=setup)
 
     def teardown(self) -> None:
         for full in (self.full, self.full_graph):
@@ -150,6 +179,7 @@ class ReplayWorkload(Workload):
         graph, _ = stage_figures(result, FULL_MODEL_GRAPH) if self.full_graph is not None else (None, None)
         captured = getattr(self.full_graph, "whole_captured", None)
         iterations_per_step = self.meta.get("iterations_per_step", 1)
+        gk, gap_us = self.graph_kernels, self.options["kernel_gap_us"]
         return prediction(
             ops,
             self.kernels,
@@ -162,14 +192,21 @@ class ReplayWorkload(Workload):
             graph_latency_s=graph.latency_s if graph else math.nan,
             graph_energy_j=graph.energy_j if graph else math.nan,
             graph_execution=(captured.fallback or "cuda graph") if captured is not None else None,
+            graph_kernels=gk.kernels / self.graph_iterations if gk is not None else math.nan,
+            graph_busy_s=gk.busy_s / self.graph_iterations if gk is not None else math.nan,
+            kernel_gap_option_s=gap_us * 1e-6 if gap_us is not None else None,
         )
 
     def derive(self, result) -> Sequence[DerivedTable]:
         report = self._report(result)
         summary = {k: v for k, v in report.items() if not isinstance(v, (dict, list))}
         summary.update({f"gap_{k}": v for k, v in report["gap_analysis"].items() if k != "explanation"})
+        summary.update({k: v for k, v in report["kernel_gap_model"].items() if k != "explanation"})
         summary.update(
-            replayed_ops=len(self.rebuilt), not_rebuilt_ops=len(self.failed), workload=self.full_spec
+            replayed_ops=len(self.rebuilt),
+            not_rebuilt_ops=len(self.failed),
+            workload=self.full_spec,
+            graph_workload=self.full_graph_spec,
         )
         tiers = [{"tier": k, **v} for k, v in report["tier_breakdown"].items()]
         ops = []
@@ -193,7 +230,7 @@ class ReplayWorkload(Workload):
                 "comparison",
                 "prediction: full model against the sum of its replayed ops",
                 [summary],
-                note=report["gap_analysis"]["explanation"],
+                note=report["gap_analysis"]["explanation"] + "; " + report["kernel_gap_model"]["explanation"],
                 display=(
                     "workload",
                     "full_model_inference_us",
@@ -206,6 +243,11 @@ class ReplayWorkload(Workload):
                     "graph_error_percent",
                     "full_model_graph_energy_j",
                     "graph_energy_error_percent",
+                    "gap_per_kernel_us",
+                    "predicted_with_kernel_gaps_us",
+                    "kernel_gap_error_percent",
+                    "predicted_with_kernel_gaps_energy_j",
+                    "kernel_gap_energy_error_percent",
                     "gap_host_overhead_us",
                     "coverage_percent_of_gpu_time",
                     "gap_traced_gpu_idle_us",
@@ -251,6 +293,8 @@ class ReplayWorkload(Workload):
         return {
             "trace": str(self.options["trace"]),
             "full_model": self.full_spec,
+            "full_model_graph": self.full_graph_spec,
+            "graph_kernels": dataclasses.asdict(self.graph_kernels) if self.graph_kernels else None,
             "replayed_ops": len(self.rebuilt),
             "not_rebuilt": self.failed,
             "device": str(self.device),

@@ -281,7 +281,7 @@ def nvmlDeviceGetMigMode(device):
 
 
 def nvmlDeviceGetPowerManagementLimit(handle):
-    return 700000
+    return int(handle.spec.get("power_limit_w", 700) * 1000)
 
 
 def nvmlDeviceGetPowerUsage(handle):

@@ -194,4 +194,4 @@ def test_a_real_pip_install_makes_it_appear_in_energyframe_list(tmp_path):
     env["PYTHONPATH"] = str(target)
     listing = _listing(env)
     assert "rapl  [energyframe-rapl 0.1.0]  CPU package and DRAM energy from Linux powercap (RAPL)" in listing
-    assert "interval_ms (float, default 10.0): polling period. Units: ms" in listing
+    assert "interval_ms (float, default 10): polling period. Units: ms" in listing
