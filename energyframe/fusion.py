@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .interfaces import Channel, ClockBase, Quantity
+from .model import Channel, ClockBase, Quantity
 from .samples import SampleSeries
 from .shapes import (
     MAX_OFFSET_S,
