@@ -43,6 +43,7 @@ from run_data import RunData, counter_energy_of, gpu_info, load_run, window_ener
 
 from energyframe.cycle_truth import Segments, fit_profile, profile_energy, window_truth  # noqa: E402
 from energyframe.fusion import ShapeSeries, fuse, fused_channels  # noqa: E402
+from energyframe.store import json_safe  # noqa: E402
 
 #: window kinds: (name, load, judged against the targets, (start, end) from one cycle's edges
 #: (on start, on end, off start, off end)). The targets are for the whole 0.5-s phases, which
@@ -489,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     out["run_dir"] = str(run_dir)
     print_report(out)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
+    Path(args.out).write_text(json.dumps(json_safe(out), indent=1))  # NaN as null: strict JSON
     print(f"\nraw numbers: {args.out}")
     if args.png:
         plot(run, out, args.png)

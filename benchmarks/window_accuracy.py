@@ -36,6 +36,7 @@ import energyframe as ef  # noqa: E402
 from energyframe.fusion import fused_channels  # noqa: E402
 from energyframe.power.nvidia_smi import NvidiaSmiPowerSource  # noqa: E402
 from energyframe.power.nvml import NVMLPowerSource  # noqa: E402
+from energyframe.store import json_safe  # noqa: E402
 
 METHODS = [
     ("counter read at the edges", None),
@@ -197,7 +198,7 @@ def main() -> int:
                     "summary": {k: {str(L): v for L, v in d.items()} for k, d in summary.items()},
                     "errors_pct": {k: {str(L): v for L, v in d.items()} for k, d in errors.items()},
                     "warnings": result.warnings,
-                    "fusion": fusion_report,
+                    "fusion": json_safe(fusion_report),
                 },
                 indent=1,
             )

@@ -145,7 +145,7 @@ def test_offline_command_writes_the_raw_numbers_and_prints_the_table(recorded, t
     bench = load_benchmark()
     out_path = tmp_path / "transient.json"
     assert bench.main(["--offline", str(directory), "--out", str(out_path)]) == 0
-    saved = json.loads(out_path.read_text())
+    saved = json.loads(out_path.read_text(), parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     assert saved["device"] == "Synthetic GPU" and saved["cycles"] == 60
     assert {"fused", "counter (interpolated)", "20-ms buffer", "instant (186)"} <= set(saved["summary"])
     printed = capsys.readouterr().out
