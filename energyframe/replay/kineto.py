@@ -10,7 +10,9 @@ Pure Python (json, no torch), so an existing trace can be imported anywhere. Wha
   dtypes, strides and scalar arguments; a composite op that launches a kernel itself, outside
   its children, is replayed whole in place of its children;
 - tiers, as the earlier tool had them: memcpy/memset, GEMM (cuBLAS, cuBLASLt, CUTLASS and
-  nvjet kernels), other;
+  nvjet kernels), other; and communication (NCCL's kernels) for traces of several ranks;
+- the collectives (``comm``): c10d ops with their sizes, counts and NCCL kernel time, written
+  to collectives.jsonl; ops inside a collective are the backend's, not leaf ops;
 - the steps (``energyframe.step`` annotations) and, per step, how long the GPU sat idle between
   kernels.
 """
@@ -27,15 +29,20 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..workloads.torchops import is_free
+from .comm import TIER_COMMUNICATION, inside_collective
 
 STEP_ANNOTATION = "energyframe.step"
 TIER_MEMORY = "memcpy/memset"
 TIER_GEMM = "gemm"
 TIER_OTHER = "other"
+TIER_COMM = TIER_COMMUNICATION
+_COMM = re.compile(r"^nccl|nccl\w*kernel", re.IGNORECASE)
 _GEMM = re.compile(r"gemm|gemv|cutlass|cublas|nvjet|xmma|wgmma|splitk|dot_kernel", re.IGNORECASE)
 
 
 def tier(kernel_name: str, category: str = "kernel") -> str:
+    if _COMM.search(kernel_name):
+        return TIER_COMM
     if category in ("gpu_memcpy", "gpu_memset") or kernel_name.lower().startswith(("memcpy", "memset")):
         return TIER_MEMORY
     if _GEMM.search(kernel_name):
@@ -323,7 +330,11 @@ def _step_of(t: float, steps: list[tuple[float, float]]) -> int | None:
 def leaf_ops(trace: Trace) -> list[Op]:
     """Leaf aten ops inside the profiled steps (all ops when the trace has no steps)."""
     inside = [op for op in trace.ops if trace.steps == [] or op.step is not None]
-    return [op for op in inside if op.is_unit and op.name.startswith("aten::") and not is_free(op.name)]
+    return [
+        op
+        for op in inside
+        if op.is_unit and op.name.startswith("aten::") and not is_free(op.name) and not inside_collective(op)
+    ]
 
 
 def unique_kernels(trace: Trace) -> list[dict]:
@@ -447,10 +458,15 @@ def read_jsonl(path: Path) -> list[dict]:
 def summarize(trace: Trace, out_dir: Path, meta: dict) -> dict:
     """Write kernels.jsonl, ops.jsonl and trace_meta.json for a parsed trace."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    from .comm import unique_collectives
+    from .rebuild import float_dtype_hint
+
     kernels = unique_kernels(trace)
     ops = unique_ops(trace)
+    collectives = unique_collectives(trace, float_dtype_hint(ops), int(meta.get("world_size") or 1))
     write_jsonl(out_dir / "kernels.jsonl", kernels)
     write_jsonl(out_dir / "ops.jsonl", ops)
+    write_jsonl(out_dir / "collectives.jsonl", collectives)
     total_us = sum(k["total_us"] for k in kernels)
     info = {
         **meta,
@@ -462,9 +478,24 @@ def summarize(trace: Trace, out_dir: Path, meta: dict) -> dict:
         "gpu_time_us": total_us,
         "gpu_time_by_tier_us": _by_tier(kernels),
         "gaps": gaps(trace) if trace.kernels else {},
+        "collectives": _collectives_summary(collectives, trace.iterations),
     }
     (out_dir / "trace_meta.json").write_text(json.dumps(info, indent=1))
     return info
+
+
+def _collectives_summary(collectives: list[dict], iterations: int) -> dict:
+    replayed = [c for c in collectives if c["replayed"]]
+    return {
+        "unique": len(replayed),
+        "calls_per_iteration": sum(c["count_per_iteration"] for c in replayed),
+        "gpu_time_us": sum(c["gpu_time_us"] for c in replayed),
+        "by_kind": {
+            kind: sum(c["count_per_iteration"] for c in replayed if c["kind"] == kind)
+            for kind in sorted({c["kind"] for c in replayed})
+        },
+        "barriers_per_iteration": sum(c["count_per_iteration"] for c in collectives if not c["replayed"]),
+    }
 
 
 def _by_tier(kernels: list[dict]) -> dict[str, float]:

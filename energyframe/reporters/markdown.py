@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..plugin import Reporter
 from ..options import Option
+from ..plugin import Reporter
 from ..results import RunResult
 from ..store import write_bytes
 

@@ -51,7 +51,7 @@ def describe(device) -> dict[str, Any]:
 
 def nvml_settings(uuid: str) -> dict[str, Any]:
     """The GPU's power limit, clocks and driver from NVML, where NVML answers; else nothing."""
-    from ..power.nvml_sampler import load_pynvml
+    from ..power.nvml.device import load_pynvml
 
     try:
         nvml = load_pynvml()
