@@ -11,7 +11,6 @@ import json
 import math
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -23,39 +22,8 @@ from energyframe.errors import OptionError, PowerSourceError
 from energyframe.interfaces import Quantity, SourceContext
 from energyframe.power.nvml import NVMLPowerSource
 from energyframe.power.nvml_sampler import load_pynvml
-
-FAKE_DIR = Path(__file__).resolve().parent / "fake_nvml"
-H200 = "GPU-52dfc441-e9da-23f3-17f9-2b876aae0d10"
-
-
-def gpu(uuid=H200, **kw):
-    return {"uuid": uuid, "name": "NVIDIA H200", "power_w": 700.0, **kw}
-
-
-@pytest.fixture
-def fake_nvml(tmp_path, monkeypatch):
-    """Write a scenario and make ``import pynvml`` (here and in child processes) get the fake."""
-    path = tmp_path / "nvml-scenario.json"
-    monkeypatch.setenv("FAKE_NVML_SCENARIO", str(path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKE_DIR), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.syspath_prepend(str(FAKE_DIR))
-    real = sys.modules.pop("pynvml", None)
-
-    def write(gpus=None, started_s_ago=0.0, **kw):
-        scenario = {
-            "t0_wall": time.time() - started_s_ago,
-            "gpus": gpus if gpus is not None else [gpu()],
-            **kw,
-        }
-        path.write_text(json.dumps(scenario))
-        sys.modules.pop("pynvml", None)
-        return scenario
-
-    yield write
-    sys.modules.pop("pynvml", None)
-    if real is not None:
-        sys.modules["pynvml"] = real
+from tests.conftest import FAKE_NVML_DIR as FAKE_DIR
+from tests.conftest import H200, gpu
 
 
 def test_fake_has_the_real_signatures():

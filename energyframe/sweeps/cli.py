@@ -145,8 +145,8 @@ def sweep(
         -p N=512..4096 -p M=512..4096 -p K=1024 --shape a=N,K --shape b=K,M --shape res=N,M \\
         --flop '2*N*M*K' --power nvml --ncu
     """
-    from ..registry import power_from_cli
     from ..orchestrator import RunConfig
+    from ..registry import power_from_cli
     from .api import sweep as run_sweep
     from .kernel import load_kernel, parse_dim3
     from .space import evaluate, parse_values

@@ -4,7 +4,8 @@
 default of 5); ``mode=decode`` measures generating ``new_tokens`` tokens greedily after the
 prompt, and per token. Any size by config: ``bloom:hidden=2048,layers=24,heads=16`` or the named
 sizes (``bloom-560m``, ``opt-125m``, ``opt-350m``, ``opt-1.3b``). ``weights=PATH`` loads a local
-state dict. Built with transformers' ``from_config``; imported only when the workload is set up.
+state dict. Built with transformers' ``from_config`` (``energyframe[models]``); imported only
+when the workload is set up.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from .. import extras
 from ..errors import WorkloadError
 from ..interfaces import Phase
 from ..options import Option
@@ -59,9 +61,16 @@ class LanguageModel(ModelWorkload):
     SIZE: ClassVar[Mapping[str, int]] = {}
     OPTIONS = LM_OPTIONS
 
-    def config(self):
-        import transformers
+    def __init__(self, name: str | None = None, **options: Any) -> None:
+        super().__init__(name, **options)
+        extras.check("transformers", f"workload {self.name!r}")  # before anything starts
 
+    def _transformers(self):
+        """The transformers module, or a ``WorkloadError`` naming the extra."""
+        return extras.require("transformers", f"workload {self.name!r}", WorkloadError)
+
+    def config(self):
+        transformers = self._transformers()
         sizes = dict(self.SIZE)
         for key in ("hidden", "layers", "heads", "vocab"):
             if self.options[key] is not None:
@@ -90,10 +99,7 @@ class LanguageModel(ModelWorkload):
     def build(self, device, dtype):
         import torch
 
-        try:
-            import transformers
-        except ImportError as e:
-            raise WorkloadError("language-model workloads need transformers: pip install transformers") from e
+        transformers = self._transformers()
         config = self.config()
         with torch.device(device):
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -160,30 +166,34 @@ class LanguageModel(ModelWorkload):
 
 
 class Bloom(LanguageModel):
-    DESCRIPTION = "BLOOM of any size by config (hidden, layers, heads, vocab); random weights"
+    DESCRIPTION = (
+        "BLOOM of any size by config (hidden, layers, heads, vocab); random weights; energyframe[models]"
+    )
     FAMILY = "bloom"
     SIZE = {"hidden": 1024, "layers": 24, "heads": 16, "vocab": 250880}
 
 
 class Bloom560M(Bloom):
-    DESCRIPTION = "BLOOM-560M (hidden 1024, 24 layers, 16 heads, vocabulary 250880); random weights"
+    DESCRIPTION = "BLOOM-560M (hidden 1024, 24 layers, 16 heads, vocabulary 250880); random weights; energyframe[models]"
 
 
 class OPT(LanguageModel):
-    DESCRIPTION = "OPT of any size by config (hidden, layers, heads, vocab); random weights"
+    DESCRIPTION = (
+        "OPT of any size by config (hidden, layers, heads, vocab); random weights; energyframe[models]"
+    )
     FAMILY = "opt"
     SIZE = {"hidden": 768, "layers": 12, "heads": 12, "vocab": 50272}
 
 
 class OPT125M(OPT):
-    DESCRIPTION = "OPT-125m (hidden 768, 12 layers, 12 heads); random weights"
+    DESCRIPTION = "OPT-125m (hidden 768, 12 layers, 12 heads); random weights; energyframe[models]"
 
 
 class OPT350M(OPT):
-    DESCRIPTION = "OPT-350m (hidden 1024, 24 layers, 16 heads, 512-d embeddings, post-LN); random weights"
+    DESCRIPTION = "OPT-350m (hidden 1024, 24 layers, 16 heads, 512-d embeddings, post-LN); random weights; energyframe[models]"
     SIZE = {"hidden": 1024, "layers": 24, "heads": 16, "vocab": 50272, "proj": 512, "pre_ln": 0}
 
 
 class OPT1_3B(OPT):
-    DESCRIPTION = "OPT-1.3b (hidden 2048, 24 layers, 32 heads); random weights"
+    DESCRIPTION = "OPT-1.3b (hidden 2048, 24 layers, 32 heads); random weights; energyframe[models]"
     SIZE = {"hidden": 2048, "layers": 24, "heads": 32, "vocab": 50272}

@@ -1,8 +1,9 @@
 """Named models: a whole forward pass, or (``per_layer=true``, ``--per-layer``) a per-layer
 pipeline derived from the model with its exact layer inputs.
 
-Vision models come from torchvision with random weights (no downloads); RepLKNet-31B and the
-OPT-66B layer are implemented in ``nets/``. ``weights=PATH`` loads a local state dict.
+Vision models come from torchvision with random weights (no downloads; ``energyframe[models]``);
+RepLKNet-31B and the OPT-66B layer are implemented in ``nets/``. ``weights=PATH`` loads a local
+state dict.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from .. import extras
 from ..errors import OptionError, WorkloadError
 from ..interfaces import DerivedTable, Phase, Workload
 from ..options import Option
@@ -304,13 +306,21 @@ class ModelWorkload(Workload):
 class VisionModel(ModelWorkload):
     """A torchvision image classifier with random weights."""
 
+    #: the torchvision model function; empty for the models implemented here
     TORCHVISION: ClassVar[str] = ""
     OPTIONS = COMMON_OPTIONS + VISION_OPTIONS
 
-    def make_model(self):
-        import torchvision
+    def __init__(self, name: str | None = None, **options: Any) -> None:
+        super().__init__(name, **options)
+        if self.TORCHVISION:  # before anything starts; torchvision is imported in setup
+            extras.check("torchvision", f"workload {self.name!r}")
 
-        return getattr(torchvision.models, self.TORCHVISION)(weights=None)
+    def _torchvision(self):
+        """The torchvision module, or a ``WorkloadError`` naming the extra."""
+        return extras.require("torchvision", f"workload {self.name!r}", WorkloadError)
+
+    def make_model(self):
+        return getattr(self._torchvision().models, self.TORCHVISION)(weights=None)
 
     def build(self, device, dtype):
         import torch
@@ -330,31 +340,31 @@ class VisionModel(ModelWorkload):
 
 
 class ResNet18(VisionModel):
-    DESCRIPTION = "ResNet-18 (torchvision, random weights)"
+    DESCRIPTION = "ResNet-18 (torchvision, random weights; energyframe[models])"
     TORCHVISION = "resnet18"
     BLOCKS = ("BasicBlock",)
 
 
 class ResNet50(VisionModel):
-    DESCRIPTION = "ResNet-50 (torchvision, random weights)"
+    DESCRIPTION = "ResNet-50 (torchvision, random weights; energyframe[models])"
     TORCHVISION = "resnet50"
     BLOCKS = ("Bottleneck",)
 
 
 class MobileNetV3Small(VisionModel):
-    DESCRIPTION = "MobileNetV3-Small (torchvision, random weights)"
+    DESCRIPTION = "MobileNetV3-Small (torchvision, random weights; energyframe[models])"
     TORCHVISION = "mobilenet_v3_small"
     BLOCKS = ("InvertedResidual",)
 
 
 class EfficientNetB0(VisionModel):
-    DESCRIPTION = "EfficientNet-B0 (torchvision, random weights)"
+    DESCRIPTION = "EfficientNet-B0 (torchvision, random weights; energyframe[models])"
     TORCHVISION = "efficientnet_b0"
     BLOCKS = ("MBConv",)
 
 
 class ViTB16(VisionModel):
-    DESCRIPTION = "ViT-B/16 (torchvision, random weights)"
+    DESCRIPTION = "ViT-B/16 (torchvision, random weights; energyframe[models])"
     TORCHVISION = "vit_b_16"
     BLOCKS = ("EncoderBlock",)
     OPTIONS = COMMON_OPTIONS + (
@@ -363,9 +373,7 @@ class ViTB16(VisionModel):
     )
 
     def make_model(self):
-        import torchvision
-
-        return torchvision.models.vit_b_16(weights=None, image_size=self.options["image_size"])
+        return self._torchvision().models.vit_b_16(weights=None, image_size=self.options["image_size"])
 
 
 class RepLKNet31B(VisionModel):
