@@ -11,6 +11,7 @@ import json
 import math
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -84,36 +85,55 @@ def test_steady_power_is_measured_on_every_channel(fake_nvml, mode):
     assert [g["uuid"] for g in info["gpus"]][0] == H200
 
 
+def read_until(source, enough, timeout_s=60.0):
+    """Read ``source`` until ``enough(samples)`` holds; the timeout only stops a hung test."""
+    samples, deadline = [], time.monotonic() + timeout_s
+    while not enough(samples):
+        assert time.monotonic() < deadline, f"only {len(samples)} samples"
+        samples.extend(source.read())
+        time.sleep(0.02)
+    return samples
+
+
 def test_counter_ticks_are_stamped_between_polls(fake_nvml):
-    fake_nvml([gpu(power_w=500.0)])
+    scenario = fake_nvml([gpu(power_w=500.0)])
     source = NVMLPowerSource(name="nvml", channels="state", mode="thread", interval_ms=0.5)
     source.start(SourceContext())
-    time.sleep(1.2)
-    ticks = [s for s in source.read() if s.channel == "gpu0"]
+    samples = read_until(source, lambda got: sum(s.channel == "gpu0" for s in got) >= 12)
     source.stop()
-    t0 = json.loads(Path(os.environ["FAKE_NVML_SCENARIO"]).read_text())["t0_wall"]
-    offset = time.time() - time.monotonic()
-    # the fake's counter ticks exactly every 100 ms from t0: each recorded tick lies within a
-    # poll (field read ~1 ms + 0.5 ms pause) of a true tick, and energy follows 500 W
-    for s in ticks:
-        phase = ((s.time_s + offset - t0) / 0.1) % 1.0
-        assert min(phase, 1 - phase) * 0.1 < 0.003
-    assert len(ticks) >= 10
-    slopes = [(b.value - a.value) / (b.time_s - a.time_s) for a, b in zip(ticks, ticks[1:])]
-    assert sorted(slopes)[len(slopes) // 2] == pytest.approx(500.0, rel=0.05)
+    offset = time.time() - time.monotonic()  # the sampler stamps monotonic time, the fake reads wall time
+    reads = sorted(sys.modules["pynvml"]._state.field_reads)  # (entered, read, returned), wall
+    start_j = 2_853_799.0  # the fake counter's value at t0, then 500 W in ticks of 100 ms
+    ticks = [s for s in samples if s.channel == "gpu0"]
+    indices = [round((s.value - start_j) / 50.0) for s in ticks]
+    assert [s.value for s in ticks] == pytest.approx(
+        [start_j + 50.0 * k for k in indices], abs=2e-3
+    )  # whole mJ
+    assert indices == sorted(set(indices))  # each tick once, in order
+    for s, k in zip(ticks, indices):
+        true_s = scenario["t0_wall"] + 0.1 * k
+        # the last read that saw the old value, and the first that saw this one
+        first_new = next(i for i, r in enumerate(reads) if r[1] >= true_s)
+        assert first_new >= 2
+        # the stamp is the midpoint of those two polls, each of which began after the poll before
+        # it returned and returned before the poll after it began (1 ms: monotonic to wall time)
+        low = (reads[first_new - 2][2] + reads[first_new - 1][2]) / 2 - 1e-3
+        high = math.inf
+        if first_new + 1 < len(reads):
+            high = (reads[first_new][0] + reads[first_new + 1][0]) / 2 + 1e-3
+        assert low <= s.time_s + offset <= high, (k, low, s.time_s + offset, high)
 
 
 def test_sample_buffer_is_read_without_losing_samples(fake_nvml):
-    fake_nvml(started_s_ago=10.0)  # the driver's buffer is full: 2.4 s of history
+    fake_nvml(started_s_ago=10.0)  # the driver's buffer is full: 2.4 s of history, 119 samples
     source = NVMLPowerSource(name="nvml", channels="samples", mode="thread")
     source.start(SourceContext())
-    time.sleep(1.6)  # three reads of the buffer
-    samples = [s for s in source.read() if s.channel == "gpu0.power_samples"]
+    # three reads of the buffer or more: 119 samples of history and 60 (1.2 s) that came later
+    samples = read_until(source, lambda got: sum(s.channel == "gpu0.power_samples" for s in got) > 119 + 60)
     source.stop()
-    times = [s.time_s for s in samples]
+    times = [s.time_s for s in samples if s.channel == "gpu0.power_samples"]
     gaps = [b - a for a, b in zip(times, times[1:])]
-    assert len(samples) > 119 + 60
-    assert max(gaps) == pytest.approx(0.02, abs=1e-3) and min(gaps) > 0.019
+    assert max(gaps) == pytest.approx(0.02, abs=1e-3) and min(gaps) > 0.019  # none lost, none twice
 
 
 def test_counter_reset_stops_the_run_with_a_clear_error(fake_nvml, tmp_path):

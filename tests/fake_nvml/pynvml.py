@@ -56,7 +56,9 @@ class NVMLError(Exception):
         return _NAMES.get(self.value, f"NVML Error with code {self.value}")
 
 
-_state = SimpleNamespace(scenario=None, initialised=0, lock=threading.Lock())
+#: field_reads: (entered, read, returned) wall times of every nvmlDeviceGetFieldValues call in
+#: this process, for tests that check where the sampler stamps what it saw
+_state = SimpleNamespace(scenario=None, initialised=0, lock=threading.Lock(), field_reads=[])
 
 
 def _scenario():
@@ -204,8 +206,16 @@ def _value(kind, number):
 
 
 def nvmlDeviceGetFieldValues(handle, fieldIds):
+    entered = time.time()
     time.sleep(handle.spec.get("field_cost_s", 0.001))
     now = time.time()
+    try:
+        return _field_values(handle, fieldIds, now)
+    finally:
+        _state.field_reads.append((entered, now, time.time()))
+
+
+def _field_values(handle, fieldIds, now):
     handle.check(now)
     if _scenario().get("field_permission_error"):
         raise NVMLError(NVML_ERROR_NO_PERMISSION)
