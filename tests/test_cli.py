@@ -271,6 +271,7 @@ def wait_until(condition, timeout_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "sig,code,reason",
     [(signal.SIGINT, 130, "interrupted by SIGINT"), (signal.SIGTERM, 130, "terminated by SIGTERM")],
@@ -301,6 +302,7 @@ def test_signal_saves_an_incomplete_run(tmp_path, power_csv, sig, code, reason):
     assert not (out / "samples.partial.csv").exists()
 
 
+@pytest.mark.slow
 def test_killed_run_leaves_its_samples_readable(tmp_path, power_csv):
     csv = power_csv(90.0, period_s=0.05, duration_s=60.0)
     out = tmp_path / "r"

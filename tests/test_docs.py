@@ -166,6 +166,7 @@ def test_a_timing_only_run_with_every_reporter_writes_documented_files(tmp_path)
     assert frame["energy_j"].isna().all() and frame["duration_s"].dtype == float
 
 
+@pytest.mark.slow
 def test_runs_with_power_sources_write_documented_files(tmp_path, power_csv, fake_nvml, fake_smi):
     fake_nvml()
     csv = power_csv(100.0, period_s=0.01, duration_s=1.0)

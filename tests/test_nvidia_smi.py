@@ -23,6 +23,7 @@ def test_parsing_helpers():
     assert parse_timestamp(text) == pytest.approx(t, abs=0.002)
 
 
+@pytest.mark.slow
 def test_steady_power_from_the_instant_field(fake_smi, tmp_path):
     fake_smi(gpus=2, watts=300.0, power_capped=True)
     source = NvidiaSmiPowerSource(name="nvidia-smi")

@@ -317,6 +317,7 @@ def test_interval_between_windows_short_windows_are_flagged(fake_nvml):
     assert not math.isnan(row["energy_j"]) and row["mean_power_w"] == pytest.approx(700.0, rel=0.1)
 
 
+@pytest.mark.slow
 def test_recorded_h200_ticks_integrate_to_the_recorded_energy(fake_nvml):
     # the counter as an H200 updated it (driver 580.159.04): ticks 96-108 ms apart, 2 s idle then
     # 3 s of GEMM load; windows are integrated from the ticks interpolated at their edges

@@ -195,6 +195,7 @@ def environment_without_the_plugin(root: Path) -> list[str]:
     return paths
 
 
+@pytest.mark.slow
 def test_a_real_pip_install_makes_it_appear_in_energyframe_list(tmp_path):
     # a process that sees this environment without the plugin, installed or not (its README says
     # pip install ./plugins/energyframe-rapl): energyframe, its dependencies and any editable
