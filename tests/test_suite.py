@@ -1,7 +1,6 @@
 """The test suite itself: GPU tests are deselected by default and collect on a machine without one."""
 
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_gpu_tests_are_deselected_by_default(pytestconfig):
-    addopts = shlex.split(" ".join(pytestconfig.getini("addopts")))
+    addopts = pytestconfig.getini("addopts")  # already split as a shell would
     assert addopts[addopts.index("-m") + 1] == "not gpu"
     markers = pytestconfig.getini("markers")
     assert any(m.startswith("gpu:") for m in markers) and any(m.startswith("slow:") for m in markers)
