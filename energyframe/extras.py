@@ -71,9 +71,9 @@ def optional(module: str, product: str) -> ModuleType | None:
     """Import ``module`` for a by-product (a PNG beside the numbers), or warn that ``product`` is
     not written and which extra would write it, and return ``None``."""
     try:
-        return require(module, f"{product} is not written: it")
+        return require(module, "it")
     except EnergyFrameError as e:
-        log.warning("%s", e)
+        log.warning("%s not written: %s", product, e)
         return None
 
 

@@ -131,9 +131,8 @@ def test_sweep_plots_are_skipped_with_a_warning(tmp_path, without, caplog):
         assert draw_all(saved, tmp_path) == []
         saved.save(tmp_path)
     assert (tmp_path / "benchmark_results.json").exists() and not list(tmp_path.glob("*.png"))
-    assert (
-        "the sweep plots (*.png) is not written: it needs matplotlib: pip install 'energyframe[plots]'"
-        in (caplog.text)
+    assert "sweep plots (*.png) not written: it needs matplotlib: pip install 'energyframe[plots]'" in (
+        caplog.text
     )
 
 
@@ -145,7 +144,7 @@ def test_trace_import_skips_the_timeline_with_a_warning(tmp_path, without, caplo
         meta = summarize_trace(FIXTURES / "kineto-h200" / "bloom-tiny.json.gz", tmp_path / "t")
     assert meta["unique_kernels"] == 44 and (tmp_path / "t" / "kernels.jsonl").exists()
     assert not (tmp_path / "t" / "timeline.png").exists()
-    assert "timeline.png is not written: it needs matplotlib: pip install 'energyframe[plots]'" in caplog.text
+    assert "timeline.png not written: it needs matplotlib: pip install 'energyframe[plots]'" in caplog.text
 
 
 def test_list_shows_the_model_workloads_without_the_extras():

@@ -182,7 +182,7 @@ def energy_latency(sweep: SweepResult, path: Path) -> Path | None:
 def draw_all(sweep: SweepResult, directory: Path | str, baseline: str | None = None) -> list[Path]:
     """Every plot the results allow, into ``directory``; returns the files written (none, with a
     warning that names the extra, without matplotlib)."""
-    if extras.optional("matplotlib", "the sweep plots (*.png)") is None:
+    if extras.optional("matplotlib", "sweep plots (*.png)") is None:
         return []
     directory = Path(directory)
     results = [r for r in sweep.results if r.measured]
