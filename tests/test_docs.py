@@ -11,11 +11,13 @@ import pandas as pd
 import pytest
 
 import energyframe as ef
-from energyframe import energy, interfaces, registry
+from energyframe import energy, model, plugin, registry
 from energyframe.cli import main
-from energyframe.interfaces import Phase
-from energyframe.orchestrator import RunConfig
-from energyframe.windows import NOISY, WINDOW_COLUMNS
+from energyframe.config import RunSettings
+from energyframe.model import Phase
+from energyframe.results import RunResult
+from energyframe.stats import Spread
+from energyframe.windows import NOISY, PARTIAL, WINDOW_COLUMNS, PhaseSummary
 from energyframe.workloads.kernels import MatmulKernel
 from energyframe.workloads.models import ModelWorkload
 from energyframe.workloads.pipeline import Pipeline
@@ -31,7 +33,7 @@ def mentioned(text: str, name: str) -> bool:
 def public_members(cls):
     own = {}
     for klass in cls.__mro__:
-        if klass in (object, interfaces.Plugin):
+        if klass in (object, plugin.Plugin):
             continue
         for name, value in vars(klass).items():
             if not name.startswith("_") and name not in own:
@@ -39,14 +41,14 @@ def public_members(cls):
     return sorted(own)
 
 
-@pytest.mark.parametrize("cls", [interfaces.PowerSource, interfaces.Workload, interfaces.Reporter])
+@pytest.mark.parametrize("cls", [plugin.PowerSource, plugin.Workload, plugin.Reporter, RunResult])
 def test_every_interface_member_is_documented(cls):
     text = (DOCS / "writing-plugins.md").read_text()
     missing = [m for m in public_members(cls) if m != "kind_label" and not mentioned(text, m)]
     assert not missing, f"{cls.__name__} members missing from docs/writing-plugins.md: {missing}"
 
 
-@pytest.mark.parametrize("cls", [interfaces.Channel, interfaces.Phase])
+@pytest.mark.parametrize("cls", [model.Channel, model.Phase, PhaseSummary, Spread])
 def test_every_field_is_documented(cls):
     text = (DOCS / "writing-plugins.md").read_text()
     missing = [f.name for f in dataclasses.fields(cls) if not mentioned(text, f.name)]
@@ -55,7 +57,7 @@ def test_every_field_is_documented(cls):
 
 def test_every_window_column_and_flag_is_documented():
     text = (DOCS / "result-format.md").read_text()
-    flags = [v for k, v in vars(energy).items() if k.isupper() and isinstance(v, str)] + [NOISY]
+    flags = [v for k, v in vars(energy).items() if k.isupper() and isinstance(v, str)] + [NOISY, PARTIAL]
     missing = [c for c in WINDOW_COLUMNS + flags if not mentioned(text, c)]
     assert not missing, f"missing from docs/result-format.md: {missing}"
 
@@ -91,7 +93,7 @@ def test_every_built_in_reporter_and_source_is_documented():
 
 
 def test_plugin_base_methods_have_docstrings():
-    for cls in (interfaces.PowerSource, interfaces.Workload, interfaces.Reporter):
+    for cls in (plugin.PowerSource, plugin.Workload, plugin.Reporter):
         for name, member in inspect.getmembers(cls, predicate=inspect.isfunction):
             if not name.startswith("_"):
                 assert member.__doc__, f"{cls.__name__}.{name} has no docstring"
@@ -127,7 +129,7 @@ def snapshot_phase(out: Path, seen: set[str], name: str = "snapshot") -> Phase:
     return Phase(name, step=step, iterations=1, warmup=0, trials=2)
 
 
-QUICK = RunConfig(trials=2, min_window_s=0.03, warmup_s=0.0)
+QUICK = RunSettings(trials=2, min_window_s=0.03, warmup_s=0.0)
 
 
 def check_run(

@@ -97,7 +97,7 @@ def test_the_plot_command_without_matplotlib(tmp_path, without):
         power=[SignalSource(name="gpu")],
         reporters=[],
         out=out,
-        config=ef.RunConfig(trials=1, min_window_s=0.05, warmup_s=0.0),
+        config=ef.RunSettings(trials=1, min_window_s=0.05, warmup_s=0.0),
     )
     without("matplotlib")
     result = CliRunner().invoke(main, ["plot", str(out)])
@@ -115,7 +115,7 @@ def test_the_plot_reporter_without_matplotlib_keeps_the_run(tmp_path, without, c
             power=None,
             reporters=["plot"],
             out=out,
-            config=ef.RunConfig(trials=1, min_window_s=0.05, warmup_s=0.0),
+            config=ef.RunSettings(trials=1, min_window_s=0.05, warmup_s=0.0),
         )
     assert result.complete and (out / "windows.csv").exists()
     assert (

@@ -12,13 +12,14 @@ import pytest
 
 import energyframe as ef
 from energyframe import orchestrator
+from energyframe.config import RunSettings
 from energyframe.errors import PowerSourceError, RunInterrupted, UsageError, WorkloadError
 from energyframe.interfaces import Phase
-from energyframe.orchestrator import CALIBRATION_MARGIN, SHORT_REDO, RunConfig, calibrate
+from energyframe.orchestrator import CALIBRATION_MARGIN, SHORT_REDO, calibrate
 from energyframe.results import RunResult
 from tests.fakes import ListWorkload, SignalSource, StepClock, busy_phase, spin
 
-FAST = RunConfig(trials=3, min_window_s=0.15, warmup_s=0.02)
+FAST = RunSettings(trials=3, min_window_s=0.15, warmup_s=0.02)
 
 
 @pytest.fixture
@@ -82,7 +83,7 @@ def test_idle_baseline_gives_dynamic_energy(tmp_path):
         ListWorkload([busy_phase()]),
         power=[source],
         reporters=[],
-        config=RunConfig(trials=2, min_window_s=0.1, idle_s=0.3, warmup_s=0.0),
+        config=RunSettings(trials=2, min_window_s=0.1, idle_s=0.3, warmup_s=0.0),
     )
     idle = result.meta["idle_baseline"]["gpu"]
     assert idle["power_w"] == pytest.approx(80.0, rel=1e-6)
@@ -174,7 +175,7 @@ def test_source_failing_mid_run_stops_the_run_and_keeps_samples(tmp_path):
             power=[source],
             reporters=[],
             out=out,
-            config=RunConfig(trials=100, min_window_s=0.1, warmup_s=0.0),
+            config=RunSettings(trials=100, min_window_s=0.1, warmup_s=0.0),
         )
     assert "power source 'gpu' failed: meter unplugged (test)" in str(e.value)
     result = e.value.result
@@ -208,7 +209,7 @@ def test_channel_going_silent_is_flagged_not_guessed():
         ListWorkload([busy_phase()]),
         power=[source],
         reporters=[],
-        config=RunConfig(trials=6, min_window_s=0.1, warmup_s=0.0),
+        config=RunSettings(trials=6, min_window_s=0.1, warmup_s=0.0),
     )
     late = result.windows[(result.windows["channel"] == "gpu")].iloc[-1]
     assert "uncovered" in late["flags"] and math.isnan(late["energy_j"])
@@ -220,7 +221,7 @@ def test_runs_sets_a_floor_on_the_timed_iterations(step_clock):
         step_clock.advance(0.0002)
         spin(0.0002)
 
-    config = RunConfig(trials=3, min_window_s=0.05, warmup_s=0.0)
+    config = RunSettings(trials=3, min_window_s=0.05, warmup_s=0.0)
     calibrated, _ = calibrate(Phase("busy", step=step), 0.05, 10**9)
     assert calibrated < 1000
     # 3000 runs over 3 trials need 1000 per window, more than the calibrated window holds
@@ -228,25 +229,25 @@ def test_runs_sets_a_floor_on_the_timed_iterations(step_clock):
         ListWorkload([Phase("busy", step=step)]),
         power=None,
         reporters=[],
-        config=RunConfig(**{**vars(config), "runs": 3000}),
+        config=RunSettings(**{**vars(config), "runs": 3000}),
     )
     assert list(result.windows["iterations"]) == [1000, 1000, 1000]
     short = ef.run(
         ListWorkload([Phase("busy", step=step)]),
         power=None,
         reporters=[],
-        config=RunConfig(**{**vars(config), "runs": 3}),
+        config=RunSettings(**{**vars(config), "runs": 3}),
     )
     assert list(short.windows["iterations"]) == [calibrated] * 3  # the calibrated window still applies
 
 
 def test_bad_config_is_rejected():
     with pytest.raises(UsageError):
-        RunConfig(trials=0)
+        RunSettings(trials=0)
     with pytest.raises(UsageError):
-        RunConfig(cooldown_s=-1)
+        RunSettings(cooldown_s=-1)
     with pytest.raises(UsageError):
-        RunConfig(runs=0)
+        RunSettings(runs=0)
 
 
 def test_existing_run_directory_is_not_overwritten(tmp_path, power_csv):
@@ -263,7 +264,7 @@ def test_a_window_that_comes_out_short_is_measured_again(step_clock, caplog):
     calibrated, _ = calibrate(phase, 0.2, 10**9)
     with caplog.at_level(logging.INFO, logger="energyframe"):
         result = ef.run(
-            ListWorkload([phase]), power=None, reporters=[], config=RunConfig(trials=3, min_window_s=0.2)
+            ListWorkload([phase]), power=None, reporters=[], config=RunSettings(trials=3, min_window_s=0.2)
         )
     assert "speeds-up: window of" in caplog.text and "was short of 0.2 s; measuring again" in caplog.text
     w = result.windows

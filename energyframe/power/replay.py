@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import PowerSourceError
-from ..interfaces import Channel, ClockBase, PowerSource, Quantity, Sample, Scope, SourceContext
+from ..interfaces import Channel, ClockBase, PowerSource, Quantity, Sample, Scope, SourceContext, Timing
 from ..options import Option
 
 _QUANTITY_BY_UNIT = {"J": Quantity.ENERGY, "W": Quantity.POWER}
@@ -61,6 +61,14 @@ class ReplayPowerSource(PowerSource):
             None,
             "scope of the replayed channels (default: as recorded, else other)",
             choices=tuple(s.value for s in Scope),
+        ),
+        Option(
+            "timing",
+            "choice",
+            None,
+            "what the replayed timestamps mean (default: as recorded, else exact); 'unknown' "
+            "estimates their lag after the run, as for a wall meter",
+            choices=tuple(t.value for t in Timing),
         ),
     )
 
@@ -148,6 +156,7 @@ class ReplayPowerSource(PowerSource):
             spacing = float(np.median(np.diff(times))) if times.size > 1 else 0.0
             info = recorded.get(str(name), {})
             scope = self.options["scope"] or info.get("scope", Scope.OTHER.value)
+            timing = Timing(self.options["timing"] or info.get("timing", Timing.EXACT.value))
             channel = Channel(
                 name=self.options["prefix"] + str(name),
                 quantity=quantity,
@@ -156,6 +165,8 @@ class ReplayPowerSource(PowerSource):
                 clock=ClockBase.WALL if absolute else ClockBase.MONOTONIC,
                 unit=unit,
                 primary=bool(info.get("primary", True)),
+                timing=timing,
+                averaging_s=float(info.get("averaging_s") or (spacing if timing != Timing.EXACT else 0.0)),
                 description=f"replayed from {self.options['file']}"
                 + (f": {info['description']}" if info.get("description") else ""),
             )
