@@ -177,7 +177,9 @@ def test_missing_replay_file_is_a_clean_error(tmp_path):
         ],
     )
     assert result.exit_code == 1
-    assert result.output.endswith(f"Error: power source 'replay' could not start: replay file '{tmp_path}/nope.csv' does not exist\n")
+    assert result.output.endswith(
+        f"Error: power source 'replay' could not start: replay file '{tmp_path}/nope.csv' does not exist\n"
+    )
 
 
 def test_show_errors(tmp_path):
@@ -312,7 +314,10 @@ def test_killed_run_leaves_its_samples_and_windows_readable(tmp_path, power_csv)
     assert result.meta["samples_origin"] == "samples.partial.csv"
     assert len(result.samples) >= 4
     rebuilt = load_run(out)  # the windows that had closed, integrated from the partial samples
-    assert rebuilt.reason == f"the run's process (pid {proc.pid}) died before the run finished; what it had recorded is shown"
+    assert (
+        rebuilt.reason
+        == f"the run's process (pid {proc.pid}) died before the run finished; what it had recorded is shown"
+    )
     assert len(rebuilt.windows) >= 3
     assert rebuilt.windows["mean_power_w"].dropna().round(6).eq(90.0).all()
     shown = energyframe("show", str(out))
