@@ -2,7 +2,7 @@
 
 ``pip install energyframe`` brings what measures (torch included); named models need
 ``energyframe[models]`` (torchvision, transformers), PNGs need ``energyframe[plots]``
-(matplotlib). Code that needs one of them asks here, so a missing package is one line that
+(matplotlib), the HTML report ``energyframe[report]`` (plotly, jinja2). Code that needs one of them asks here, so a missing package is one line that
 names the extra to install, never a traceback.
 """
 
@@ -18,7 +18,13 @@ from .errors import EnergyFrameError, UsageError
 log = logging.getLogger("energyframe")
 
 #: the extra that installs each optional module
-EXTRA_OF = {"torchvision": "models", "transformers": "models", "matplotlib": "plots"}
+EXTRA_OF = {
+    "torchvision": "models",
+    "transformers": "models",
+    "matplotlib": "plots",
+    "plotly": "report",
+    "jinja2": "report",
+}
 
 
 def install_command(extra: str) -> str:
