@@ -1,8 +1,8 @@
 """The power trace of a run: every channel over time, the windows shaded, meter lags shown.
 
 Energy counters are drawn as the power they imply between consecutive ticks; wall meters at the
-times the alignment moved them to (the legend says by how much). matplotlib is imported when a
-plot is drawn.
+times the alignment moved them to (the legend says by how much). matplotlib (``energyframe[plots]``)
+is imported when a plot is drawn.
 """
 
 from __future__ import annotations
@@ -12,9 +12,20 @@ from pathlib import Path
 
 import numpy as np
 
+from .extras import require
 from .results import RunResult
 
 PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974"]
+
+
+def pyplot(feature: str):
+    """``matplotlib.pyplot`` on the file-only Agg backend, or a ``UsageError`` saying that
+    ``feature`` needs the ``plots`` extra."""
+    matplotlib = require("matplotlib", feature)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 @dataclass(frozen=True)
@@ -105,11 +116,12 @@ def power_trace(
     show_raw: bool = False,
 ) -> Path:
     """Draw ``result``'s power channels and windows into a PNG at ``path``; ``show_raw`` also
-    draws moved (aligned) channels where they were recorded, dashed."""
-    import matplotlib
+    draws moved (aligned) channels where they were recorded, dashed.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Raises:
+        UsageError: matplotlib is not installed (the message names the extra).
+    """
+    plt = pyplot("the power-trace plot")
 
     windows = (
         result.windows.drop_duplicates(["phase", "trial"]) if not result.windows.empty else result.windows
