@@ -221,6 +221,11 @@ def default_min_window(m: Measurement, periods: float) -> float:
     return periods * longest if longest > 0 else TIMING_ONLY_MIN_WINDOW_S
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as a KeyboardInterrupt so that no ``except Exception`` swallows it (logging's
+    ``emit`` does, and a signal can arrive while a progress line is written)."""
+
+
 class _Signals:
     """Turn SIGTERM into ``RunInterrupted`` while a run is going (main thread only)."""
 
@@ -231,7 +236,7 @@ class _Signals:
         return self
 
     def _on_term(self, signum, frame) -> None:
-        raise RunInterrupted("terminated by SIGTERM")
+        raise _Terminated("terminated by SIGTERM")
 
     def __exit__(self, *exc) -> None:
         if self.previous is not None:
@@ -326,8 +331,8 @@ def run(
             with RunProgress(progress) as bars:
                 measure_workload(m, the_workload, resolved, bars)
         except (Exception, KeyboardInterrupt) as e:
-            error = e
-            status, reason = INCOMPLETE, describe_exception(e, m.recorder)
+            error = RunInterrupted("terminated by SIGTERM") if isinstance(e, _Terminated) else e
+            status, reason = INCOMPLETE, describe_exception(error, m.recorder)
         m.meta["workload"] = workload_record(the_workload)
         m.meta["exit_code"] = the_workload.exit_code
         try:

@@ -6,6 +6,7 @@ plugin comes from (pyperf collects its metadata the same way, in one module).
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata as md
 import os
 import platform
@@ -46,10 +47,17 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _packages_distributions() -> Mapping[str, list[str]]:
+    """Every installed top-level package and its distributions: a scan of every installed
+    package, so it is done once per process (``registry.refresh`` forgets it)."""
+    return md.packages_distributions()
+
+
 def plugin_distribution(cls: type) -> tuple[str | None, str | None]:
     """The installed distribution (name, version) that provides ``cls``'s top-level package."""
     top = cls.__module__.split(".")[0]
-    for dist in md.packages_distributions().get(top, []):
+    for dist in _packages_distributions().get(top, []):
         return dist, distribution_version(dist)
     return None, None
 

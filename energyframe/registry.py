@@ -20,7 +20,7 @@ from stevedore.exception import MultipleMatches, NoMatches
 from .errors import PluginLoadError, PluginNotFoundError, UsageError
 from .options import Spec, parse_spec
 from .plugin import Plugin, PowerSource, Reporter, Workload
-from .provenance import entry_point_distribution
+from .provenance import _packages_distributions, entry_point_distribution
 
 log = logging.getLogger("energyframe")
 
@@ -55,6 +55,7 @@ class PluginEntry:
 def refresh() -> None:
     """Forget the entry points stevedore cached in this process (after installing a plugin)."""
     ExtensionManager.ENTRY_POINT_CACHE.clear()
+    _packages_distributions.cache_clear()
 
 
 def _entry_points(kind: str) -> list[md.EntryPoint]:

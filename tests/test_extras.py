@@ -106,22 +106,13 @@ def test_the_plot_command_without_matplotlib(tmp_path, without):
     assert not (out / "power-trace.png").exists()
 
 
-def test_the_plot_reporter_without_matplotlib_keeps_the_run(tmp_path, without, caplog):
+def test_the_plot_reporter_without_matplotlib_is_refused_before_the_run(tmp_path, without):
     without("matplotlib")
     out = tmp_path / "run"
-    with caplog.at_level(logging.WARNING, logger="energyframe"):
-        result = ef.run(
-            ListWorkload([busy_phase()]),
-            power=None,
-            reporters=["plot"],
-            out=out,
-            config=ef.RunSettings(trials=1, min_window_s=0.05, warmup_s=0.0),
-        )
-    assert result.complete and (out / "windows.csv").exists()
-    assert (
-        "reporter 'plot' failed: the power-trace plot needs matplotlib: pip install 'energyframe[plots]'"
-        in (caplog.text)
-    )
+    with pytest.raises(UsageError, match=r"^the plot reporter needs matplotlib: pip install 'energyframe\[plots\]'$"):
+        ef.run(ListWorkload([busy_phase()]), power=None, reporters=["plot"], out=out,
+               config=ef.RunSettings(trials=1, min_window_s=0.05, warmup_s=0.0))
+    assert not out.exists()  # nothing was started
 
 
 def test_sweep_plots_are_skipped_with_a_warning(tmp_path, without, caplog):

@@ -282,12 +282,6 @@ class _SigtermOnWrite(io.StringIO):
         return super().write(text)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: RunInterrupted (an Exception) raised by the SIGTERM handler inside "
-    "logging.StreamHandler.emit is swallowed by logging's handleError, and the run goes on; "
-    "remove this mark with the fix",
-)
 def test_sigterm_while_a_progress_line_is_written_stops_the_run(tmp_path, monkeypatch):
     logger = logging.getLogger("energyframe")
     handler = logging.StreamHandler(_SigtermOnWrite())

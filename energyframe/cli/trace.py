@@ -64,7 +64,7 @@ def _print_trace(meta: dict, out: Path) -> None:
         )
     click.echo(
         f"wrote {out}/kernels.jsonl, ops.jsonl, trace_meta.json"
-        + (", timeline.png" if meta["unique_kernels"] else "")
+        + (", timeline.png" if (out / "timeline.png").exists() else "")
     )
 
 

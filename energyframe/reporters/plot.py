@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import extras
 from ..options import Option
 from ..plugin import Reporter
 from ..results import RunResult
@@ -15,6 +16,10 @@ class PlotReporter(Reporter):
         Option("path", "str", None, "PNG to write (default: RUN_DIR/power-trace.png)"),
         Option("primary_only", "bool", False, "only the primary channels"),
     )
+
+    def __init__(self, name: str | None = None, **options) -> None:
+        super().__init__(name, **options)
+        extras.check("matplotlib", "the plot reporter")  # before the run, not after it
 
     def report(self, result: RunResult, run_dir: Path | None) -> None:
         from ..plots import power_trace
