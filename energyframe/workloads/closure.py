@@ -149,16 +149,21 @@ def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -
     The launch gaps are measured when ``ctx.gaps_note`` is empty and are then not part of the
     residual; what is left is named from the run's settings and the residual's signs (a unit's
     kernels faster or slower alone, its power higher or lower), never more precisely than that.
+    A run without energy (timing only) is judged on its latency.
     """
-    if not (math.isfinite(latency_pct) and math.isfinite(energy_pct)):
-        return "not known: a figure is missing (a phase failed, or no energy was measured)"
+    if not math.isfinite(latency_pct):
+        return "not known: a phase has no figures (it failed, or was not measured)"
+    has_energy = math.isfinite(energy_pct)
     spread = ctx.spread_pct if math.isfinite(ctx.spread_pct) else 0.0
     floor = max(NOISE_FLOOR_PCT, 2.0 * spread)
-    if abs(latency_pct) <= floor and abs(energy_pct) <= floor:
-        return f"within the noise (|diff| <= {floor:.3g} %: the larger of {NOISE_FLOOR_PCT:g} % and twice the trials' spread)"
+    if abs(latency_pct) <= floor and (not has_energy or abs(energy_pct) <= floor):
+        return (
+            f"within the noise (|diff| <= {floor:.3g} %: the larger of {NOISE_FLOOR_PCT:g} % and twice "
+            "the trials' spread)"
+        )
     causes = []
     if ctx.eager_units:
-        causes.append(f"{ctx.eager_units} unit(s) ran eagerly, with their launch overhead instead of graph gaps")
+        causes.append(f"{ctx.eager_units} unit(s) ran eagerly, with launch overhead instead of graph gaps")
     if abs(latency_pct) > floor:
         if latency_pct < 0:
             if ctx.gaps_note:
@@ -169,8 +174,7 @@ def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -
             if ctx.l2 == "warm":
                 cache.append("its weights stay in the L2 (l2=rotate reads copies from memory)")
             causes.append(
-                "kernels ran faster alone than in the model"
-                + (": " + "; ".join(cache) if cache else " (clocks)")
+                "kernels ran faster alone than in the model" + (": " + "; ".join(cache) if cache else " (clocks)")
             )
         else:
             fits = ctx.l2 == "rotate" and 0 < ctx.weights_bytes < ctx.l2_bytes
@@ -185,16 +189,24 @@ def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -
                     "rotated input copies come from memory, where in the model a layer reads what "
                     "the one before just wrote"
                 )
-            if not fits and ctx.activations != "rotate":
+            if not fits and ctx.activations != "rotate" and not ctx.eager_units:
                 causes.append("kernels ran slower alone than in the model (clocks, power cap)")
-    power_pct = _pct((1 + energy_pct / 100.0), (1 + latency_pct / 100.0))
-    if abs(power_pct) > floor:
-        side = "higher" if power_pct > 0 else "lower"
-        causes.append(f"units alone drew {abs(power_pct):.3g} % {side} power than the model (clocks, power cap)")
+    if has_energy:
+        power_pct = _pct(1 + energy_pct / 100.0, 1 + latency_pct / 100.0)
+        if abs(power_pct) > floor:
+            side = "higher" if power_pct > 0 else "lower"
+            causes.append(f"units alone drew {abs(power_pct):.3g} % {side} power than the model (clocks, power cap)")
+    else:
+        causes.append("no energy measured")
     return "; ".join(causes) or "within the noise"
 
 
-def close(units: Sequence[UnitFigures], whole: WholeFigures, ctx: ClosureContext) -> Closure:
+def close(
+    units: Sequence[UnitFigures],
+    whole: WholeFigures,
+    ctx: ClosureContext,
+    reference: str = "the forward as one CUDA graph",
+) -> Closure:
     """Σ calls x per-call figures against the whole model, with the launch-gap term when the
     whole model's graph was profiled, and the closure table's rows (term, figures, cause)."""
     sum_t = sum(u.calls * u.latency_s for u in units)
@@ -225,7 +237,7 @@ def close(units: Sequence[UnitFigures], whole: WholeFigures, ctx: ClosureContext
             "latency_pct": 0.0,
             "energy_j": whole.energy_j,
             "energy_pct": 0.0,
-            "cause": "the reference: the forward as one CUDA graph",
+            "cause": f"the reference: {reference}",
         },
         {
             "term": "sum of units",
@@ -233,7 +245,7 @@ def close(units: Sequence[UnitFigures], whole: WholeFigures, ctx: ClosureContext
             "latency_pct": lat_pct,
             "energy_j": sum_e,
             "energy_pct": en_pct,
-            "cause": "each unit measured in its own CUDA graph, times its calls in the forward",
+            "cause": "each unit measured on its own (a CUDA graph of its calls), times its calls in the forward",
         },
     ]
     if measured:

@@ -633,7 +633,13 @@ class PerLayerWorkload(Workload):
             gaps_note=gaps_note,
             spread_pct=max(spreads) if spreads else math.nan,
         )
-        return close(units, WholeFigures(whole_fig.latency_s, whole_fig.energy_j, kernels, busy), ctx)
+        whole = self._whole
+        if whole is not None and whole.captured.on_gpu:
+            how = whole.captured.fallback or "one CUDA graph"
+        else:
+            how = "eagerly, on the CPU"
+        reference = f"the forward, {self.model.options['whole_unroll']} per replay, {how}"
+        return close(units, WholeFigures(whole_fig.latency_s, whole_fig.energy_j, kernels, busy), ctx, reference)
 
     def _weights_bytes(self) -> int:
         net = getattr(self.model, "model", None)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 #: calibration margin: replays later in a run are often a little faster than when probed)
 WINDOW_MARGIN = 1.15
 #: a unit's replays are timed until one timed batch lasts this long. Units: s.
-PROBE_S = 0.01
+PROBE_S = 0.005
 
 #: the launch gap a CUDA graph leaves between two different kernels, as measured on an H200
 #: (resnet50 at batch 1 as one graph: 0.860 ms against ~0.75 ms of kernels, ~1.4 µs per
@@ -43,12 +43,13 @@ def probe_step_s(
     """Time per step of a phase that is built already.
 
     One untimed step first (a CUDA graph's first replay uploads it), then growing batches, each
-    between two syncs, until one lasts ``probe_s``. Returns the time per step and the steps run
-    (they warmed the phase up). Units: s.
+    between two syncs, until one that is not the first lasts ``probe_s`` (the first timed batch
+    may still hold a warm-up: allocators, kernel selection, clocks ramping up). Returns the time
+    per step of the last batch and the steps run (they warmed the phase up). Units: s.
     """
     step()
     sync()
-    ran, n = 1, 1
+    ran, n, batches = 1, 1, 0
     while True:
         t0 = clock()
         for _ in range(n):
@@ -56,8 +57,11 @@ def probe_step_s(
         sync()
         dt = clock() - t0
         ran += n
-        if dt >= probe_s or n >= max_steps:
+        batches += 1
+        if (dt >= probe_s and batches >= 2) or n >= max_steps:
             return dt / n, ran
+        if dt >= probe_s:  # long enough, but the first: time as many again
+            continue
         wanted = math.ceil(1.2 * probe_s * n / dt) if dt > 0 else 10 * n
         n = min(max_steps, max(2 * n, wanted))
 
