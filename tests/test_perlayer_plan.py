@@ -238,3 +238,35 @@ def test_copies_together_exceed_twice_the_l2(data_bytes):
     else:
         assert n * data_bytes < 2 * l2  # bounded: tiny tensors get MAX_COPIES
     assert perlayer._copies_for(0, l2) == 1 and perlayer._copies_for(data_bytes, 0) == 1
+
+
+def _benchmark():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "perlayer_speed.py"
+    spec = importlib.util.spec_from_file_location("perlayer_speed", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_speed_benchmark_reads_a_saved_per_layer_run(tmp_path):
+    """The GPU benchmark's table comes from run.json and windows.csv: read a real saved run."""
+    bench = _benchmark()
+    ef.run(tiny(validate=True, kernel_gaps=True, window_s=0.01), power=None, reporters=[],
+           out=tmp_path / "run", settings=ef.RunSettings(trials=3, idle_s=0.0))
+    row = bench.summarize(tmp_path / "run")
+    assert row["status"] == "complete" and row["process_s"] > 0
+    assert {"setup", "phase_setup", "windows", "save"} <= set(row["timings_s"])
+    assert {"capture", "probe"} <= set(row["prepare_timings_s"])
+    assert row["units"] == 6 and row["granularity"] == "leaf"
+    assert row["residual_cause"] and [r["term"] for r in row["closure"]][-1] == "residual"
+    assert row["window_s_median"] > 0
+    with pytest.raises(SystemExit, match="unknown config or group 'fast'"):
+        bench.select("fast", smoke=False)
+    assert [c.id for c in bench.select("closure", smoke=False)] == [
+        c.id for c in bench.CONFIGS if c.group == "closure"
+    ]
