@@ -73,63 +73,135 @@ class Config:
 FAST = "window_s=0.1,prepare=ahead"
 CONFIGS = (
     # --- speed: resnet50 at batch 1, leaf units unless said (what `--per-layer` measures) ------
-    Config("old", "speed", "resnet50:batch=1", (), False, 70, "the defaults today: calibrated 0.2-s windows, idle 2 s"),
     Config(
-        "minwin-0.1", "speed", "resnet50:batch=1", ("--min-window", "0.1", "--idle", "1"), False, 45,
+        "old",
+        "speed",
+        "resnet50:batch=1",
+        (),
+        False,
+        70,
+        "the defaults today: calibrated 0.2-s windows, idle 2 s",
+    ),
+    Config(
+        "minwin-0.1",
+        "speed",
+        "resnet50:batch=1",
+        ("--min-window", "0.1", "--idle", "1"),
+        False,
+        45,
         "only shorter windows: the run still calibrates each unit",
     ),
     Config(
-        "capture-0.1", "speed", "resnet50:batch=1,window_s=0.1", ("--idle", "1"), False, 35,
+        "capture-0.1",
+        "speed",
+        "resnet50:batch=1,window_s=0.1",
+        ("--idle", "1"),
+        False,
+        35,
         "windows counted from the capture timing, captured one by one",
     ),
     Config(
-        "capture-0.1-ahead", "speed", f"resnet50:batch=1,{FAST}", ("--idle", "1"), False, 35,
+        "capture-0.1-ahead",
+        "speed",
+        f"resnet50:batch=1,{FAST}",
+        ("--idle", "1"),
+        False,
+        35,
         "and every unit captured before the first window",
     ),
     Config(
-        "capture-0.1-ahead-lead", "speed", f"resnet50:batch=1,{FAST},lead_s=0.05", ("--idle", "1"), False, 38,
+        "capture-0.1-ahead-lead",
+        "speed",
+        f"resnet50:batch=1,{FAST},lead_s=0.05",
+        ("--idle", "1"),
+        False,
+        38,
         "and 50 ms of each unit before its first window",
     ),
     Config(
-        "capture-0.05-ahead", "speed", "resnet50:batch=1,window_s=0.05,prepare=ahead", ("--idle", "1"), False, 25,
+        "capture-0.05-ahead",
+        "speed",
+        "resnet50:batch=1,window_s=0.05,prepare=ahead",
+        ("--idle", "1"),
+        False,
+        25,
         "half-length windows",
     ),
     Config(
-        "auto-0.1", "speed", f"resnet50:batch=1,granularity=auto,{FAST}", ("--idle", "1"), False, 15,
+        "auto-0.1",
+        "speed",
+        f"resnet50:batch=1,granularity=auto,{FAST}",
+        ("--idle", "1"),
+        False,
+        15,
         "granularity chosen from the model (blocks at batch 1)",
     ),
     # --- closure: Σ units against the whole model, with the launch gaps measured -------------
     Config(
-        "closure-r50-b1-leaf", "closure", f"resnet50:batch=1,kernel_gaps=true,{FAST}", ("--idle", "1"), True, 40,
+        "closure-r50-b1-leaf",
+        "closure",
+        f"resnet50:batch=1,kernel_gaps=true,{FAST}",
+        ("--idle", "1"),
+        True,
+        40,
         "leaf units: how much of the gap the launch gaps explain",
     ),
     Config(
-        "closure-r50-b1-leaf-act", "closure", f"resnet50:batch=1,kernel_gaps=true,activations=rotate,{FAST}",
-        ("--idle", "1"), True, 40, "leaf units reading rotated input copies",
+        "closure-r50-b1-leaf-act",
+        "closure",
+        f"resnet50:batch=1,kernel_gaps=true,activations=rotate,{FAST}",
+        ("--idle", "1"),
+        True,
+        40,
+        "leaf units reading rotated input copies",
     ),
     Config(
-        "closure-r50-b1-auto", "closure", f"resnet50:batch=1,granularity=auto,kernel_gaps=true,{FAST}",
-        ("--idle", "1"), True, 18,
+        "closure-r50-b1-auto",
+        "closure",
+        f"resnet50:batch=1,granularity=auto,kernel_gaps=true,{FAST}",
+        ("--idle", "1"),
+        True,
+        18,
     ),
     Config(
-        "closure-r50-b64-auto", "closure", f"resnet50:batch=64,granularity=auto,kernel_gaps=true,{FAST}",
-        ("--idle", "1"), True, 22,
+        "closure-r50-b64-auto",
+        "closure",
+        f"resnet50:batch=64,granularity=auto,kernel_gaps=true,{FAST}",
+        ("--idle", "1"),
+        True,
+        22,
     ),
     Config(
-        "closure-vit-b1-auto", "closure", f"vit_b_16:batch=1,granularity=auto,kernel_gaps=true,{FAST}",
-        ("--idle", "1"), True, 15,
+        "closure-vit-b1-auto",
+        "closure",
+        f"vit_b_16:batch=1,granularity=auto,kernel_gaps=true,{FAST}",
+        ("--idle", "1"),
+        True,
+        15,
     ),
     Config(
-        "closure-vit-b64-auto", "closure", f"vit_b_16:batch=64,granularity=auto,kernel_gaps=true,{FAST}",
-        ("--idle", "1"), True, 18,
+        "closure-vit-b64-auto",
+        "closure",
+        f"vit_b_16:batch=64,granularity=auto,kernel_gaps=true,{FAST}",
+        ("--idle", "1"),
+        True,
+        18,
     ),
     Config(
-        "closure-mnv3-b1-auto", "closure",
-        f"mobilenet_v3_small:batch=1,granularity=auto,kernel_gaps=true,{FAST}", ("--idle", "1"), True, 18,
+        "closure-mnv3-b1-auto",
+        "closure",
+        f"mobilenet_v3_small:batch=1,granularity=auto,kernel_gaps=true,{FAST}",
+        ("--idle", "1"),
+        True,
+        18,
     ),
     Config(
-        "closure-mnv3-b64-auto", "closure",
-        f"mobilenet_v3_small:batch=64,granularity=auto,kernel_gaps=true,{FAST}", ("--idle", "1"), True, 18,
+        "closure-mnv3-b64-auto",
+        "closure",
+        f"mobilenet_v3_small:batch=64,granularity=auto,kernel_gaps=true,{FAST}",
+        ("--idle", "1"),
+        True,
+        18,
     ),
 )
 #: the CPU dry run: the same paths (calibrated, timed at capture ahead, auto, closure) on a tiny input
@@ -137,8 +209,17 @@ _TINY = "resnet18:image_size=32,unroll=2,whole_unroll=1,device=cpu"
 _TINY_FLAGS = ("--trials", "2", "--min-window", "0.01", "--idle", "0")
 SMOKE = (
     Config("smoke-old", "smoke", _TINY, _TINY_FLAGS, False, 60),
-    Config("smoke-fast", "smoke", f"{_TINY},window_s=0.01,prepare=ahead,granularity=auto", _TINY_FLAGS, False, 60),
-    Config("smoke-closure", "smoke", f"{_TINY},window_s=0.01,kernel_gaps=true,lead_s=0.005", _TINY_FLAGS, True, 60),
+    Config(
+        "smoke-fast", "smoke", f"{_TINY},window_s=0.01,prepare=ahead,granularity=auto", _TINY_FLAGS, False, 60
+    ),
+    Config(
+        "smoke-closure",
+        "smoke",
+        f"{_TINY},window_s=0.01,kernel_gaps=true,lead_s=0.005",
+        _TINY_FLAGS,
+        True,
+        60,
+    ),
 )
 
 
@@ -153,8 +234,21 @@ class Outcome:
 
 
 def command(config: Config, power: str, out: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "energyframe", "-q", "run", "--power", power, "--workload", config.spec,
-           "--per-layer", "--out", str(out), *config.flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "energyframe",
+        "-q",
+        "run",
+        "--power",
+        power,
+        "--workload",
+        config.spec,
+        "--per-layer",
+        "--out",
+        str(out),
+        *config.flags,
+    ]
     if config.validate:
         cmd.append("--validate")
     return cmd
@@ -250,7 +344,11 @@ def run_config(config: Config, power: str, out: Path, timeout_s: float) -> Outco
     t0 = time.monotonic()
     try:
         proc = subprocess.run(
-            command(config, power, run_dir), capture_output=True, text=True, timeout=timeout_s, env=os.environ.copy()
+            command(config, power, run_dir),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=os.environ.copy(),
         )
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -274,8 +372,10 @@ def _f(value, spec: str = ".3g", suffix: str = "") -> str:
 
 def print_tables(outcomes: list[Outcome]) -> None:
     print("\n## Wall time, repeatability and closure\n")
-    print("| config | wall s | process s | units | granularity | window s | CV med / max % | first / last "
-          "window bias % | Σ vs whole lat / energy % | with gaps lat / energy % | gap µs |")
+    print(
+        "| config | wall s | process s | units | granularity | window s | CV med / max % | first / last "
+        "window bias % | Σ vs whole lat / energy % | with gaps lat / energy % | gap µs |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for o in outcomes:
         r = o.row
@@ -294,19 +394,27 @@ def print_tables(outcomes: list[Outcome]) -> None:
             f"{_f(gap * 1e6 if isinstance(gap, (int, float)) else None, '.2f')} |"
             + (f" ({o.error[:80]})" if o.error else "")
         )
-    print("\n## Where the time goes (run.json timings_s; prepare: the per-layer wrapper's own, inside setup "
-          "and phase_setup)\n")
+    print(
+        "\n## Where the time goes (run.json timings_s; prepare: the per-layer wrapper's own, inside setup "
+        "and phase_setup)\n"
+    )
     keys = [k for k in TIMING_KEYS if any(k in o.row.get("timings_s", {}) for o in outcomes)]
     prep = sorted({k for o in outcomes for k in o.row.get("prepare_timings_s", {})})
     print("| config | " + " | ".join(keys + [f"prepare:{k}" for k in prep]) + " |")
     print("|---" * (1 + len(keys) + len(prep)) + "|")
     for o in outcomes:
         t, p = o.row.get("timings_s", {}), o.row.get("prepare_timings_s", {})
-        print(f"| {o.config.id} | " + " | ".join([_f(t.get(k), '.2f') for k in keys] + [_f(p.get(k), '.2f') for k in prep]) + " |")
+        print(
+            f"| {o.config.id} | "
+            + " | ".join([_f(t.get(k), ".2f") for k in keys] + [_f(p.get(k), ".2f") for k in prep])
+            + " |"
+        )
     print("\n## Residual causes\n")
     for o in outcomes:
         if o.row.get("residual_cause") or o.row.get("granularity_choice"):
-            print(f"- {o.config.id}: {o.row.get('granularity_choice', '')}; residual: {o.row.get('residual_cause', '-')}")
+            print(
+                f"- {o.config.id}: {o.row.get('granularity_choice', '')}; residual: {o.row.get('residual_cause', '-')}"
+            )
 
 
 def select(only: str | None, smoke: bool) -> list[Config]:
@@ -334,8 +442,10 @@ def main() -> int:
     configs = select(args.only, args.smoke)
     if args.list:
         for c in configs:
-            print(f"{c.id:26s} {c.group:8s} ~{c.estimate_s:3.0f} s  {c.spec}  {' '.join(c.flags)}"
-                  f"{' --validate' if c.validate else ''}  {c.what}")
+            print(
+                f"{c.id:26s} {c.group:8s} ~{c.estimate_s:3.0f} s  {c.spec}  {' '.join(c.flags)}"
+                f"{' --validate' if c.validate else ''}  {c.what}"
+            )
         return 0
     power = "none" if args.smoke else args.power
     started = time.monotonic()
@@ -369,8 +479,15 @@ def main() -> int:
                     "power": power,
                     "skipped": skipped,
                     "configs": [
-                        {"id": o.config.id, "spec": o.config.spec, "flags": list(o.config.flags),
-                         "validate": o.config.validate, "wall_s": o.wall_s, "error": o.error, **o.row}
+                        {
+                            "id": o.config.id,
+                            "spec": o.config.spec,
+                            "flags": list(o.config.flags),
+                            "validate": o.config.validate,
+                            "wall_s": o.wall_s,
+                            "error": o.error,
+                            **o.row,
+                        }
                         for o in outcomes
                     ],
                 },

@@ -77,13 +77,18 @@ def test_without_a_profile_the_residual_says_the_gaps_were_not_measured():
     c = close(units, WholeFigures(1.0e-3, 0.21), ClosureContext(gaps_note="kernel_gaps=true measures them"))
     assert [r["term"] for r in c.rows] == ["whole model", "sum of units", "residual"]
     assert math.isnan(c.gaps_latency_s) and c.corrected_latency_diff_pct == c.latency_diff_pct
-    assert "launch gaps between different kernels, not measured (kernel_gaps=true measures them)" in c.residual_cause
+    assert (
+        "launch gaps between different kernels, not measured (kernel_gaps=true measures them)"
+        in c.residual_cause
+    )
 
 
 def test_residual_within_the_noise():
     assert residual_cause(0.5, -0.8, ClosureContext()).startswith("within the noise")
     # a large spread widens the floor
-    assert residual_cause(3.0, 2.0, ClosureContext(spread_pct=2.0)).startswith("within the noise (|diff| <= 4 %")
+    assert residual_cause(3.0, 2.0, ClosureContext(spread_pct=2.0)).startswith(
+        "within the noise (|diff| <= 4 %"
+    )
     assert not residual_cause(3.0, 2.0, ClosureContext(spread_pct=0.5)).startswith("within the noise")
 
 
@@ -94,7 +99,9 @@ def test_units_faster_alone_point_at_their_cache_state():
 
 
 def test_units_slower_alone_with_weights_that_fit_in_the_l2():
-    cause = residual_cause(5.0, 9.6, ClosureContext(l2="rotate", weights_bytes=22_000_000, l2_bytes=60_000_000))
+    cause = residual_cause(
+        5.0, 9.6, ClosureContext(l2="rotate", weights_bytes=22_000_000, l2_bytes=60_000_000)
+    )
     assert "weights (22 MB) fit in the L2 (60 MB)" in cause
     # energy up more than time: the units drew more power too
     assert "units alone drew 4.38 % higher power" in cause
@@ -106,7 +113,9 @@ def test_power_alone_differs_at_the_same_time():
 
 
 def test_timing_only_runs_are_judged_on_latency():
-    cause = residual_cause(-8.0, math.nan, ClosureContext(eager_units=28, gaps_note="no CUDA graph on the CPU"))
+    cause = residual_cause(
+        -8.0, math.nan, ClosureContext(eager_units=28, gaps_note="no CUDA graph on the CPU")
+    )
     assert cause.startswith("28 unit(s) ran eagerly")
     assert cause.endswith("no energy measured")
     assert residual_cause(math.nan, math.nan, ClosureContext()).startswith("not known")

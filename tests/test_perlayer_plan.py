@@ -73,7 +73,10 @@ def run(workload, settings=RUN):
             "per-layer:model=resnet18: lead_s needs window_s (without it the run's calibration replays each "
             "unit before its windows)",
         ),
-        ("per-layer:model=resnet18,window_s=0", "option 'window_s' of workload 'per-layer' must be >= 0.001, got 0.0"),
+        (
+            "per-layer:model=resnet18,window_s=0",
+            "option 'window_s' of workload 'per-layer' must be >= 0.001, got 0.0",
+        ),
         (
             "per-layer:model=resnet18,granularity=blocks",
             "option 'granularity' of workload 'per-layer' expects one of leaf, block, auto, got 'blocks'",
@@ -99,7 +102,9 @@ def test_window_s_counts_each_units_replays_at_capture_instead_of_calibrating(mo
     from energyframe import orchestrator
 
     real = orchestrator.calibrate
-    monkeypatch.setattr(orchestrator, "calibrate", lambda *a, **k: calibrated.append(a[0].name) or real(*a, **k))
+    monkeypatch.setattr(
+        orchestrator, "calibrate", lambda *a, **k: calibrated.append(a[0].name) or real(*a, **k)
+    )
     w = tiny(window_s=0.01, lead_s=0.002, validate=True)
     result = run(w)
     assert calibrated == []  # no phase went through the run's calibration loop
@@ -123,7 +128,9 @@ def test_without_window_s_the_run_calibrates_as_before(monkeypatch):
     from energyframe import orchestrator
 
     real = orchestrator.calibrate
-    monkeypatch.setattr(orchestrator, "calibrate", lambda *a, **k: calibrated.append(a[0].name) or real(*a, **k))
+    monkeypatch.setattr(
+        orchestrator, "calibrate", lambda *a, **k: calibrated.append(a[0].name) or real(*a, **k)
+    )
     w = tiny()
     result = run(w)
     stages = [r["stage"] for r in result.derived_table("layers").rows]
@@ -219,7 +226,10 @@ def test_the_closure_table_gives_every_residual_a_cause():
     assert closure.rows[0]["cause"] == "the reference: the forward, 2 per replay, eagerly, on the CPU"
     assert closure.rows[1]["latency_pct"] == pytest.approx(summary["latency_diff_pct"])
     if not closure.rows[-1]["cause"].startswith("within the noise"):
-        assert "no CUDA graph on the CPU" in closure.rows[-1]["cause"] or "ran eagerly" in closure.rows[-1]["cause"]
+        assert (
+            "no CUDA graph on the CPU" in closure.rows[-1]["cause"]
+            or "ran eagerly" in closure.rows[-1]["cause"]
+        )
 
 
 def test_rotated_inputs_are_counted_per_unit():
@@ -256,8 +266,13 @@ def _benchmark():
 def test_the_speed_benchmark_reads_a_saved_per_layer_run(tmp_path):
     """The GPU benchmark's table comes from run.json and windows.csv: read a real saved run."""
     bench = _benchmark()
-    ef.run(tiny(validate=True, kernel_gaps=True, window_s=0.01), power=None, reporters=[],
-           out=tmp_path / "run", settings=ef.RunSettings(trials=3, idle_s=0.0))
+    ef.run(
+        tiny(validate=True, kernel_gaps=True, window_s=0.01),
+        power=None,
+        reporters=[],
+        out=tmp_path / "run",
+        settings=ef.RunSettings(trials=3, idle_s=0.0),
+    )
     row = bench.summarize(tmp_path / "run")
     assert row["status"] == "complete" and row["process_s"] > 0
     assert {"setup", "phase_setup", "windows", "save"} <= set(row["timings_s"])

@@ -136,7 +136,9 @@ class Closure:
 
 
 def _pct(part: float, whole: float) -> float:
-    return 100.0 * (part / whole - 1.0) if whole and math.isfinite(part) and math.isfinite(whole) else math.nan
+    return (
+        100.0 * (part / whole - 1.0) if whole and math.isfinite(part) and math.isfinite(whole) else math.nan
+    )
 
 
 def _share(part: float, whole: float) -> float:
@@ -170,11 +172,14 @@ def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -
                 causes.append(f"launch gaps between different kernels, not measured ({ctx.gaps_note})")
             cache = []
             if ctx.activations == "reuse":
-                cache.append("each unit re-reads its own inputs, which stay in L1/L2 (activations=rotate reads copies)")
+                cache.append(
+                    "each unit re-reads its own inputs, which stay in L1/L2 (activations=rotate reads copies)"
+                )
             if ctx.l2 == "warm":
                 cache.append("its weights stay in the L2 (l2=rotate reads copies from memory)")
             causes.append(
-                "kernels ran faster alone than in the model" + (": " + "; ".join(cache) if cache else " (clocks)")
+                "kernels ran faster alone than in the model"
+                + (": " + "; ".join(cache) if cache else " (clocks)")
             )
         else:
             fits = ctx.l2 == "rotate" and 0 < ctx.weights_bytes < ctx.l2_bytes
@@ -195,7 +200,9 @@ def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -
         power_pct = _pct(1 + energy_pct / 100.0, 1 + latency_pct / 100.0)
         if abs(power_pct) > floor:
             side = "higher" if power_pct > 0 else "lower"
-            causes.append(f"units alone drew {abs(power_pct):.3g} % {side} power than the model (clocks, power cap)")
+            causes.append(
+                f"units alone drew {abs(power_pct):.3g} % {side} power than the model (clocks, power cap)"
+            )
     else:
         causes.append("no energy measured")
     return "; ".join(causes) or "within the noise"

@@ -595,7 +595,7 @@ class PerLayerWorkload(Workload):
         from .pipeline import stage_figures
 
         out = []
-        for (stage, name), calls, unit in zip(pairs, in_forward, self.decomposition.units):
+        for (_stage, name), calls, unit in zip(pairs, in_forward, self.decomposition.units):
             fig = stage_figures(result, name, calls)[0]
             plan = self._plans.get(id(unit))
             graph = self._execution(plan) == "cuda graph"
@@ -639,7 +639,9 @@ class PerLayerWorkload(Workload):
         else:
             how = "eagerly, on the CPU"
         reference = f"the forward, {self.model.options['whole_unroll']} per replay, {how}"
-        return close(units, WholeFigures(whole_fig.latency_s, whole_fig.energy_j, kernels, busy), ctx, reference)
+        return close(
+            units, WholeFigures(whole_fig.latency_s, whole_fig.energy_j, kernels, busy), ctx, reference
+        )
 
     def _weights_bytes(self) -> int:
         net = getattr(self.model, "model", None)
