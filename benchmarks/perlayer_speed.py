@@ -72,7 +72,7 @@ class Config:
 
 FAST = "window_s=0.1,prepare=ahead"
 CONFIGS = (
-    # --- speed: resnet50 at batch 1, leaf units unless said (what `--per-layer` measures) ------
+    # in order of importance: what the budget skips is at the end
     Config(
         "old",
         "speed",
@@ -81,24 +81,6 @@ CONFIGS = (
         False,
         70,
         "the defaults today: calibrated 0.2-s windows, idle 2 s",
-    ),
-    Config(
-        "minwin-0.1",
-        "speed",
-        "resnet50:batch=1",
-        ("--min-window", "0.1", "--idle", "1"),
-        False,
-        45,
-        "only shorter windows: the run still calibrates each unit",
-    ),
-    Config(
-        "capture-0.1",
-        "speed",
-        "resnet50:batch=1,window_s=0.1",
-        ("--idle", "1"),
-        False,
-        35,
-        "windows counted from the capture timing, captured one by one",
     ),
     Config(
         "capture-0.1-ahead",
@@ -110,24 +92,6 @@ CONFIGS = (
         "and every unit captured before the first window",
     ),
     Config(
-        "capture-0.1-ahead-lead",
-        "speed",
-        f"resnet50:batch=1,{FAST},lead_s=0.05",
-        ("--idle", "1"),
-        False,
-        38,
-        "and 50 ms of each unit before its first window",
-    ),
-    Config(
-        "capture-0.05-ahead",
-        "speed",
-        "resnet50:batch=1,window_s=0.05,prepare=ahead",
-        ("--idle", "1"),
-        False,
-        25,
-        "half-length windows",
-    ),
-    Config(
         "auto-0.1",
         "speed",
         f"resnet50:batch=1,granularity=auto,{FAST}",
@@ -135,25 +99,6 @@ CONFIGS = (
         False,
         15,
         "granularity chosen from the model (blocks at batch 1)",
-    ),
-    # --- closure: Σ units against the whole model, with the launch gaps measured -------------
-    Config(
-        "closure-r50-b1-leaf",
-        "closure",
-        f"resnet50:batch=1,kernel_gaps=true,{FAST}",
-        ("--idle", "1"),
-        True,
-        40,
-        "leaf units: how much of the gap the launch gaps explain",
-    ),
-    Config(
-        "closure-r50-b1-leaf-act",
-        "closure",
-        f"resnet50:batch=1,kernel_gaps=true,activations=rotate,{FAST}",
-        ("--idle", "1"),
-        True,
-        40,
-        "leaf units reading rotated input copies",
     ),
     Config(
         "closure-r50-b1-auto",
@@ -202,6 +147,60 @@ CONFIGS = (
         ("--idle", "1"),
         True,
         18,
+    ),
+    Config(
+        "closure-r50-b1-leaf",
+        "closure",
+        f"resnet50:batch=1,kernel_gaps=true,{FAST}",
+        ("--idle", "1"),
+        True,
+        40,
+        "leaf units: how much of the gap the launch gaps explain",
+    ),
+    Config(
+        "capture-0.1-ahead-lead",
+        "speed",
+        f"resnet50:batch=1,{FAST},lead_s=0.05",
+        ("--idle", "1"),
+        False,
+        38,
+        "and 50 ms of each unit before its first window",
+    ),
+    Config(
+        "capture-0.05-ahead",
+        "speed",
+        "resnet50:batch=1,window_s=0.05,prepare=ahead",
+        ("--idle", "1"),
+        False,
+        25,
+        "half-length windows",
+    ),
+    Config(
+        "minwin-0.1",
+        "speed",
+        "resnet50:batch=1",
+        ("--min-window", "0.1", "--idle", "1"),
+        False,
+        45,
+        "only shorter windows: the run still calibrates each unit",
+    ),
+    Config(
+        "capture-0.1",
+        "speed",
+        "resnet50:batch=1,window_s=0.1",
+        ("--idle", "1"),
+        False,
+        35,
+        "windows counted from the capture timing, captured one by one",
+    ),
+    Config(
+        "closure-r50-b1-leaf-act",
+        "closure",
+        f"resnet50:batch=1,kernel_gaps=true,activations=rotate,{FAST}",
+        ("--idle", "1"),
+        True,
+        40,
+        "leaf units reading rotated input copies",
     ),
 )
 #: the CPU dry run: the same paths (calibrated, timed at capture ahead, auto, closure) on a tiny input
