@@ -2,7 +2,9 @@
 
 For each configuration, a per-layer run (``per-layer:model=...,validate=true``) measures every unique unit (CUDA
 graphs, weights rotated or warm) and the whole model (a CUDA graph of its forward), and prints
-Σ count x per-call figures against the whole model, with the wall time of the run.
+Σ count x per-call figures against the whole model, with the wall time of the run. With
+``kernel_gaps=true`` in a spec (the ``gaps`` set) the whole model's graph is profiled too, and the
+sums are also given with the launch gaps added; every residual is printed with its cause.
 
 Run on a GPU: ``python benchmarks/closure.py [--set core|all] [--json out.json]``.
 """
@@ -26,6 +28,15 @@ CORE = [
     "resnet50:batch=64,granularity=leaf,l2=rotate",
     "resnet50:batch=64,granularity=block,l2=rotate",
 ]
+#: the launch gaps measured and the granularity chosen by the model (docs/pipelines.md)
+GAPS = [
+    "resnet50:batch=1,granularity=leaf,kernel_gaps=true",
+    "resnet50:batch=1,granularity=auto,kernel_gaps=true",
+    "resnet50:batch=64,granularity=leaf,kernel_gaps=true",
+    "resnet50:batch=64,granularity=auto,kernel_gaps=true",
+    "vit_b_16:batch=1,granularity=auto,kernel_gaps=true",
+    "mobilenet_v3_small:batch=1,granularity=auto,kernel_gaps=true",
+]
 OTHERS = [
     "resnet18:batch=1,granularity=block",
     "resnet18:batch=64,granularity=block",
@@ -44,7 +55,7 @@ def _pct(value) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", choices=("core", "others", "all"), default="all")
+    ap.add_argument("--set", choices=("core", "gaps", "others", "all"), default="all")
     ap.add_argument("--only", help="comma-separated specs instead of a set")
     ap.add_argument("--power", default="nvml:gpus=0", help="power spec (none: timing only, for a dry run)")
     ap.add_argument("--json")
@@ -54,7 +65,7 @@ def main() -> int:
     specs = (
         args.only.split(";")
         if args.only
-        else {"core": CORE, "others": OTHERS, "all": CORE + OTHERS}[args.set]
+        else {"core": CORE, "gaps": GAPS, "others": OTHERS, "all": CORE + GAPS + OTHERS}[args.set]
     )
     rows = []
     for spec in specs:
@@ -86,6 +97,11 @@ def main() -> int:
                 "max_energy_cv_pct": max(cvs) if cvs else None,
                 "wall_s": wall,
                 "eager_units": sum(1 for r in layers if r["execution"] != "cuda graph"),
+                "granularity_choice": s.get("granularity_choice"),
+                "kernel_gap_s": s.get("kernel_gap_s"),
+                "gap_corrected_latency_diff_pct": s.get("gap_corrected_latency_diff_pct"),
+                "gap_corrected_energy_diff_pct": s.get("gap_corrected_energy_diff_pct"),
+                "residual_cause": s.get("residual_cause"),
             }
         )
         r = rows[-1]
@@ -96,6 +112,14 @@ def main() -> int:
             f"CV med {_pct(r['median_energy_cv_pct'])} max {_pct(r['max_energy_cv_pct'])}  {wall:5.0f} s",
             flush=True,
         )
+        gap = r["kernel_gap_s"]
+        if gap is not None and gap == gap:
+            print(
+                f"{'':52s} with launch gaps ({gap * 1e6:.2f} us/kernel): latency "
+                f"{r['gap_corrected_latency_diff_pct']:+6.1f}%  energy {r['gap_corrected_energy_diff_pct']:+6.1f}%",
+                flush=True,
+            )
+        print(f"{'':52s} {r['granularity_choice']}; residual: {r['residual_cause']}", flush=True)
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     print(f"\nper-layer closure on {device}, {time.strftime('%Y-%m-%d')}, fp16, CUDA graphs, nvml")
     if args.json:

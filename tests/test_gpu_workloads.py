@@ -89,3 +89,39 @@ def test_uncapturable_call_runs_eagerly_and_random_numbers_still_work(call):
     assert torch.randn(16, device=device).isfinite().all()  # the generator survived
     print(captured.fallback)
     captured.release()
+
+
+def test_per_layer_timed_at_capture_ahead_with_auto_granularity_and_kernel_gaps():
+    """The candidate fast path: windows counted from each unit's replay time, every unit captured
+    before the first window, granularity chosen from the model, the launch gap measured."""
+    spec = (
+        "per-layer:model=resnet18,batch=8,validate=true,kernel_gaps=true,granularity=auto,"
+        "window_s=0.1,lead_s=0.05,prepare=ahead"
+    )
+    result = ef.run(spec, power=["nvml:gpus=0"], reporters=[], config=ef.RunSettings(idle_s=1.0))
+    assert result.complete
+    info = result.meta["workload"]["info"]
+    summary = result.derived_table("summary").rows[0]
+    layers = result.derived_table("layers").rows
+    assert summary["granularity_choice"].startswith(f"auto: {summary['granularity']} (")
+    assert info["units_captured_ahead"] == len(layers)
+    assert all(r["execution"] == "cuda graph" for r in layers)
+    for row in layers:  # a fixed count of replays per window, the same in each trial
+        windows = result.windows[result.windows["phase"] == row["stage"]]
+        assert set(windows["iterations"]) == {row["steps_per_window"] * 100}
+    closure = result.derived_table("closure")
+    gaps = next(r for r in closure.rows if r["term"] == "launch gaps (measured)")
+    assert math.isfinite(summary["kernel_gap_s"]) and gaps["cause"]
+    assert all(r["cause"] for r in closure.rows)
+    print(summary["granularity_choice"], summary["kernel_gap_s"], summary["residual_cause"])
+
+
+def test_per_layer_rotated_inputs_at_batch_1():
+    result = ef.run(
+        "per-layer:model=resnet18,batch=1,activations=rotate,window_s=0.1",
+        power=["nvml:gpus=0"],
+        reporters=[],
+    )
+    layers = result.derived_table("layers").rows
+    assert all(r["execution"] == "cuda graph" for r in layers)
+    assert max(r["input_copies"] for r in layers) > 1  # batch-1 activations are far smaller than the L2

@@ -122,3 +122,50 @@ def test_units_replay_on_the_cpu():
     for unit in d.units:
         make_state, call = unit.call_factory(torch.device("cpu"))
         call(make_state(torch.device("cpu")))
+
+
+def test_rotated_inputs_are_read_in_turn():
+    seen = []
+
+    class Probe(nn.Module):
+        def forward(self, x):
+            seen.append(x.data_ptr())
+            return x * 2
+
+    model = nn.Sequential(Probe())
+    d = decompose(model, (torch.randn(2, 3),))
+    (unit,) = d.units
+    assert unit.kernels == 1 and d.single_kernel_calls == 1
+    assert unit.input_bytes() == 2 * 3 * 4
+    for copies in (1, 3):
+        make_state, call = unit.call_factory(torch.device("cpu"), input_copies=copies)
+        state = make_state(torch.device("cpu"))
+        seen.clear()
+        for _ in range(2 * copies):
+            call(state)
+        assert len(set(seen)) == copies and seen[:copies] == seen[copies:]
+
+
+def test_glue_ops_rotate_their_inputs_too():
+    model = nn.Sequential(nn.Linear(4, 4))
+    d = decompose(lambda_model(model), (torch.randn(3, 4),))
+    glue = [u for u in d.units if u.kind == "op"]
+    assert glue, "the add after the linear layer is a glue op"
+    make_state, call = glue[0].call_factory(torch.device("cpu"), input_copies=2)
+    inputs, turn = make_state(torch.device("cpu"))
+    assert len(inputs) == 2 and inputs[0][0][0].data_ptr() != inputs[1][0][0].data_ptr()
+    call((inputs, turn))
+    call((inputs, turn))
+    assert turn == [2]
+
+
+def lambda_model(inner):
+    class AddAfter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x) + x
+
+    return AddAfter()

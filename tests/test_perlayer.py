@@ -32,6 +32,11 @@ def test_model_options_pass_through_and_are_checked():
         "validate": True,
         "l2": "rotate",
         "unroll": 100,
+        "window_s": None,
+        "lead_s": 0.0,
+        "prepare": "each",
+        "activations": "reuse",
+        "kernel_gaps": False,
     }
     assert (
         w.model.name == "resnet18" and w.model.options["batch"] == 2 and w.model.options["image_size"] == 64
@@ -45,13 +50,13 @@ def test_model_options_pass_through_and_are_checked():
         (
             "per-layer:model=resnet18,bacth=2",
             "unknown option 'bacth' for per-layer:model=resnet18. Valid options: model, granularity, validate, "
-            "l2, unroll (per-layer); batch, channels_last, device, dtype, image_size, weights, whole_unroll "
+            "l2, unroll, window_s, lead_s, prepare, activations, kernel_gaps (per-layer); batch, channels_last, device, dtype, image_size, weights, whole_unroll "
             "(resnet18)",
         ),
         (  # a whole-model option means nothing per layer
             "per-layer:model=resnet18,execution=graph",
             "unknown option 'execution' for per-layer:model=resnet18. Valid options: model, granularity, validate, "
-            "l2, unroll (per-layer); batch, channels_last, device, dtype, image_size, weights, whole_unroll "
+            "l2, unroll, window_s, lead_s, prepare, activations, kernel_gaps (per-layer); batch, channels_last, device, dtype, image_size, weights, whole_unroll "
             "(resnet18)",
         ),
         (

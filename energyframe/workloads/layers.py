@@ -155,20 +155,38 @@ class Unit:
         metas = tensor_metas(self.args) + tensor_metas(self.kwargs)
         return ", ".join(m.describe() for m in metas)
 
-    def call_factory(self, device, copies: int = 1) -> tuple[Callable[[Any], Any], Callable[[Any], None]]:
-        """(make_state, call) for ``graph.Captured``; ``copies`` > 1 rotates copies of the
-        module's weights so that each call reads them from memory, not from L2."""
+    def input_bytes(self) -> int:
+        """Bytes of the call's tensor arguments."""
+        return sum(m.nbytes for m in tensor_metas(self.args) + tensor_metas(self.kwargs))
+
+    def call_factory(
+        self, device, copies: int = 1, input_copies: int = 1
+    ) -> tuple[Callable[[Any], Any], Callable[[Any], None]]:
+        """(make_state, call) for ``graph.Captured``.
+
+        Args:
+            copies: > 1 rotates copies of the module's weights, so that each call reads them
+                from memory, not from L2.
+            input_copies: > 1 rotates copies of the call's inputs (activations) the same way;
+                1 re-reads the same inputs every call.
+        """
         args, kwargs = self.args, self.kwargs
+        input_copies = max(1, input_copies)
+
+        def make_inputs(dev) -> list:
+            return [(materialize(args, dev), materialize(kwargs, dev)) for _ in range(input_copies)]
 
         if self.kind == "op":
             op = self.op
 
             def make_state(dev):
-                return materialize(args, dev), materialize(kwargs, dev)
+                return make_inputs(dev), [0]
 
             def call(state):
-                a, k = state
+                inputs, turn = state
+                a, k = inputs[turn[0] % len(inputs)]
                 op(*a, **k)
+                turn[0] += 1
 
             return make_state, call
 
@@ -176,10 +194,11 @@ class Unit:
 
         def make_module_state(dev):
             modules = [module] + [copy.deepcopy(module) for _ in range(copies - 1)]
-            return modules, materialize(args, dev), materialize(kwargs, dev), [0]
+            return modules, make_inputs(dev), [0]
 
         def call_module(state):
-            modules, a, k, turn = state
+            modules, inputs, turn = state
+            a, k = inputs[turn[0] % len(inputs)]
             modules[turn[0] % len(modules)](*a, **k)
             turn[0] += 1
 
@@ -203,6 +222,12 @@ class Decomposition:
     def deduplicated(self) -> int:
         """Calls measured through an identical unit instead of on their own."""
         return self.calls - len(self.units)
+
+    @property
+    def single_kernel_calls(self) -> int:
+        """Calls, in the forward that was run, of units that launch one kernel-launching op: in
+        their own CUDA graph they repeat one kernel back to back."""
+        return sum(u.measured_calls for u in self.units if u.kernels == 1)
 
     def repeat(self, prefix: str, times: int) -> None:
         """Count every call under ``prefix`` ``times`` times: a model built with one of N

@@ -2,18 +2,23 @@
 
     energyframe run --power nvml --workload per-layer:model=resnet50,batch=64,validate=true
 
-The wrapper's own options are ``model``, ``granularity``, ``validate``, ``l2`` and ``unroll``;
-every other key is the model's (``batch``, ``dtype``, ``image_size``, ``prompt_len`` ...) and is
-passed through to it, checked against the options the model declares. One forward pass of the
-model is decomposed into units (``layers.decompose``); each unique unit becomes a phase, captured
-``unroll`` times per CUDA graph; ``validate=true`` adds the whole model as a last phase and
-compares the per-layer sums with it.
+The wrapper's own options are ``OWN_OPTIONS`` (``model``, ``granularity``, ``validate``, ``l2``,
+``unroll``, and how units are prepared and timed: ``window_s``, ``lead_s``, ``prepare``,
+``activations``, ``kernel_gaps``); every other key is the model's (``batch``, ``dtype``,
+``image_size``, ``prompt_len`` ...) and is passed through to it, checked against the options the
+model declares. One forward pass of the model is decomposed into units (``layers.decompose``);
+each unique unit becomes a phase, captured ``unroll`` times per CUDA graph; ``validate=true``
+adds the whole model as a last phase and compares the per-layer sums with it (``closure.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import OptionError, UsageError
@@ -22,19 +27,26 @@ from ..options import Option, Spec, parse_spec
 from .graph import Captured, l2_cache_bytes
 from .pipeline import PIPELINE_RUN_DEFAULTS, Pipeline, Stage
 
+log = logging.getLogger("energyframe")
+
 #: the registered name of the wrapper
 PER_LAYER = "per-layer"
-#: rotate at most this many copies of a layer's weights, and at most this many bytes of them
+#: rotate at most this many copies of a layer's weights (or inputs), and at most this many bytes
 MAX_COPIES = 64
 MAX_COPY_BYTES = 4 << 30
 WHOLE_MODEL = "(whole model)"
+#: ``prepare=ahead`` stops capturing ahead when less GPU memory than this is free (the larger of
+#: a fraction of the GPU and a fixed amount); the rest are captured just before they are measured
+AHEAD_RESERVE_FRACTION = 0.25
+AHEAD_RESERVE_BYTES = 2 << 30
 
 GRANULARITY = Option(
     "granularity",
     "choice",
     "leaf",
-    "per-layer units: leaf modules, or the model's blocks",
-    choices=("leaf", "block"),
+    "per-layer units: leaf modules, the model's blocks, or auto (blocks when the launch gaps that "
+    "leaf units leave out would be more than 2.5 % of the forward; the run says which and why)",
+    choices=("leaf", "block", "auto"),
 )
 VALIDATE = Option("validate", "bool", False, "per-layer: also measure the whole model and compare")
 L2 = Option(
@@ -46,6 +58,47 @@ L2 = Option(
     choices=("rotate", "warm"),
 )
 UNROLL = Option("unroll", "int", 100, "per-layer: calls captured per CUDA graph", minimum=1)
+WINDOW_S = Option(
+    "window_s",
+    "float",
+    None,
+    "per-layer: each unit's window in seconds, its replays per window counted from its replay time "
+    "timed right after capture (no calibration loop); not set: the run calibrates each unit to "
+    "its window (--min-window)",
+    minimum=1e-3,
+)
+LEAD_S = Option(
+    "lead_s",
+    "float",
+    0.0,
+    "per-layer, with window_s: seconds each unit replays, unmeasured, before its first window "
+    "(so that window does not open on a load step)",
+    minimum=0,
+)
+PREPARE = Option(
+    "prepare",
+    "choice",
+    "each",
+    "per-layer: capture each unit just before it is measured, or every unit ahead of the first "
+    "window (ahead: no idle capture between units' windows; holds every graph at once, captures "
+    "the rest one by one when GPU memory runs low)",
+    choices=("each", "ahead"),
+)
+ACTIVATIONS = Option(
+    "activations",
+    "choice",
+    "reuse",
+    "per-layer: each call of a unit reads the same inputs (reuse), or copies of them totalling more "
+    "than twice the L2 in turn (rotate)",
+    choices=("reuse", "rotate"),
+)
+KERNEL_GAPS = Option(
+    "kernel_gaps",
+    "bool",
+    False,
+    "per-layer, with validate: profile the whole model's graph after its windows for the launch "
+    "gap between kernels, g = (T - B)/K, and add it to units whose graph repeats one kernel",
+)
 #: options of the wrapper; every other key of a per-layer spec belongs to the model
 OWN_OPTIONS = (
     Option(
@@ -59,6 +112,11 @@ OWN_OPTIONS = (
     VALIDATE,
     L2,
     UNROLL,
+    WINDOW_S,
+    LEAD_S,
+    PREPARE,
+    ACTIVATIONS,
+    KERNEL_GAPS,
 )
 #: model options that mean nothing per layer (the wrapper decides them)
 NOT_PASSED = frozenset({"per_layer", "execution"} | {o.name for o in OWN_OPTIONS})
@@ -118,6 +176,61 @@ def _model_class(name: str) -> type:
     return cls
 
 
+@dataclass
+class UnitPlan:
+    """How one unit (or the whole model, ``unit=None``) is prepared and measured.
+
+    ``capture_s`` and ``probe_s`` are the host time its capture and its replay timing took;
+    ``step_s`` the time of one replay and ``steps`` the replays per window (with ``window_s``).
+    Units: s.
+    """
+
+    name: str
+    unit: Any
+    captured: Captured
+    copies: int = 1
+    input_copies: int = 1
+    built: bool = False
+    ahead: bool = False
+    capture_s: float = math.nan
+    probe_s: float = math.nan
+    step_s: float = math.nan
+    steps: int | None = None
+    lead: int = 0
+
+
+class _Phases:
+    """The units' phases, prepared one by one as the run asks for them; sized, so the run's
+    progress shows how many there are."""
+
+    def __init__(self, count: int, make: Callable[[], Iterator[Phase]]) -> None:
+        self._count = count
+        self._make = make
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[Phase]:
+        return self._make()
+
+
+def _memory_low(device) -> bool:
+    """Whether capturing one more unit ahead would leave too little GPU memory free."""
+    if device.type != "cuda":
+        return False
+    import torch
+
+    free_b, total_b = torch.cuda.mem_get_info(device)
+    return free_b < max(AHEAD_RESERVE_BYTES, AHEAD_RESERVE_FRACTION * total_b)
+
+
+def _copies_for(data_bytes: int, l2_bytes: int) -> int:
+    """Copies of ``data_bytes`` that together exceed twice the L2 (bounded)."""
+    if not data_bytes or not l2_bytes:
+        return 1
+    return max(1, min(MAX_COPIES, math.ceil(2 * l2_bytes / data_bytes), MAX_COPY_BYTES // data_bytes))
+
+
 class PerLayerWorkload(Workload):
     """A named model measured unit by unit (leaf modules or blocks, and the ops between them).
 
@@ -151,10 +264,15 @@ class PerLayerWorkload(Workload):
             cls = _model_class(model_name)
             self._check_passed(model_name, cls, passed)
             self.model = cls(name=model_name, **passed)
+        self._check_combinations()
         self.decomposition = None
-        self._phase_of: dict[int, str] = {}
-        self._copies: dict[int, int] = {}
-        self._captured: dict[int, Captured] = {}
+        #: the granularity and why (``unitplan.GranularityChoice``), once set up
+        self.granularity_choice = None
+        self._plans: dict[int, UnitPlan] = {}
+        self._whole: UnitPlan | None = None
+        self._whole_kernels = None  # graphgap.GraphKernels of one replay of the whole graph
+        self._gaps_note = ""
+        self._spans: dict[str, float] = {}
 
     @staticmethod
     def _check_passed(model_name: str, cls: type, passed: Mapping[str, Any]) -> None:
@@ -167,106 +285,289 @@ class PerLayerWorkload(Workload):
                 f"{own} (per-layer); {', '.join(allowed) or '(none)'} ({model_name})"
             )
 
+    def _check_combinations(self) -> None:
+        o = self.options
+        where = f"{PER_LAYER}:model={o['model']}"
+        if o["kernel_gaps"] and not o["validate"]:
+            raise OptionError(
+                f"{where}: kernel_gaps=true needs validate=true (the gap is measured on the whole model's graph)"
+            )
+        if o["lead_s"] and o["window_s"] is None:
+            raise OptionError(
+                f"{where}: lead_s needs window_s (without it the run's calibration replays each unit "
+                "before its windows)"
+            )
+
+    def _span(self, name: str, seconds: float) -> None:
+        self._spans[name] = self._spans.get(name, 0.0) + seconds
+
     # -- workload -----------------------------------------------------------------------------
     def run_defaults(self) -> Mapping[str, Any]:
         return dict(PIPELINE_RUN_DEFAULTS)
 
     def setup(self) -> None:
         from .layers import decompose
+        from .unitplan import GranularityChoice
 
         model = self.model
+        t0 = time.monotonic()
         model.build_model()
-        self.decomposition = decompose(
-            model.model, model.args, model.kwargs, self.options["granularity"], model.BLOCKS
-        )
+        self._span("build_model", time.monotonic() - t0)
+        granularity = self.options["granularity"]
+        t0 = time.monotonic()
+        timed_inside = self._spans.get("capture", 0.0) + self._spans.get("probe", 0.0)
+        if granularity == "auto":
+            self.decomposition = self._decompose_auto()
+        else:
+            self.decomposition = decompose(model.model, model.args, model.kwargs, granularity, model.BLOCKS)
+            self.granularity_choice = GranularityChoice(granularity, f"{granularity} (asked for)")
         model.finish_decomposition(self.decomposition)
+        # the whole model's capture and timing for auto are counted as capture and probe
+        timed_inside = self._spans.get("capture", 0.0) + self._spans.get("probe", 0.0) - timed_inside
+        self._span("decompose", time.monotonic() - t0 - timed_inside)
+        log.info("%s: %s", model.name, self.granularity_choice.reason)
+
+    def _decompose_auto(self):
+        """Leaf units, or blocks when leaf units would leave too much of the forward out
+        (``unitplan.choose_granularity``); times the whole model's graph to decide."""
+        from .layers import decompose
+        from .unitplan import GranularityChoice, choose_granularity, probe_step_s
+
+        model = self.model
+        leaf = decompose(model.model, model.args, model.kwargs, "leaf", model.BLOCKS)
+        if not model.BLOCKS:
+            self.granularity_choice = choose_granularity(leaf.single_kernel_calls, math.nan, False)
+            return leaf
+        plan = self._whole_plan()
+        self._build(plan)
+        if plan.steps is None:  # timed already when window_s is set
+            t0 = time.monotonic()
+            plan.step_s, _ = probe_step_s(plan.captured.step, plan.captured.sync)
+            plan.probe_s = time.monotonic() - t0
+            self._span("probe", plan.probe_s)
+        whole_s = plan.step_s / plan.captured.unroll
+        if not self.options["validate"]:  # measured only to decide
+            plan.captured.release()
+            plan.built = False
+            self._whole = None
+        choice = choose_granularity(leaf.single_kernel_calls, whole_s, True)
+        if choice.granularity == "leaf":
+            self.granularity_choice = choice
+            return leaf
+        block = decompose(model.model, model.args, model.kwargs, "block", model.BLOCKS)
+        if not any(u.type_name in model.BLOCKS for u in block.units):
+            self.granularity_choice = GranularityChoice(
+                "leaf", f"auto: leaf (none of the model's blocks {', '.join(model.BLOCKS)} ran)"
+            )
+            return leaf
+        self.granularity_choice = choice
+        return block
 
     def teardown(self) -> None:
+        for plan in [*self._plans.values(), *([self._whole] if self._whole else [])]:
+            if plan.built:
+                plan.captured.release()
+                plan.built = False
         self.model.teardown()
 
     def phases(self) -> Sequence[Phase]:
-        phases = [self._unit_phase(unit) for unit in self.decomposition.units]
-        if self.options["validate"]:
-            phases.append(self.model.whole_graph().phase(WHOLE_MODEL, self.model.work()))
-        return phases
+        units = self.decomposition.units
+        return _Phases(len(units) + bool(self.options["validate"]), self._phase_iter)
 
-    def _unit_phase(self, unit) -> Phase:
+    def _phase_iter(self) -> Iterator[Phase]:
+        plans = [self._unit_plan(unit) for unit in self.decomposition.units]
+        if self.options["validate"]:
+            plans.append(self._whole_plan())
+        if self.options["prepare"] == "ahead":
+            for plan in plans:
+                if plan.built:
+                    continue
+                if _memory_low(self.model.device):
+                    log.info("prepare=ahead: GPU memory is low; the remaining units are captured one by one")
+                    break
+                plan.ahead = True
+                self._build(plan)
+        for plan in plans:
+            yield self._phase(plan)
+
+    def _unit_plan(self, unit) -> UnitPlan:
         device = self.model.device
-        copies = 1
-        if (
-            self.options["l2"] == "rotate"
-            and unit.kind == "module"
-            and unit.params_bytes
-            and device.type == "cuda"
-        ):
-            l2 = l2_cache_bytes(device)
-            copies = max(
-                1, min(MAX_COPIES, math.ceil(2 * l2 / unit.params_bytes), MAX_COPY_BYTES // unit.params_bytes)
-            )
-        self._copies[id(unit)] = copies
-        make_state, call = unit.call_factory(device, copies)
-        name = self._unique_name(unit)
-        self._phase_of[id(unit)] = name
-        captured = Captured(make_state, call, self.options["unroll"], device)
-        self._captured[id(unit)] = captured
-        return captured.phase(name)
+        l2 = l2_cache_bytes(device)
+        copies = input_copies = 1
+        if self.options["l2"] == "rotate" and unit.kind == "module" and device.type == "cuda":
+            copies = _copies_for(unit.params_bytes, l2)
+        if self.options["activations"] == "rotate" and device.type == "cuda":
+            input_copies = _copies_for(unit.input_bytes(), l2)
+        make_state, call = unit.call_factory(device, copies, input_copies)
+        plan = UnitPlan(
+            self._unique_name(unit),
+            unit,
+            Captured(make_state, call, self.options["unroll"], device),
+            copies,
+            input_copies,
+        )
+        self._plans[id(unit)] = plan
+        return plan
+
+    def _whole_plan(self) -> UnitPlan:
+        if self._whole is None:
+            self._whole = UnitPlan(WHOLE_MODEL, None, self.model.whole_graph())
+        return self._whole
 
     def _unique_name(self, unit) -> str:
-        taken = set(self._phase_of.values())
+        taken = {p.name for p in self._plans.values()}
         name, n = unit.path, 1
         while name in taken:
             n += 1
             name = f"{unit.path} ({n})"
         return name
 
+    def _build(self, plan: UnitPlan) -> None:
+        """Capture the plan's graph; with ``window_s``, time its replays and count its steps."""
+        from .unitplan import lead_steps, probe_step_s, steps_for_window
+
+        t0 = time.monotonic()
+        plan.captured.build()
+        plan.built = True
+        plan.capture_s = time.monotonic() - t0
+        self._span("capture", plan.capture_s)
+        window_s = self.options["window_s"]
+        if window_s is not None:
+            t0 = time.monotonic()
+            plan.step_s, _ = probe_step_s(plan.captured.step, plan.captured.sync)
+            plan.probe_s = time.monotonic() - t0
+            self._span("probe", plan.probe_s)
+            plan.steps = steps_for_window(plan.step_s, window_s)
+            plan.lead = lead_steps(plan.step_s, self.options["lead_s"])
+
+    def _phase(self, plan: UnitPlan) -> Phase:
+        work = self.model.work() if plan.unit is None else None
+        phase = plan.captured.phase(plan.name, work)
+        if not plan.built and self.options["window_s"] is None:
+            # as the run has always done it: captured in the phase's set-up, calibrated by the run
+            def setup() -> None:
+                self._build(plan)
+
+            return dataclasses.replace(phase, setup=setup, teardown=self._teardown_for(plan))
+        if not plan.built:
+            self._build(plan)
+        changes: dict[str, Any] = {"setup": None, "teardown": self._teardown_for(plan)}
+        if plan.steps is not None:
+            changes.update(
+                iterations=plan.steps,
+                warmup=plan.lead,
+                note="; ".join(
+                    n
+                    for n in (
+                        phase.note,
+                        f"{plan.steps} replays of ~{plan.step_s * 1e3:.4g} ms timed at capture "
+                        f"(window_s={self.options['window_s']:g})",
+                    )
+                    if n
+                ),
+            )
+        return dataclasses.replace(phase, **changes)
+
+    def _teardown_for(self, plan: UnitPlan) -> Callable[[], None]:
+        def teardown() -> None:
+            try:
+                if plan.unit is None and self.options["kernel_gaps"]:
+                    self._profile_whole(plan)
+            finally:
+                plan.captured.release()
+                plan.built = False
+
+        return teardown
+
+    def _profile_whole(self, plan: UnitPlan) -> None:
+        """Profile a few replays of the whole model's graph, after its windows (the profiler
+        never runs during a window): its kernels and their busy time give the launch gap."""
+        captured = plan.captured
+        if not captured.on_gpu:
+            self._gaps_note = "no CUDA graph on the CPU"
+            return
+        if captured.fallback is not None:
+            self._gaps_note = f"the whole model ran eagerly ({captured.fallback})"
+            return
+        t0 = time.monotonic()
+        try:
+            from ..replay.graphgap import profile_replays
+
+            self._whole_kernels = profile_replays(captured.step, captured.sync)
+            if self._whole_kernels is None:
+                self._gaps_note = "the profiler recorded no kernel in the graph's replays"
+        except Exception as e:  # a profiler that cannot run must not cost the run
+            self._gaps_note = f"profiling failed: {type(e).__name__}: {str(e)[:120]}"
+            log.warning("kernel_gaps: %s", self._gaps_note)
+        finally:
+            self._span("profile", time.monotonic() - t0)
+
+    # -- results ------------------------------------------------------------------------------
     def derive(self, result) -> Sequence[DerivedTable]:
         if self.decomposition is None:
             return ()
         model = self.model
         stages, pairs, in_forward = [], [], []
+        window_s = self.options["window_s"]
         for unit in self.decomposition.units:
             in_forward.append(unit.measured_calls)
-            stage = Stage(
-                self._phase_of.get(id(unit), unit.path),
-                None,
-                unit.count,
-                {
-                    "type": unit.type_name,
-                    "inputs": unit.inputs(),
-                    "weight_copies": self._copies.get(id(unit), 1),
-                    "execution": self._execution(unit),
-                },
-            )
+            plan = self._plans.get(id(unit))
+            info = {
+                "type": unit.type_name,
+                "inputs": unit.inputs(),
+                "weight_copies": plan.copies if plan else 1,
+                "input_copies": plan.input_copies if plan else 1,
+                "kernels": unit.kernels,
+                "execution": self._execution(plan),
+                "capture_s": plan.capture_s if plan else math.nan,
+            }
+            if window_s is not None:
+                info["steps_per_window"] = plan.steps if plan and plan.steps is not None else math.nan
+            stage = Stage(plan.name if plan else unit.path, None, unit.count, info)
             stages.append(stage)
             pairs.append((stage, stage.name))
         pipeline = Pipeline(name=model.pipeline_name())
+        choice = self.granularity_choice
         extra: dict[str, Any] = {
             "granularity": self.decomposition.granularity,
+            "granularity_choice": choice.reason if choice else self.decomposition.granularity,
             "unique_units": len(self.decomposition.units),
             "deduplicated_calls": self.decomposition.deduplicated,
             "l2": self.options["l2"],
+            "activations": self.options["activations"],
+            "window_s": window_s if window_s is not None else math.nan,
+            "prepare": self.options["prepare"],
         }
+        closure = None
         if self.options["validate"]:
-            from .pipeline import pipeline_totals, stage_figures
-
-            whole, _ = stage_figures(result, WHOLE_MODEL)
-            # like with like: each unit as often as it ran in the forward pass that was measured
-            figures = [stage_figures(result, name, n)[0] for (s, name), n in zip(pairs, in_forward)]
-            totals = pipeline_totals(figures, math.nan)
+            closure = self._closure(result, pairs, in_forward)
             extra.update(
-                whole_latency_s=whole.latency_s,
-                whole_energy_j=whole.energy_j,
-                latency_diff_pct=100 * (totals["sum_latency_s"] / whole.latency_s - 1),
-                energy_diff_pct=100 * (totals["sum_energy_j"] / whole.energy_j - 1),
+                whole_latency_s=closure.whole_latency_s,
+                whole_energy_j=closure.whole_energy_j,
+                latency_diff_pct=closure.latency_diff_pct,
+                energy_diff_pct=closure.energy_diff_pct,
                 validated_against=model.whole_note(),
+                **closure.summary(),
             )
         tables = pipeline.pipeline_tables(result, pairs, extra)
+        if closure is not None and math.isfinite(closure.gap_per_kernel_s):
+            from .closure import unit_gap_s
+
+            for row, unit in zip(tables[0].rows, self._unit_figures(result, pairs, in_forward)):
+                gap = unit_gap_s(unit, closure.gap_per_kernel_s)
+                row["gap_s"] = gap
+                row["latency_with_gap_s"] = row["latency_s"] + gap
+                row["energy_with_gap_j"] = row["energy_j"] + gap * unit.power_w
+        notes = [
+            f"granularity: {choice.reason if choice else self.decomposition.granularity}",
+            f"{self.decomposition.deduplicated} of {self.decomposition.calls} calls were identical to "
+            "another and measured once (count); layers.csv has every column",
+        ]
         tables[0] = DerivedTable(
             "layers",
             f"{model.pipeline_name()}: per layer, per call",
             tables[0].rows,
-            note=f"{self.decomposition.deduplicated} of {self.decomposition.calls} calls were identical to "
-            "another and measured once (count); layers.csv has every column",
+            note="; ".join(notes),
             display=(
                 "stage",
                 "type",
@@ -279,13 +580,83 @@ class PerLayerWorkload(Workload):
                 "share_of_latency_pct",
             ),
         )
+        if closure is not None:
+            tables.append(
+                DerivedTable(
+                    "closure",
+                    f"{model.pipeline_name()}: per-layer sum against {model.whole_note()}, per forward",
+                    list(closure.rows),
+                    note=f"granularity: {extra['granularity_choice']}; pct: of the whole model (sum "
+                    "and residual: difference; launch gaps: share); every residual with its cause",
+                )
+            )
         return tables
 
-    def _execution(self, unit) -> str:
-        captured = self._captured.get(id(unit))
-        if captured is None or not captured.on_gpu:
+    def _unit_figures(self, result, pairs, in_forward) -> list:
+        """Each unit's per-call figures for the closure (``closure.UnitFigures``)."""
+        from .closure import UnitFigures
+        from .pipeline import stage_figures
+
+        out = []
+        for (_stage, name), calls, unit in zip(pairs, in_forward, self.decomposition.units):
+            fig = stage_figures(result, name, calls)[0]
+            plan = self._plans.get(id(unit))
+            graph = self._execution(plan) == "cuda graph"
+            out.append(UnitFigures(name, calls, fig.latency_s, fig.energy_j, unit.kernels, graph))
+        return out
+
+    def _closure(self, result, pairs, in_forward):
+        from .closure import ClosureContext, WholeFigures, close
+        from .pipeline import stage_figures
+
+        units = self._unit_figures(result, pairs, in_forward)
+        whole_fig, whole_summary = stage_figures(result, WHOLE_MODEL)
+        kernels = busy = math.nan
+        gk = self._whole_kernels
+        if gk is not None and self._whole is not None:
+            per = self._whole.captured.unroll
+            kernels, busy = gk.kernels / per, gk.busy_s / per
+        cvs = []
+        for _, name in pairs:
+            summary = stage_figures(result, name)[1]
+            if summary is not None and math.isfinite(summary.energy_per_iter_j.cv):
+                cvs.append(100 * summary.energy_per_iter_j.cv)
+        spreads = [sorted(cvs)[len(cvs) // 2]] if cvs else []
+        if whole_summary is not None and math.isfinite(whole_summary.energy_per_iter_j.cv):
+            spreads.append(100 * whole_summary.energy_per_iter_j.cv)
+        gaps_note = self._gaps_note
+        if not self.options["kernel_gaps"]:
+            gaps_note = "kernel_gaps=true measures them"
+        ctx = ClosureContext(
+            l2=self.options["l2"],
+            activations=self.options["activations"],
+            weights_bytes=self._weights_bytes(),
+            l2_bytes=l2_cache_bytes(self.model.device) if self.model.device is not None else 0,
+            eager_units=sum(1 for u in units if not u.graph),
+            gaps_note=gaps_note,
+            spread_pct=max(spreads) if spreads else math.nan,
+        )
+        whole = self._whole
+        if whole is not None and whole.captured.on_gpu:
+            how = whole.captured.fallback or "one CUDA graph"
+        else:
+            how = "eagerly, on the CPU"
+        reference = f"the forward, {self.model.options['whole_unroll']} per replay, {how}"
+        return close(
+            units, WholeFigures(whole_fig.latency_s, whole_fig.energy_j, kernels, busy), ctx, reference
+        )
+
+    def _weights_bytes(self) -> int:
+        net = getattr(self.model, "model", None)
+        if net is None:
+            return 0
+        tensors = list(net.parameters()) + list(net.buffers())
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def _execution(self, plan: UnitPlan | None) -> str:
+        if plan is None or not plan.captured.on_gpu:
             return "cpu eager"
-        return captured.fallback or "cuda graph"
+        return plan.captured.fallback or "cuda graph"
 
     def info(self) -> Mapping[str, Any]:
         out = dict(self.model.info())
@@ -294,6 +665,13 @@ class PerLayerWorkload(Workload):
             out["calls"] = self.decomposition.calls
             out["deduplicated_calls"] = self.decomposition.deduplicated
             out["calls_without_kernels"] = self.decomposition.without_kernels
+            out["granularity"] = self.decomposition.granularity
+        if self.granularity_choice is not None:
+            out["granularity_choice"] = self.granularity_choice.reason
+        plans = list(self._plans.values())
+        out["units_captured_ahead"] = sum(1 for p in plans if p.ahead)
+        #: host time the wrapper spent preparing (inside the run's setup and phase_setup)
+        out["prepare_timings_s"] = dict(self._spans)
         return out
 
 

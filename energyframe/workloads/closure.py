@@ -1,0 +1,303 @@
+"""Per-layer sums against the whole model: the launch-gap correction and the closure table, in
+which every residual carries its cause.
+
+A unit measured in its own CUDA graph repeats its call back to back. A unit of one kernel then
+runs without the gap a graph leaves between two *different* kernels (~1.4 µs on an H200), which
+it has in the model; units of several kernels keep those gaps in their own graph. With
+``kernel_gaps=true`` the whole model's graph is profiled after its windows (CUPTI: kernels K and
+their busy time B per forward) and, as in replay (``energyframe/replay/graphgap.py``), the gap
+per kernel is ``g = (T - B) / K`` with T the whole model's measured forward. Each single-kernel
+unit call gets ``g`` added, at the unit's own mean power (a gap of a microsecond or two is far
+too short for clocks or power to change). What remains is the kernels' own time and power alone
+against in the model: cache state and clocks, which the closure table names from the run's
+settings and the signs it measured.
+
+Pure arithmetic on figures (no torch); tested on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+#: a residual this small (in %, or twice the trials' spread if that is larger) is not attributed
+NOISE_FLOOR_PCT = 1.0
+
+
+@dataclass(frozen=True)
+class UnitFigures:
+    """One unit, per call, as the closure needs it. Units: s, J.
+
+    Args:
+        calls: calls of this unit in the forward that the whole model ran.
+        kernels: kernel-launching ops per call (from the decomposition).
+        graph: measured as a CUDA graph (an eager unit has its launch overhead instead of gaps).
+    """
+
+    name: str
+    calls: int
+    latency_s: float
+    energy_j: float
+    kernels: int
+    graph: bool
+
+    @property
+    def repeats_one_kernel(self) -> bool:
+        """Its graph repeats one kernel back to back: no gap between different kernels."""
+        return self.graph and self.kernels == 1
+
+    @property
+    def power_w(self) -> float:
+        return self.energy_j / self.latency_s if self.latency_s > 0 else math.nan
+
+
+@dataclass(frozen=True)
+class WholeFigures:
+    """The whole model per forward: measured latency and energy, and (profiled) its kernels and
+    their busy time; NaN where not profiled. Units: s, J."""
+
+    latency_s: float
+    energy_j: float
+    kernels: float = math.nan
+    busy_s: float = math.nan
+
+
+def gap_per_kernel_s(whole: WholeFigures) -> float:
+    """``(T - B) / K`` of the whole model's graph. Units: s (NaN when not profiled)."""
+    if not (
+        math.isfinite(whole.latency_s) and math.isfinite(whole.busy_s) and whole.kernels and whole.kernels > 0
+    ):
+        return math.nan
+    return (whole.latency_s - whole.busy_s) / whole.kernels
+
+
+def unit_gap_s(unit: UnitFigures, gap_s: float) -> float:
+    """The gap added to one call of ``unit``: ``gap_s`` for a single-kernel graph, else 0."""
+    if not math.isfinite(gap_s):
+        return math.nan
+    return gap_s if unit.repeats_one_kernel else 0.0
+
+
+@dataclass(frozen=True)
+class ClosureContext:
+    """What the cause of a residual can be read from: the run's settings and what was seen.
+
+    Args:
+        l2: ``rotate`` or ``warm`` (weights).
+        activations: ``reuse`` or ``rotate`` (inputs).
+        weights_bytes: the model's parameters and buffers.
+        l2_bytes: the GPU's L2 (0 when unknown, on the CPU).
+        eager_units: units that ran eagerly (a capture failed, or no GPU).
+        gaps_note: why the launch gaps were not measured ("" when they were).
+        spread_pct: the trials' spread (the larger of the median unit's and the whole model's
+            energy CV).
+    """
+
+    l2: str = "rotate"
+    activations: str = "reuse"
+    weights_bytes: int = 0
+    l2_bytes: int = 0
+    eager_units: int = 0
+    gaps_note: str = ""
+    spread_pct: float = math.nan
+
+
+@dataclass(frozen=True)
+class Closure:
+    """Σ units against the whole model, with the launch gaps and what remains. Units: s, J, %."""
+
+    sum_latency_s: float
+    sum_energy_j: float
+    whole_latency_s: float
+    whole_energy_j: float
+    latency_diff_pct: float
+    energy_diff_pct: float
+    gap_per_kernel_s: float
+    gap_calls: int
+    gaps_latency_s: float
+    gaps_energy_j: float
+    corrected_latency_diff_pct: float
+    corrected_energy_diff_pct: float
+    residual_cause: str
+    rows: tuple[dict, ...]
+
+    def summary(self) -> dict:
+        """The summary table's closure columns."""
+        return {
+            "kernel_gap_s": self.gap_per_kernel_s,
+            "gap_calls": self.gap_calls,
+            "gaps_latency_s": self.gaps_latency_s,
+            "gaps_energy_j": self.gaps_energy_j,
+            "gap_corrected_latency_diff_pct": self.corrected_latency_diff_pct,
+            "gap_corrected_energy_diff_pct": self.corrected_energy_diff_pct,
+            "residual_cause": self.residual_cause,
+        }
+
+
+def _pct(part: float, whole: float) -> float:
+    return (
+        100.0 * (part / whole - 1.0) if whole and math.isfinite(part) and math.isfinite(whole) else math.nan
+    )
+
+
+def _share(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole and math.isfinite(part) and math.isfinite(whole) else math.nan
+
+
+def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -> str:
+    """What a residual of the per-layer sum against the whole model comes from.
+
+    The launch gaps are measured when ``ctx.gaps_note`` is empty and are then not part of the
+    residual; what is left is named from the run's settings and the residual's signs (a unit's
+    kernels faster or slower alone, its power higher or lower), never more precisely than that.
+    A run without energy (timing only) is judged on its latency.
+    """
+    if not math.isfinite(latency_pct):
+        return "not known: a phase has no figures (it failed, or was not measured)"
+    has_energy = math.isfinite(energy_pct)
+    spread = ctx.spread_pct if math.isfinite(ctx.spread_pct) else 0.0
+    floor = max(NOISE_FLOOR_PCT, 2.0 * spread)
+    if abs(latency_pct) <= floor and (not has_energy or abs(energy_pct) <= floor):
+        return (
+            f"within the noise (|diff| <= {floor:.3g} %: the larger of {NOISE_FLOOR_PCT:g} % and twice "
+            "the trials' spread)"
+        )
+    causes = []
+    if ctx.eager_units:
+        causes.append(f"{ctx.eager_units} unit(s) ran eagerly, with launch overhead instead of graph gaps")
+    if abs(latency_pct) > floor:
+        if latency_pct < 0:
+            if ctx.gaps_note:
+                causes.append(f"launch gaps between different kernels, not measured ({ctx.gaps_note})")
+            cache = []
+            if ctx.activations == "reuse":
+                cache.append(
+                    "each unit re-reads its own inputs, which stay in L1/L2 (activations=rotate reads copies)"
+                )
+            if ctx.l2 == "warm":
+                cache.append("its weights stay in the L2 (l2=rotate reads copies from memory)")
+            causes.append(
+                "kernels ran faster alone than in the model"
+                + (": " + "; ".join(cache) if cache else " (clocks)")
+            )
+        else:
+            fits = ctx.l2 == "rotate" and 0 < ctx.weights_bytes < ctx.l2_bytes
+            if fits:
+                causes.append(
+                    f"the model's weights ({ctx.weights_bytes / 1e6:.3g} MB) fit in the L2 "
+                    f"({ctx.l2_bytes / 1e6:.3g} MB): partly L2-resident in the model, read from "
+                    "memory by rotated copies (l2=warm bounds it from below)"
+                )
+            if ctx.activations == "rotate":
+                causes.append(
+                    "rotated input copies come from memory, where in the model a layer reads what "
+                    "the one before just wrote"
+                )
+            if not fits and ctx.activations != "rotate" and not ctx.eager_units:
+                causes.append("kernels ran slower alone than in the model (clocks, power cap)")
+    if has_energy:
+        power_pct = _pct(1 + energy_pct / 100.0, 1 + latency_pct / 100.0)
+        if abs(power_pct) > floor:
+            side = "higher" if power_pct > 0 else "lower"
+            causes.append(
+                f"units alone drew {abs(power_pct):.3g} % {side} power than the model (clocks, power cap)"
+            )
+    else:
+        causes.append("no energy measured")
+    return "; ".join(causes) or "within the noise"
+
+
+def close(
+    units: Sequence[UnitFigures],
+    whole: WholeFigures,
+    ctx: ClosureContext,
+    reference: str = "the forward as one CUDA graph",
+) -> Closure:
+    """Σ calls x per-call figures against the whole model, with the launch-gap term when the
+    whole model's graph was profiled, and the closure table's rows (term, figures, cause)."""
+    sum_t = sum(u.calls * u.latency_s for u in units)
+    sum_e = sum(u.calls * u.energy_j for u in units)
+    g = gap_per_kernel_s(whole)
+    measured = math.isfinite(g)
+    gap_calls = sum(u.calls for u in units if u.repeats_one_kernel)
+    if measured:
+        gaps_t = sum(u.calls * unit_gap_s(u, g) for u in units)
+        gaps_e = sum(u.calls * unit_gap_s(u, g) * u.power_w for u in units if u.repeats_one_kernel)
+    else:
+        gaps_t = gaps_e = math.nan
+    lat_pct, en_pct = _pct(sum_t, whole.latency_s), _pct(sum_e, whole.energy_j)
+    if measured:
+        c_lat, c_en = _pct(sum_t + gaps_t, whole.latency_s), _pct(sum_e + gaps_e, whole.energy_j)
+    else:
+        c_lat, c_en = lat_pct, en_pct
+    if measured:
+        ctx = replace(ctx, gaps_note="")
+    elif not ctx.gaps_note:
+        ctx = replace(ctx, gaps_note="kernel_gaps=true measures them")
+    cause = residual_cause(c_lat, c_en, ctx)
+    ops = sum(u.calls * u.kernels for u in units)
+    rows = [
+        {
+            "term": "whole model",
+            "latency_s": whole.latency_s,
+            "latency_pct": 0.0,
+            "energy_j": whole.energy_j,
+            "energy_pct": 0.0,
+            "cause": f"the reference: {reference}",
+        },
+        {
+            "term": "sum of units",
+            "latency_s": sum_t,
+            "latency_pct": lat_pct,
+            "energy_j": sum_e,
+            "energy_pct": en_pct,
+            "cause": "each unit measured on its own (a CUDA graph of its calls), times its calls in the forward",
+        },
+    ]
+    if measured:
+        counted = (
+            f"the profile counted {whole.kernels:.4g} kernels per forward, the decomposition {ops} ops"
+            if abs(whole.kernels - ops) >= 0.5
+            else f"{ops} kernels per forward"
+        )
+        rows.append(
+            {
+                "term": "launch gaps (measured)",
+                "latency_s": gaps_t,
+                "latency_pct": _share(gaps_t, whole.latency_s),
+                "energy_j": gaps_e,
+                "energy_pct": _share(gaps_e, whole.energy_j),
+                "cause": (
+                    f"{gap_calls} single-kernel unit calls x g = (T - B)/K = {g * 1e6:.3g} us from the whole "
+                    f"model's graph ({counted}, {whole.busy_s * 1e3:.4g} ms busy): a unit's graph repeats "
+                    "its kernel without the gap between different kernels; energy at the unit's own power"
+                ),
+            }
+        )
+    rows.append(
+        {
+            "term": "residual",
+            "latency_s": sum_t + (gaps_t if measured else 0.0) - whole.latency_s,
+            "latency_pct": c_lat,
+            "energy_j": sum_e + (gaps_e if measured else 0.0) - whole.energy_j,
+            "energy_pct": c_en,
+            "cause": cause,
+        }
+    )
+    return Closure(
+        sum_latency_s=sum_t,
+        sum_energy_j=sum_e,
+        whole_latency_s=whole.latency_s,
+        whole_energy_j=whole.energy_j,
+        latency_diff_pct=lat_pct,
+        energy_diff_pct=en_pct,
+        gap_per_kernel_s=g,
+        gap_calls=gap_calls,
+        gaps_latency_s=gaps_t,
+        gaps_energy_j=gaps_e,
+        corrected_latency_diff_pct=c_lat,
+        corrected_energy_diff_pct=c_en,
+        residual_cause=cause,
+        rows=tuple(rows),
+    )
