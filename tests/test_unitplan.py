@@ -97,9 +97,9 @@ def test_auto_takes_blocks_when_leaf_gaps_are_a_large_share():
 
 def test_auto_keeps_leaf_units_when_kernels_are_long():
     # an OPT-66B prefill slice: few, long kernels
-    choice = choose_granularity(20, 2.6e-3, has_blocks=True, gap_s=1.4e-6)
+    choice = choose_granularity(10, 2.6e-3, has_blocks=True, gap_s=1.4e-6)
     assert choice.granularity == "leaf" and choice.predicted_gap_pct < unitplan.AUTO_TOLERANCE_PCT
-    assert choice.reason.startswith("auto: leaf (20 single-kernel")
+    assert choice.reason.startswith("auto: leaf (10 single-kernel")
 
 
 def test_auto_at_the_tolerance_is_leaf():

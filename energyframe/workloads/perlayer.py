@@ -43,9 +43,9 @@ AHEAD_RESERVE_BYTES = 2 << 30
 GRANULARITY = Option(
     "granularity",
     "choice",
-    "leaf",
+    "auto",
     "per-layer units: leaf modules, the model's blocks, or auto (blocks when the launch gaps that "
-    "leaf units leave out would be more than 2.5 % of the forward; the run says which and why)",
+    "leaf units leave out would be more than 1 % of the forward; the run says which and why)",
     choices=("leaf", "block", "auto"),
 )
 VALIDATE = Option("validate", "bool", False, "per-layer: also measure the whole model and compare")
