@@ -11,6 +11,7 @@ import energyframe as ef
 from energyframe import analyze as offline
 from energyframe.cli import main
 from energyframe.errors import UsageError
+from energyframe.windows import WINDOW_COLUMNS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 T0 = dt.datetime(2026, 2, 4, 10, 15, 20)
@@ -62,7 +63,7 @@ def test_the_earlier_tools_files_give_its_report(tmp_path):
     assert report["energy_wh"]["total"] == pytest.approx(244.0 * duration / 3600)
     assert report["energyframe"]["channel"] == "sum"
     windows = (tmp_path / "results" / "windows.csv").read_text().splitlines()
-    assert windows[0].startswith("log,phase,channel,start_s,end_s,duration_s")
+    assert windows[0] == ",".join([*WINDOW_COLUMNS, "log"])  # the run's columns, then the log
     assert len(windows) == 1 + 3  # pm1, pm2, sum
 
 

@@ -1,0 +1,833 @@
+"""Power logs recorded elsewhere, read into channels and sample series.
+
+The one reader behind ``energyframe analyze`` and the ``replay`` power source. It recognises a
+file by its content (a parquet's magic bytes, a CSV's header):
+
+- an energyframe ``samples.parquet`` or ``samples.partial.csv`` (channels described by the
+  ``run.json`` beside it, else by their units);
+- a CSV of ``time_s`` (Unix seconds) and ``power_w`` or ``energy_j``;
+- the earlier tool's WattsUp? CSV (``time,id,pm1,pm2,sum``, whole seconds, local time), and the
+  same file as energyframe's ``wattsup`` source writes it (``raw/wattsup/wattsup.csv``);
+- an ``nvidia-smi --query-gpu=timestamp,index,...,power.draw...`` CSV log, with or without units,
+  and energyframe's own ``raw/nvidia-smi/nvidia-smi.csv``.
+
+Every value is kept as written: negative or NaN power is not corrected here (``plausible``
+splits it off for integration), and rows without a value (``[N/A]``) are listed apart. Lines
+that are not rows of the log (garbage an instrument printed) are skipped with a warning; a file
+that is empty, binary, truncated in its last row, or of no known kind is a ``UsageError`` that
+names the file and the cause.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as dt
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import UsageError
+from .interfaces import Channel, ClockBase, Quantity, Scope, Timing
+from .samples import SampleSeries
+
+#: log kinds
+SAMPLES = "samples"
+POWER_CSV = "power-csv"
+WATTSUP_CSV = "wattsup-csv"
+NVIDIA_SMI = "nvidia-smi"
+
+#: window flags of the offline path (docs/result-format.md)
+NEGATIVE_POWER = "negative_power"  # a negative, NaN or impossible power reading was left out
+MISSING_POWER = "missing_power"  # a row without a power value ([N/A], empty, text) was left out
+
+#: no channel energyframe reads can report more than this; above it a reading is a sensor's
+#: error value (0xFFFFFFFF mW is 4.3 MW), never power. Units: W.
+MAX_POWER_W = 1e6
+#: what nvidia-smi and loggers print for a reading they do not have
+MISSING_TEXT = {
+    "",
+    "[n/a]",
+    "n/a",
+    "[not supported]",
+    "not supported",
+    "[unknown error]",
+    "unknown error",
+    "-",
+}
+#: nvidia-smi's 1-s averages (Ampere and newer): the value averages the second before its stamp
+NVIDIA_SMI_AVERAGING_S = 1.0
+
+_OFFSET = re.compile(r"(Z|[+-]\d{2}:?\d{2})$")
+_FORMATS = (
+    "%Y-%m-%d %H:%M:%S.%f",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y/%m/%d %H:%M:%S.%f",
+    "%Y/%m/%d %H:%M:%S",
+    "%Y-%m-%dT%H:%M:%S.%f",
+    "%Y-%m-%dT%H:%M:%S",
+)
+_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
+_SAMPLE_COLUMNS = ("source", "channel", "time_s", "value", "unit")
+_KNOWN = (
+    "an energyframe samples.parquet or samples.partial.csv, a CSV of time_s and power_w or energy_j, "
+    "the earlier tool's time,id,pm1,pm2,sum CSV, or an nvidia-smi CSV log"
+)
+
+
+# -- time ------------------------------------------------------------------------------------
+
+
+def zone(tz: str | None) -> dt.tzinfo | None:
+    """``None``/``local``: the machine's zone; ``UTC``; or an offset like ``+01:00``."""
+    if tz in (None, "", "local"):
+        return None
+    if tz.upper() == "UTC":
+        return dt.timezone.utc
+    match = re.fullmatch(r"([+-])(\d{2}):?(\d{2})", tz)
+    if not match:
+        raise UsageError(f"unknown time zone {tz!r}: use local, UTC or an offset such as +01:00")
+    sign = 1 if match.group(1) == "+" else -1
+    return dt.timezone(sign * dt.timedelta(hours=int(match.group(2)), minutes=int(match.group(3))))
+
+
+def _parse_time(text: str, tz: dt.tzinfo | None) -> float | None:
+    """Unix seconds, or None when ``text`` is no time this reader knows."""
+    try:
+        value = float(text)
+        return value if math.isfinite(value) else None
+    except ValueError:
+        pass
+    offset = _OFFSET.search(text)
+    body = text[: offset.start()].strip() if offset else text
+    for fmt in _FORMATS:
+        try:
+            moment = dt.datetime.strptime(body, fmt)
+            break
+        except ValueError:
+            continue
+    else:
+        return None
+    if offset:
+        moment = moment.replace(tzinfo=zone("+00:00" if offset.group(1) == "Z" else offset.group(1)))
+    elif tz is not None:
+        moment = moment.replace(tzinfo=tz)
+    return moment.timestamp()
+
+
+def parse_time(text: str, tz: str | None = None) -> float:
+    """A timestamp as Unix seconds: a number, or a date-time (with an offset, or in ``tz``)."""
+    text = str(text).strip()
+    value = _parse_time(text, zone(tz))
+    if value is None:
+        raise UsageError(f"cannot read the time {text!r} (expected e.g. 2026-02-04 10:15:23.123)")
+    return value
+
+
+def _times(texts: Sequence[str], tz: str | None, where: str) -> np.ndarray:
+    """Unix seconds for each text (NaN where it is no time); refuses a file that mixes zones."""
+    kinds, offsets = set(), set()
+    for text in texts:
+        if not _is_number(text):
+            match = _OFFSET.search(text)
+            kinds.add(bool(match))
+            if match:
+                offsets.add(match.group(1).replace(":", ""))
+    if len(kinds) > 1:
+        raise UsageError(f"{where} mixes timestamps with and without a time zone; fix the log or give --tz")
+    if len(offsets) > 1:
+        raise UsageError(f"{where} mixes time zones ({', '.join(sorted(offsets))})")
+    tzinfo = zone(tz)
+    return np.array([_nan_if_none(_parse_time(t, tzinfo)) for t in texts], dtype=float)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _number(text: str, hexadecimal: bool = False) -> float | None:
+    """A reading's value: ``131.60``, ``131.60 W``, ``-500.00``, ``nan``; None when there is none."""
+    text = text.strip()
+    if text.lower() in MISSING_TEXT:
+        return None
+    if hexadecimal and text.lower().startswith("0x"):
+        try:
+            return float(int(text, 16))
+        except ValueError:
+            return None
+    try:
+        return float(text.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+# -- the result --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PowerLog:
+    """A power log as channels and sample series. Times: Unix s; values as written.
+
+    Args:
+        path: the file.
+        kind: ``samples``, ``power-csv``, ``wattsup-csv`` or ``nvidia-smi``.
+        channels: by name, in the log's order (STATE channels included).
+        series: per channel, every row with a number, ascending in time.
+        missing: per channel, the times of rows that had no value (``[N/A]``, empty, text).
+        primary: the channel a report is about (``sum``, ``gpu0``, the run's first primary).
+        warnings: what was repaired or skipped while reading.
+        skipped_lines: lines that were not rows of the log.
+        run_meta: the content of the ``run.json`` beside a samples file, if it was readable.
+    """
+
+    path: Path
+    kind: str
+    channels: Mapping[str, Channel]
+    series: Mapping[str, SampleSeries]
+    missing: Mapping[str, np.ndarray]
+    primary: str
+    warnings: tuple[str, ...] = ()
+    skipped_lines: int = 0
+    run_meta: Mapping | None = field(default=None, repr=False)
+
+    @property
+    def span(self) -> tuple[float, float]:
+        """First and last sample time over every channel. Units: Unix s."""
+        firsts = [float(s.times_s[0]) for s in self.series.values() if len(s)]
+        lasts = [float(s.times_s[-1]) for s in self.series.values() if len(s)]
+        return min(firsts), max(lasts)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """Rows of one channel left out of integration. Units: Unix s."""
+
+    implausible_s: np.ndarray  # negative, NaN, infinite or above MAX_POWER_W
+    missing_s: np.ndarray  # no value at all
+    implausible_values: np.ndarray = field(default_factory=lambda: np.array([]))
+
+    def count(self) -> dict[str, int]:
+        return {NEGATIVE_POWER: int(self.implausible_s.size), MISSING_POWER: int(self.missing_s.size)}
+
+
+def plausible(log: PowerLog, name: str) -> tuple[SampleSeries, Rejected]:
+    """A channel's samples fit to integrate, and what was left out.
+
+    Power must be finite, at least 0 W and at most ``MAX_POWER_W``: nvidia-smi's ``-500.00``, a
+    meter's -100 W or a NaN is no energy at all. An energy counter must be finite (a counter that
+    goes down is a reset, which the window math flags as ``counter_reset``).
+    """
+    channel, series = log.channels[name], log.series[name]
+    values = series.values
+    if channel.quantity == Quantity.POWER:
+        ok = np.isfinite(values) & (values >= 0.0) & (values <= MAX_POWER_W)
+    else:
+        ok = np.isfinite(values)
+    missing = log.missing.get(name, np.array([]))
+    if ok.all():
+        return series, Rejected(np.array([]), missing)
+    return SampleSeries(series.times_s[ok], values[ok]), Rejected(series.times_s[~ok], missing, values[~ok])
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+def read_log(path: Path | str, tz: str | None = None, name: str | None = None) -> PowerLog:
+    """Read a power log of any kind this module knows.
+
+    Args:
+        tz: zone of date-times written without one (``local``, ``UTC``, ``+01:00``).
+        name: the channel name of a ``time_s,power_w`` CSV (default: the file's stem).
+
+    Raises:
+        UsageError: the file does not exist, is empty, binary, truncated, or of no known kind.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UsageError(f"power log {path} does not exist")
+    if path.is_dir():
+        raise UsageError(f"power log {path} is a directory, not a file")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read power log {path}: {e.strerror or e}") from e
+    if not data.strip():
+        raise UsageError(f"power log {path} is empty: no header and no rows")
+    if data[:4] == b"PAR1" or path.suffix == ".parquet":
+        return _read_parquet(path)
+    return _read_csv(path, data, tz, name)
+
+
+def _read_parquet(path: Path) -> PowerLog:
+    import pandas as pd
+
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as e:  # pyarrow raises many types for a damaged file
+        raise UsageError(
+            f"{path} is not a readable parquet file ({_first_line(e)}): it is truncated or corrupt; "
+            "write it again (or read samples.partial.csv beside it, if the run left one)"
+        ) from e
+    missing = [c for c in ("channel", "time_s", "value", "unit") if c not in frame.columns]
+    if missing:
+        raise UsageError(
+            f"{path} lacks column(s) {missing} of a samples.parquet; it has {[str(c) for c in frame.columns]}"
+        )
+    rows = zip(
+        frame["channel"].astype(str),
+        pd.to_numeric(frame["time_s"], errors="coerce").to_numpy(float),
+        pd.to_numeric(frame["value"], errors="coerce").to_numpy(float),
+        frame["unit"].astype(str),
+    )
+    return _samples_log(path, list(rows), skipped=0, warnings=[])
+
+
+def _read_csv(path: Path, data: bytes, tz: str | None, name: str | None) -> PowerLog:
+    table = _Table.parse(path, data)
+    columns = table.header
+    if set(_SAMPLE_COLUMNS) <= set(columns):
+        return _samples_from_table(path, table)
+    if "time_s" in columns and ("power_w" in columns or "energy_j" in columns):
+        return _power_csv(path, table, name or path.stem)
+    if "time" in columns and any(c.startswith("pm") or c == "sum" for c in columns):
+        return _wattsup(path, table, tz)
+    if "timestamp" in columns and any(c.startswith("power.draw") for c in columns):
+        return _nvidia_smi(path, table, tz)
+    if "power_w" in columns or "energy_j" in columns:
+        raise UsageError(f"{path} needs a time_s column (Unix seconds); it has {columns}")
+    if "time_s" in columns:
+        raise UsageError(f"{path} needs a power_w or energy_j column; it has {columns}")
+    raise UsageError(
+        f"{path} is not a power log energyframe knows ({_KNOWN}); its header: {_shown(table.header_text)}"
+    )
+
+
+@dataclass
+class _Table:
+    """A CSV split into its header and rows; lines that do not fit the header set apart."""
+
+    path: Path
+    header: list[str]
+    header_text: str
+    rows: list[tuple[int, list[str]]]
+    bad: list[tuple[int, str]]
+    torn: tuple[int, str] | None  # the last line, when it ends mid-row (no newline, short)
+    unterminated: int | None = None  # the last row's line number, when no newline ends it
+
+    @classmethod
+    def parse(cls, path: Path, data: bytes) -> _Table:
+        first = data.split(b"\n", 1)[0]
+        if b"\x00" in first or _undecodable(first):
+            raise UsageError(f"{path} is binary, not a CSV power log ({_KNOWN})")
+        text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
+        lines = text.split("\n")
+        ends_with_newline = text.endswith("\n")
+        if ends_with_newline:
+            lines = lines[:-1]
+        header_text = lines[0].rstrip("\r")
+        header = [_column(c) for c in next(csv.reader([header_text]))]
+        rows, bad, torn = [], [], None
+        last = len(lines) - 1
+        for index in range(1, len(lines)):
+            line = lines[index].rstrip("\r")
+            if not line.strip():
+                continue
+            if "\x00" in line or "\ufffd" in line:
+                bad.append((index + 1, line))
+                continue
+            try:
+                fields = [f.strip() for f in next(csv.reader([line]))]
+            except csv.Error:
+                bad.append((index + 1, line))
+                continue
+            if len(fields) != len(header):
+                if index == last and not ends_with_newline and len(fields) < len(header):
+                    torn = (index + 1, line)
+                else:
+                    bad.append((index + 1, line))
+                continue
+            rows.append((index + 1, fields))
+        unterminated = rows[-1][0] if rows and not ends_with_newline and rows[-1][0] == last + 1 else None
+        return cls(path, header, header_text, rows, bad, torn, unterminated)
+
+    def refuse_torn(self) -> None:
+        if self.torn is not None:
+            number, line = self.torn
+            raise UsageError(
+                f"{self.path} is truncated: its last line ({number}: {_shown(line)}) ends in the middle of a "
+                "row; remove that line to analyse the rest"
+            )
+
+    def column(self, name: str) -> int:
+        return self.header.index(name)
+
+
+def _column(text: str) -> str:
+    from .power.nvidia_smi import header_name
+
+    return header_name(text)
+
+
+def _undecodable(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """A piece of a file for a one-line message: control characters escaped, shortened."""
+    shown = ascii(text[:limit])
+    return shown + ("..." if len(text) > limit else "")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:200]}" if text else type(error).__name__
+
+
+def _skipped_warning(path: Path, bad: list[tuple[int, str]], what: str) -> list[str]:
+    if not bad:
+        return []
+    number, line = bad[0]
+    return [
+        f"{path.name}: {len(bad)} line(s) that are not {what} were skipped (first: line {number}: {_shown(line, 60)})"
+    ]
+
+
+def _no_rows(path: Path, table: _Table, what: str) -> UsageError:
+    if table.bad:
+        number, line = table.bad[0]
+        return UsageError(f"{path} has no {what} (line {number}: {_shown(line, 60)} does not fit its header)")
+    return UsageError(f"power log {path} has a header but no rows")
+
+
+# -- samples (energyframe's own) ---------------------------------------------------------------
+
+
+def _samples_from_table(path: Path, table: _Table) -> PowerLog:
+    # samples.partial.csv: a run that died mid-line leaves a short last row, which is its nature
+    index = {c: table.column(c) for c in _SAMPLE_COLUMNS}
+    rows = []
+    for _line, fields in table.rows:
+        value = _number(fields[index["value"]])
+        time_s = _number(fields[index["time_s"]])
+        rows.append(
+            (
+                fields[index["channel"]],
+                math.nan if time_s is None else time_s,
+                math.nan if value is None else value,
+                fields[index["unit"]],
+            )
+        )
+    if not rows:
+        raise _no_rows(path, table, "samples")
+    warnings = _skipped_warning(path, table.bad, "samples")
+    return _samples_log(path, rows, skipped=len(table.bad), warnings=warnings)
+
+
+def _samples_log(
+    path: Path, rows: list[tuple[str, float, float, str]], skipped: int, warnings: list[str]
+) -> PowerLog:
+    meta, note = _run_meta(path)
+    if note:
+        warnings.append(note)
+    recorded = {}
+    for source in (meta or {}).get("sources", []):
+        for data in source.get("channels", []):
+            try:
+                channel = Channel.from_json(data)
+            except (KeyError, TypeError, ValueError):
+                continue
+            recorded[channel.name] = channel
+    by_channel: dict[str, list[tuple[float, float]]] = {}
+    units: dict[str, str] = {}
+    bad_times = 0
+    for name, time_s, value, unit in rows:
+        if not math.isfinite(time_s):
+            bad_times += 1
+            continue
+        by_channel.setdefault(name, []).append((time_s, value))
+        units.setdefault(name, unit)
+    if bad_times:
+        warnings.append(f"{path.name}: {bad_times} sample(s) without a time were skipped")
+    channels, series, missing = {}, {}, {}
+    for name, pairs in by_channel.items():
+        t = np.array([p[0] for p in pairs], dtype=float)
+        v = np.array([p[1] for p in pairs], dtype=float)
+        order = np.argsort(t, kind="stable")  # as the run's own sample store sorts
+        t, v = t[order], v[order]
+        channels[name] = _recorded_channel(recorded.get(name), name, units[name], t)
+        series[name] = SampleSeries(t, v)
+        missing[name] = np.array([])
+    primary = next(
+        (n for n in (meta or {}).get("primary_channels", []) if isinstance(n, str) and n in channels),
+        next((n for n, c in channels.items() if c.integrable), next(iter(channels), "")),
+    )
+    return PowerLog(path, SAMPLES, channels, series, missing, primary, tuple(warnings), skipped, meta)
+
+
+def _recorded_channel(recorded: Channel | None, name: str, unit: str, t: np.ndarray) -> Channel:
+    if recorded is not None:
+        # the times in a samples file are Unix seconds, whatever clock the source stamped in
+        return dataclasses.replace(recorded, clock=ClockBase.WALL)
+    quantity = {"J": Quantity.ENERGY, "W": Quantity.POWER}.get(unit, Quantity.STATE)
+    return Channel(name, quantity, Scope.OTHER, _spacing(t), ClockBase.WALL, unit=unit)
+
+
+def _run_meta(path: Path) -> tuple[dict | None, str | None]:
+    """The run.json beside a samples file, when there is one that reads as a run description."""
+    run_json = path.with_name("run.json")
+    if not run_json.is_file():
+        return None, None
+    try:
+        meta = json.loads(run_json.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return (
+            None,
+            f"{run_json} cannot be read ({_first_line(e)}); channels are described by their units only",
+        )
+    if not isinstance(meta, dict) or not isinstance(meta.get("sources", []), list):
+        return None, f"{run_json} is not a run description; channels are described by their units only"
+    return meta, None
+
+
+# -- time_s, power_w / energy_j ----------------------------------------------------------------
+
+
+def _power_csv(path: Path, table: _Table, name: str) -> PowerLog:
+    table.refuse_torn()
+    column = "power_w" if "power_w" in table.header else "energy_j"
+    ti, vi = table.column("time_s"), table.column(column)
+    times, values, missing, bad = [], [], [], list(table.bad)
+    for number, fields in table.rows:
+        t = _number(fields[ti])
+        if t is None or not math.isfinite(t):
+            bad.append((number, ",".join(fields)))
+            continue
+        value = _number(fields[vi])
+        if value is None:
+            missing.append(t)
+        else:
+            times.append(t)
+            values.append(value)
+    if not times and not missing:
+        raise _no_rows(path, table, "rows with a time")
+    warnings = _skipped_warning(path, bad, "rows with a time")
+    t, v, note = _sorted_unique(np.array(times), np.array(values), name, path.name)
+    warnings += note
+    quantity = Quantity.POWER if column == "power_w" else Quantity.ENERGY
+    channel = Channel(name, quantity, Scope.OTHER, _spacing(t), ClockBase.WALL)
+    return PowerLog(
+        path,
+        POWER_CSV,
+        {name: channel},
+        {name: SampleSeries(t, v)},
+        {name: np.array(sorted(missing))},
+        name,
+        tuple(warnings),
+        len(bad),
+    )
+
+
+# -- the earlier tool's WattsUp? CSV -------------------------------------------------------------
+
+
+def _wattsup(path: Path, table: _Table, tz: str | None) -> PowerLog:
+    table.refuse_torn()
+    meters = [c for c in table.header if c.startswith("pm")]
+    names = meters + (["sum"] if "sum" in table.header else [])
+    if not table.rows:
+        raise _no_rows(path, table, "rows")
+    _refuse_cut_sum(table, meters)
+    texts = [fields[table.column("time")] for _n, fields in table.rows]
+    times = _times(texts, tz, path.name)
+    bad = list(table.bad)
+    rows = []
+    id_column = table.column("id") if "id" in table.header else None
+    for (number, fields), t in zip(table.rows, times):
+        if not math.isfinite(t):
+            bad.append((number, ",".join(fields)))
+            continue
+        values = {c: fields[table.column(c)] for c in names}
+        rows.append((t, fields[id_column] if id_column is not None else str(number), values))
+    if not rows:
+        number, fields = table.rows[0]
+        raise UsageError(
+            f"{path} line {number}: cannot read the time {fields[table.column('time')]!r} "
+            "(expected e.g. 2026-02-04 10:15:23)"
+        )
+    warnings = _skipped_warning(path, bad, "rows of the log")
+    order = sorted(range(len(rows)), key=lambda i: rows[i][0])
+    if order != list(range(len(rows))):
+        warnings.append(f"{path.name}: rows are not in time order; sorted")
+    rows = [rows[i] for i in order]
+    channels, series, missing = {}, {}, {}
+    duplicated = _repeated_rows(rows)
+    rows = _last_of_each_second(rows)
+    started = {m: False for m in meters}
+    per_channel: dict[str, tuple[list, list, list]] = {n: ([], [], []) for n in names}
+    for t, _id, texts_ in rows:
+        values = {}
+        for m in meters:
+            value = _number(texts_[m])
+            if value is None and not started[m] and not texts_[m].strip():
+                values[m] = "not yet"  # before a meter's first record energyframe writes it empty
+                continue
+            started[m] = True
+            values[m] = value
+        for n in names:
+            if n == "sum":
+                if any(values[m] == "not yet" for m in meters):
+                    continue  # not the wall yet: a meter has not reported
+                value = None if any(values[m] is None for m in meters) else _number(texts_["sum"])
+            else:
+                value = values[n]
+                if value == "not yet":
+                    continue
+            t_list, v_list, missing_list = per_channel[n]
+            if value is None:
+                missing_list.append(t)
+            else:
+                t_list.append(t)
+                v_list.append(value)
+    if duplicated:
+        for n in names:
+            warnings.append(
+                f"{path.name}: {duplicated} duplicated timestamp(s) in {n}; their values were averaged"
+            )
+    period = _spacing(np.array(per_channel[names[-1]][0])) or 1.0
+    for n in names:
+        t_list, v_list, missing_list = per_channel[n]
+        if not t_list:
+            continue
+        single = n == "sum" or len(names) == 1
+        channels[n] = Channel(
+            n,
+            Quantity.POWER,
+            Scope.SYSTEM_WALL,
+            period,
+            ClockBase.WALL,
+            primary=single,
+            description=("sum of the meters" if n == "sum" else f"WattsUp? meter {n}")
+            + f" ({period:g}-s averages, stamped when they arrived)",
+            timing=Timing.UNKNOWN,
+            averaging_s=period,
+        )
+        series[n] = SampleSeries(np.array(t_list, dtype=float), np.array(v_list, dtype=float))
+        missing[n] = np.array(missing_list, dtype=float)
+    if not channels:
+        raise UsageError(f"{path} has no power value in any of {names}")
+    primary = "sum" if "sum" in channels else next(iter(channels))
+    return PowerLog(path, WATTSUP_CSV, channels, series, missing, primary, tuple(warnings), len(bad))
+
+
+def _refuse_cut_sum(table: _Table, meters: list[str]) -> None:
+    """A last row with no newline whose sum is not the sum of its meters was cut mid-number."""
+    if table.unterminated is None or "sum" not in table.header or not meters:
+        return
+    number, fields = table.rows[-1]
+    values = [_number(fields[table.column(m)]) for m in meters]
+    total = _number(fields[table.column("sum")])
+    if total is None or any(v is None for v in values):
+        return
+    if abs(total - sum(values)) > 0.1 * len(meters) + 0.1:  # each value printed to 0.1 W
+        table.torn = (number, ",".join(fields))
+        table.refuse_torn()
+
+
+def _repeated_rows(rows: list[tuple[float, str, dict]]) -> int:
+    """Rows that repeat an earlier row's time and id (the same record written twice)."""
+    seen: set[tuple[float, str]] = set()
+    repeated = 0
+    for t, row_id, _values in rows:
+        if (t, row_id) in seen:
+            repeated += 1
+        seen.add((t, row_id))
+    return repeated
+
+
+def _last_of_each_second(rows: list[tuple[float, str, dict]]) -> list[tuple[float, str, dict]]:
+    """One row per timestamp. Rows of one record written twice (same id) are averaged; rows of
+    different records stamped in the same second (energyframe writes one per meter record, the
+    stamp has whole seconds) count as the last of them: every meter's state at that second's end."""
+    out: list[tuple[float, str, dict]] = []
+    i = 0
+    while i < len(rows):
+        j = i
+        while j + 1 < len(rows) and rows[j + 1][0] == rows[i][0]:
+            j += 1
+        group = rows[i : j + 1]
+        last_id = group[-1][1]
+        same = [g for g in group if g[1] == last_id]
+        if len(same) == 1:
+            out.append(group[-1])
+        else:
+            merged = {}
+            for column in same[0][2]:
+                numbers = [_number(g[2][column]) for g in same]
+                numbers = [x for x in numbers if x is not None]
+                merged[column] = repr(float(np.mean(numbers))) if numbers else same[-1][2][column]
+            out.append((rows[i][0], last_id, merged))
+        i = j + 1
+    return out
+
+
+# -- nvidia-smi --------------------------------------------------------------------------------
+
+
+def _nvidia_smi(path: Path, table: _Table, tz: str | None) -> PowerLog:
+    from .power.nvidia_smi import POWER_FIELDS, STATE_FIELDS
+
+    table.refuse_torn()
+    header = table.header
+    power = [f for f in POWER_FIELDS if f in header]
+    preferred = power[0]
+    if not table.rows:
+        raise _no_rows(path, table, "rows")
+    index_column = table.column("index") if "index" in header else None
+    bad = list(table.bad)
+    texts = [fields[table.column("timestamp")] for _n, fields in table.rows]
+    times = _times(texts, tz, path.name)
+    rows = []
+    for (number, fields), t in zip(table.rows, times):
+        gpu = fields[index_column] if index_column is not None else "0"
+        if not math.isfinite(t) or not gpu.isdigit():
+            bad.append((number, ",".join(fields)))
+            continue
+        rows.append((t, gpu, fields))
+    if not rows:
+        number, fields = table.rows[0]
+        raise UsageError(
+            f"{path} line {number}: cannot read the time {fields[table.column('timestamp')]!r} "
+            "(expected e.g. 2026/11/22 03:41:38.233)"
+        )
+    warnings = _skipped_warning(path, bad, "rows of nvidia-smi's log")
+    names: dict[tuple[str, str], Channel] = {}
+    for gpu in sorted({r[1] for r in rows}, key=int):
+        base = f"gpu{gpu}"
+        for field_name in power:
+            if field_name == preferred:
+                name, primary = base, True
+            else:
+                name, primary = f"{base}.{_POWER_SUFFIX[field_name]}", False
+            instant = field_name == "power.draw.instant"
+            names[(gpu, field_name)] = Channel(
+                name,
+                Quantity.POWER,
+                Scope.GPU,
+                0.0,
+                ClockBase.WALL,
+                primary=primary,
+                description=f"nvidia-smi {field_name}"
+                + (
+                    ""
+                    if instant
+                    else ": a 1-s average on Ampere and newer, placed at the middle of its second"
+                ),
+                timing=Timing.EXACT if instant else Timing.PERIOD_END,
+                averaging_s=0.0 if instant else NVIDIA_SMI_AVERAGING_S,
+            )
+        for field_name, (suffix, unit) in STATE_FIELDS.items():
+            if field_name in header:
+                names[(gpu, field_name)] = Channel(
+                    f"{base}.{suffix}",
+                    Quantity.STATE,
+                    Scope.GPU,
+                    0.0,
+                    ClockBase.WALL,
+                    unit=unit,
+                    primary=False,
+                    description=f"nvidia-smi {field_name}",
+                )
+    by_gpu: dict[str, list[tuple[Channel, int]]] = {}
+    for (gpu, field_name), channel in names.items():
+        by_gpu.setdefault(gpu, []).append((channel, table.column(field_name)))
+    collected: dict[str, tuple[list, list, list]] = {c.name: ([], [], []) for c in names.values()}
+    for t, gpu, fields in rows:
+        for channel, column in by_gpu[gpu]:
+            value = _number(fields[column], hexadecimal=channel.quantity == Quantity.STATE)
+            t_list, v_list, missing_list = collected[channel.name]
+            if value is None:
+                missing_list.append(t)
+            else:
+                t_list.append(t)
+                v_list.append(value)
+    channels, series, missing = {}, {}, {}
+    if any(np.any(np.diff(np.array(collected[c.name][0])) < 0) for c in names.values()):
+        warnings.append(f"{path.name}: rows are not in time order; sorted")
+    for channel in names.values():
+        t_list, v_list, missing_list = collected[channel.name]
+        if not t_list:
+            continue  # a field this GPU never reported ([N/A] throughout): no channel
+        t, v, note = _sorted_unique(
+            np.array(t_list), np.array(v_list), channel.name, path.name, sorted_note=False
+        )
+        warnings += note
+        resolution = _spacing(t)
+        if channel.integrable:
+            resolution = max(resolution, 0.1)  # the sensor updates every ~100 ms, whatever the -lms
+        channels[channel.name] = dataclasses.replace(channel, resolution_s=resolution)
+        series[channel.name] = SampleSeries(t, v)
+        missing[channel.name] = np.array(sorted(missing_list), dtype=float)
+    if not any(c.integrable for c in channels.values()):
+        raise UsageError(f"{path} has no power value in any row ({', '.join(power)} are all missing)")
+    primary = next((c.name for c in channels.values() if c.primary and c.integrable), "")
+    if not primary:
+        primary = next(c.name for c in channels.values() if c.integrable)
+    return PowerLog(path, NVIDIA_SMI, channels, series, missing, primary, tuple(warnings), len(bad))
+
+
+_POWER_SUFFIX = {
+    "power.draw.instant": "power_instant",
+    "power.draw": "power_draw",
+    "power.draw.average": "power_average",
+}
+
+
+# -- shared ------------------------------------------------------------------------------------
+
+
+def _sorted_unique(
+    t: np.ndarray, v: np.ndarray, name: str, where: str, sorted_note: bool = True
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Ascending times; values at a repeated time averaged, with a warning."""
+    notes = []
+    t, v = t.astype(float), v.astype(float)
+    if t.size and np.any(np.diff(t) < 0):
+        if sorted_note:
+            notes.append(f"{where}: rows are not in time order; sorted")
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+    if t.size and np.any(np.diff(t) == 0):
+        unique, inverse = np.unique(t, return_inverse=True)
+        sums = np.bincount(inverse, weights=v)
+        counts = np.bincount(inverse)
+        notes.append(
+            f"{where}: {t.size - unique.size} duplicated timestamp(s) in {name}; their values were averaged"
+        )
+        t, v = unique, sums / counts
+    return t, v, notes
+
+
+def _spacing(t: np.ndarray) -> float:
+    """The median interval between samples. Units: s."""
+    if t.size < 2:
+        return 0.0
+    steps = np.diff(t)
+    steps = steps[steps > 0]
+    return float(np.median(steps)) if steps.size else 0.0
