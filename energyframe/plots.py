@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import UsageError
 from .results import RunResult
 
 PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974"]
@@ -25,18 +26,28 @@ def power_trace(
 ) -> Path:
     """Draw ``result``'s power channels and windows into a PNG at ``path``; ``show_raw`` also
     draws moved (aligned) channels where they were recorded, dashed."""
+    samples = result.samples
+    channels = {c["name"]: c for s in result.meta.get("sources", []) for c in s.get("channels", [])}
+    power = [n for n, c in channels.items() if c.get("quantity") in ("power", "energy")]
+    run = f"the run of {result.meta.get('workload', {}).get('name') or 'a workload'} started {result.meta.get('started_at') or '(unknown)'}"
+    if not power:
+        raise UsageError(f"{run} has no power channels (it measured timing only): no power trace to draw")
+    if len(samples) == 0 or not samples["channel"].isin(power).any():
+        raise UsageError(
+            f"{run} has no samples of its power channels ({', '.join(power)}): no power trace to draw"
+        )
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    samples = result.samples
-    channels = {c["name"]: c for s in result.meta.get("sources", []) for c in s.get("channels", [])}
     maps = result.meta.get("time_maps", {})
-    windows = (
-        result.windows.drop_duplicates(["phase", "trial"]) if not result.windows.empty else result.windows
-    )
-    t0 = float(samples["time_s"].min()) if len(samples) else 0.0
+    windows = result.windows
+    if windows.empty or not {"start_s", "end_s"} <= set(windows.columns):
+        windows = windows.iloc[0:0]
+    else:
+        windows = windows.drop_duplicates(["phase", "trial"])
+    t0 = float(samples["time_s"].min())
     if len(windows):
         t0 = min(t0, float(windows["start_s"].min()))
     fig, ax = plt.subplots(figsize=(12, 5))
@@ -63,6 +74,8 @@ def power_trace(
         v = rows["value"].to_numpy(float)
         label = name
         shift = maps.get(name)
+        if shift:  # a time map written as null (NaN) moves nothing
+            shift = {k: shift.get(k) or 0.0 for k in ("lag_s", "drift", "reference_s")}
         if shift and (shift.get("lag_s") or shift.get("drift")) and show_raw:
             # a record reports the interval that ended when it arrived
             ax.plot(t - t0, v, lw=0.9, ls="--", drawstyle="steps-pre", label=f"{name} as recorded")
