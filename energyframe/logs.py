@@ -409,10 +409,11 @@ def _skipped_warning(path: Path, bad: list[tuple[int, str]], what: str) -> list[
     ]
 
 
-def _no_rows(path: Path, table: _Table, what: str) -> UsageError:
-    if table.bad:
-        number, line = table.bad[0]
-        return UsageError(f"{path} has no {what} (line {number}: {_shown(line, 60)} does not fit its header)")
+def _no_rows(path: Path, table: _Table, what: str, bad: list[tuple[int, str]] | None = None) -> UsageError:
+    bad = table.bad if bad is None else bad
+    if bad:
+        number, line = bad[0]
+        return UsageError(f"{path} has no {what} (line {number}: {_shown(line, 60)} is not one)")
     return UsageError(f"power log {path} has a header but no rows")
 
 
@@ -526,7 +527,7 @@ def _power_csv(path: Path, table: _Table, name: str) -> PowerLog:
             times.append(t)
             values.append(value)
     if not times and not missing:
-        raise _no_rows(path, table, "rows with a time")
+        raise _no_rows(path, table, "rows with a time in seconds", bad)
     warnings = _skipped_warning(path, bad, "rows with a time")
     t, v, note = _sorted_unique(np.array(times), np.array(values), name, path.name)
     warnings += note

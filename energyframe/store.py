@@ -163,9 +163,10 @@ _SPREADS = ("time_per_iter_s", "energy_per_iter_j", "mean_power_w", "dynamic_ene
 
 
 def _described(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", _NONE: "null"}
-    kind = names.get(type(value), "a number" if isinstance(value, _NUMBER) else type(value).__name__)
-    return f"{kind} ({json.dumps(value)[:40]})" if not isinstance(value, (dict, list)) else kind
+    if value is None or isinstance(value, (dict, list)):
+        return {dict: "an object", list: "a list"}.get(type(value), "null")
+    kind = {str: "a string", bool: "a boolean"}.get(type(value), "a number")
+    return f"{kind} ({json.dumps(value)[:40]})"
 
 
 def _wrong(where: str, value: Any, expected: str) -> str:

@@ -20,3 +20,15 @@ def test_plot_command_and_reporter(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     result = CliRunner().invoke(main, ["plot", str(out), "--out", str(tmp_path / "again.png")])
     assert result.exit_code == 0 and (tmp_path / "again.png").exists()
+
+
+def test_a_timing_only_run_has_no_power_trace(tmp_path):
+    out = tmp_path / "run"
+    ef.run("sleep:seconds=0.01", power=None, reporters=[], out=out, config=ef.RunConfig(trials=2))
+    result = CliRunner().invoke(main, ["plot", str(out)])
+    assert result.exit_code == 2
+    assert result.output.startswith("Error: the run of sleep started ")
+    assert result.output.endswith(
+        " has no power channels (it measured timing only): no power trace to draw\n"
+    )
+    assert not (out / "power-trace.png").exists()
