@@ -199,3 +199,23 @@ def test_a_run_json_beside_samples_that_cannot_be_read_is_a_warning(tmp_path):
     log = logs.read_log(tmp_path / "run" / "samples.parquet")
     assert log.run_meta is None and log.channels["gpu"].scope == Scope.OTHER  # from its unit alone
     assert any("is not a run description" in w for w in log.warnings)
+
+
+def test_times_of_a_whole_column_are_those_of_each_text():
+    texts = [
+        "2026-02-04 10:15:23",
+        "2026-02-04 10:15:23.5",
+        "2026/11/22 03:41:38.233",
+        "2026-07-04T23:59:59.999",
+        "1770200123.25",
+    ]
+    expected = [logs.parse_time(t) for t in texts]
+    assert list(logs._times(texts, None, "x")) == pytest.approx(expected, abs=1e-6)
+    assert list(logs._times(texts, "+01:00", "x")) == pytest.approx(
+        [logs.parse_time(t, "+01:00") for t in texts], abs=1e-6
+    )
+    zoned = ["2026-02-04 10:15:23Z", "2026-02-04 11:15:24Z"]
+    assert list(logs._times(zoned, None, "x")) == pytest.approx([logs.parse_time(t) for t in zoned])
+    assert np.isnan(logs._times(["soon", "2026-02-04 10:15:23"], None, "x")[0])
+    with pytest.raises(UsageError, match="mixes time zones"):
+        logs._times(["2026-02-04 10:15:23+01:00", "2026-02-04 10:15:23+02:00"], None, "x")
