@@ -40,15 +40,13 @@ from .logs import (  # noqa: F401  (parse_time, zone: the analyze API users know
     read_log,
     zone,
 )
+from .power.wattsup import MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
 from .samples import SampleSeries
 from .store import json_safe, write_csv, write_json
 from .windows import WINDOW_COLUMNS, IdleBaseline, WindowRecord, compute_windows
 
 #: how the energy is computed (energy_report.json says it)
 METHOD = "piecewise-linear power integrated over the window, edges interpolated"
-#: MLPerf Power's shortest window for a 1-Hz wall meter (the wattsup source flags it too). Units: s.
-METER_MIN_WINDOW_S = 60.0
-METER_WINDOW_FLAG = "meter_window_under_60s"
 
 
 def load_power_log(path: Path | str, tz: str | None = None) -> PowerLog:
@@ -371,8 +369,8 @@ def _annotator(prepared: Mapping[str, _Channel]):
             flags.append(NEGATIVE_POWER)
         if _affected(entry.rejected.missing_s, entry.series, start_s, end_s):
             flags.append(MISSING_POWER)
-        if channel.scope == Scope.SYSTEM_WALL and end_s - start_s < METER_MIN_WINDOW_S:
-            flags.append(METER_WINDOW_FLAG)
+        if channel.scope == Scope.SYSTEM_WALL and end_s - start_s < MLPERF_MIN_WINDOW_S:
+            flags.append(SHORT_FOR_METER)  # as the wattsup source flags a live meter's windows
         return WindowAnnotation(flags=tuple(flags))
 
     return annotate
@@ -475,7 +473,10 @@ def analyze(
     ]
     frames, reports, warnings = [], [], []
     rejected_rows: dict[str, dict[str, dict[str, int]]] = {}
-    for log in logs:
+    names = [log.path.name for log in logs]
+    # how windows.csv and the report name each log: its file name, its path when names repeat
+    labels = [str(log.path) if names.count(log.path.name) > 1 else log.path.name for log in logs]
+    for log, label in zip(logs, labels):
         warnings += log.warnings
         integrable = {n: c for n, c in log.channels.items() if c.integrable}
         if not integrable:
@@ -488,7 +489,7 @@ def analyze(
         warnings += _rejection_warnings(log, prepared)
         counts = {n: e.rejected.count() for n, e in prepared.items() if sum(e.rejected.count().values())}
         if counts:
-            rejected_rows[log.path.name] = counts
+            rejected_rows[label] = counts
         frame = compute_windows(
             records,
             integrable,
@@ -497,7 +498,7 @@ def analyze(
             _idle(log, run, list(integrable)),
             _annotator(prepared),
         )
-        frame["log"] = log.path.name
+        frame["log"] = label
         frames.append(frame)
         rows = frame[frame["channel"] == primary.channel.name]
         for window, record, row in zip(windows, records, rows.itertuples()):
