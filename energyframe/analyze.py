@@ -255,10 +255,15 @@ def _align(
     """A wall-meter log's lag (and drift) against the run's finest GPU or CPU channel."""
     from .align import USABLE, estimate_lag_and_drift, pick_reference, reference_signal
 
-    samples = run.samples
     where = f"{log.path.name}: not aligned with {run.directory}"
+    try:
+        samples = run.samples
+    except UsageError as e:  # a timing-only run's samples hold nothing to align against
+        samples, why = None, str(e)
+    else:
+        why = f"{run.directory} has no samples.parquet"
     if samples is None:
-        reason = f"{run.directory} has no samples.parquet"
+        reason = why
         return {"applied": False, "reason": reason}, _unaligned(channels, unknown), [f"{where} ({reason})"]
     kept = {n: plausible(samples, n)[0] for n, c in samples.channels.items() if c.integrable}
     reference = pick_reference({n: samples.channels[n] for n in kept}, kept)

@@ -549,7 +549,8 @@ def _samples_log(
         series[name] = SampleSeries(t[ok], v[ok])
         missing[name] = t[~ok]
     if not channels:
-        raise UsageError(f"{path} holds no sample with a time")
+        what = "no sample with a time" if len(names) else "no samples (a run that measured timing only?)"
+        raise UsageError(f"{path} holds {what}")
     primary = next(
         (n for n in (meta or {}).get("primary_channels", []) if isinstance(n, str) and n in channels),
         next((n for n, c in channels.items() if c.integrable), next(iter(channels), "")),

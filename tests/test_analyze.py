@@ -398,3 +398,25 @@ def test_energyframes_own_nvidia_smi_log_with_garbage_is_read_around_it(tmp_path
     assert "line(s) that are not rows of nvidia-smi's log were skipped (first: line " in result.output
     report = json.loads((tmp_path / "o" / "energy_report.json").read_text())
     assert report["power_watts"]["average"] == pytest.approx(250.0)
+
+
+def test_a_meter_log_over_a_timing_only_run_is_integrated_unaligned(tmp_path):
+    import time
+
+    before = time.time()
+    ef.run(
+        "sleep:seconds=0.01", power=None, reporters=[], out=tmp_path / "run", config=ef.RunConfig(trials=2)
+    )
+    rows = [
+        f"{dt.datetime.fromtimestamp(int(before) + k):%Y-%m-%d %H:%M:%S},{k},100.0,100.0"
+        for k in range(-20, 40)
+    ]
+    (tmp_path / "wall.csv").write_text("time,id,pm1,sum\n" + "\n".join(rows) + "\n")
+    result = analyze_cli(
+        "--power-log", tmp_path / "wall.csv", "--run", tmp_path / "run", "--out", tmp_path / "o"
+    )
+    assert result.exit_code == 0, result.output
+    assert "wall.csv: not aligned with" in result.output and "holds no samples" in result.output
+    report = json.loads((tmp_path / "o" / "energy_report.json").read_text())
+    assert [w["power_watts"]["average"] for w in report["windows"]] == pytest.approx([100.0, 100.0])
+    assert report["windows"][0]["energyframe"]["shift_s"] == 0.5  # half its interval, as in a live run
