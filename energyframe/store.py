@@ -288,12 +288,16 @@ def read_windows(directory: Path) -> pd.DataFrame:
             f"{path} lacks the column(s) {missing} of a windows.csv: the file is damaged; {what_to_do}"
         )
     for column in _NUMERIC_WINDOW_COLUMNS:
-        if column in frame.columns and not pd.api.types.is_numeric_dtype(frame[column]):
-            bad = frame[column][pd.to_numeric(frame[column], errors="coerce").isna() & frame[column].notna()]
-            example = f" (row {int(bad.index[0]) + 2}: {str(bad.iloc[0])[:40]!r})" if len(bad) else ""
+        if column not in frame.columns or pd.api.types.is_numeric_dtype(frame[column]):
+            continue
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        bad = frame[column][numbers.isna() & frame[column].notna()]
+        if len(bad):
             raise StoreError(
-                f"{path} has text in its numeric column {column}{example}: the file is damaged; {what_to_do}"
+                f"{path} has text in its numeric column {column} (row {int(bad.index[0]) + 2}: "
+                f"{str(bad.iloc[0])[:40]!r}): the file is damaged; {what_to_do}"
             )
+        frame[column] = numbers  # a header with no rows reads as text: no number is wrong there
     for column in text_columns:
         if column in frame.columns:
             frame[column] = frame[column].fillna("")
