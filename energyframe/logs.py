@@ -72,7 +72,6 @@ _FORMATS = (
     "%Y-%m-%dT%H:%M:%S.%f",
     "%Y-%m-%dT%H:%M:%S",
 )
-_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 _SAMPLE_COLUMNS = ("source", "channel", "time_s", "value", "unit")
 _KNOWN = (
     "an energyframe samples.parquet or samples.partial.csv, a CSV of time_s and power_w or energy_j, "
@@ -218,18 +217,6 @@ def _numbers(texts: Sequence[str], hexadecimal: bool = False) -> tuple[np.ndarra
             values[i], has[i] = value, True
     values[~has] = np.nan
     return values, has
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
-
-
-def _nan_if_none(value: float | None) -> float:
-    return math.nan if value is None else value
 
 
 def _number(text: str, hexadecimal: bool = False) -> float | None:
