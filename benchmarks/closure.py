@@ -1,6 +1,6 @@
 """Does the per-layer sum equal the whole model? Latency and energy, per model and setting.
 
-For each configuration, a per-layer run with ``validate=true`` measures every unique unit (CUDA
+For each configuration, a per-layer run (``per-layer:model=...,validate=true``) measures every unique unit (CUDA
 graphs, weights rotated or warm) and the whole model (a CUDA graph of its forward), and prints
 Σ count x per-call figures against the whole model, with the wall time of the run.
 
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import energyframe as ef
+from energyframe.workloads.perlayer import per_layer_spec
 
 CORE = [
     "resnet50:batch=1,granularity=leaf,l2=rotate",
@@ -60,7 +61,7 @@ def main() -> int:
         t0 = time.monotonic()
         try:
             power = None if args.power == "none" else [args.power]
-            result = ef.run(f"{spec},per_layer=true,validate=true", power=power, reporters=[])
+            result = ef.run(per_layer_spec(spec, validate=True), power=power, reporters=[])
         except Exception as e:  # one model that does not fit must not stop the table
             rows.append({"spec": spec, "error": f"{type(e).__name__}: {e}"[:200]})
             print(f"{spec}: {rows[-1]['error']}", flush=True)

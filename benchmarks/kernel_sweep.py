@@ -7,6 +7,12 @@ within 3 % of ncu for launches of at least 50 µs; wall time at most 1.5 x the w
 compilation cached (a first, small sweep fills CuPy's cache).
 
 Run on a GPU: ``python benchmarks/kernel_sweep.py --out runs/sgemm [--sizes 512,1024,2048,4096]``.
+
+``--devices 0,1`` compares instead the same sweep run by ``energyframe sweep --devices 0`` (one
+GPU) and ``--devices 0,1`` (a shard per GPU, in parallel): wall times and their ratio (target:
+about 1/N), and per configuration the latency and energy of both runs (target: within 2 %; the
+N-GPU run measures some configurations on other GPUs, so this is also the spread between GPUs).
+Writes ``devices.json`` with the table.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,8 +41,12 @@ def main() -> None:
     parser.add_argument("--power", default="nvml:gpus=0")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--no-ncu", action="store_true")
+    parser.add_argument("--devices", help="compare one GPU with these GPUs in parallel, e.g. 0,1")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.devices:
+        compare_devices(args, sizes)
+        return
     kernels = [
         ef.load_kernel(SOURCE, name, block=(16, 16, 1), shapes=SHAPES)
         for name in ("matmul_naive", "matmul_tiled")
@@ -49,7 +61,7 @@ def main() -> None:
         power=None,
         out=args.out / "warm",
         reporters=[],
-        config=ef.RunConfig(trials=1, min_window_s=0.01, warmup_s=0.0),
+        config=ef.RunSettings(trials=1, min_window_s=0.01, warmup_s=0.0),
         echo=lambda s: None,
     )
 
@@ -65,7 +77,7 @@ def main() -> None:
         power=[args.power],
         profile=False,
         out=args.out / "sweep",
-        config=ef.RunConfig(trials=args.trials),
+        config=ef.RunSettings(trials=args.trials),
         reporters=[],
     )
     wall_s = time.monotonic() - t0
@@ -78,7 +90,9 @@ def main() -> None:
         t1 = time.monotonic()
         result = _with_ncu(result, _configs(kernels, sizes, args.K))
         ncu_s = time.monotonic() - t1
-        result.save(args.out / "sweep")
+        from energyframe.sweeps.outputs import write
+
+        write(result, args.out / "sweep")
 
     print(
         f"{'kernel':<14}{'N':>6}{'M':>6}{'ours (ms)':>11}{'cv %':>7}{'ncu (ms)':>10}{'diff %':>8}"
@@ -109,6 +123,81 @@ def main() -> None:
     }
     print(json.dumps(summary, indent=1))
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+def _cli_sweep(args, sizes, devices: str, out: Path, power: str, trials: int) -> float:
+    """``energyframe sweep ... --devices DEVICES``; returns its wall time in s."""
+    values = ",".join(map(str, sizes))
+    cmd = [
+        sys.executable,
+        "-m",
+        "energyframe",
+        "sweep",
+        str(SOURCE),
+        "-k",
+        "matmul_naive",
+        "-k",
+        "matmul_tiled",
+    ]
+    cmd += ["-p", f"N={values}", "-p", f"M={values}", "-p", f"K={args.K}"]
+    cmd += ["--shape", "a=N,K", "--shape", "b=K,M", "--shape", "res=N,M", "--flop", "2*N*M*K"]
+    cmd += ["--power", power, "--trials", str(trials), "--devices", devices, "--out", str(out)]
+    t0 = time.monotonic()
+    subprocess.run(cmd, check=True)
+    return time.monotonic() - t0
+
+
+def compare_devices(args, sizes) -> None:
+    """One GPU against several in parallel: wall time ratio and per-configuration agreement."""
+    from energyframe.sweeps.results import SweepResult
+
+    first = args.devices.split(",")[0]
+    _cli_sweep(args, [64], first, args.out / "warm", "none", 1)  # fill the compile cache
+    one_s = _cli_sweep(args, sizes, first, args.out / "one", "nvml", args.trials)
+    many_s = _cli_sweep(args, sizes, args.devices, args.out / "many", "nvml", args.trials)
+    one = {r.index: r for r in SweepResult.load(args.out / "one").results}
+    many = SweepResult.load(args.out / "many")
+    rows, worst_t, worst_e = [], 0.0, 0.0
+    print(
+        f"{'kernel':<14}{'N':>6}{'M':>6}{'GPU':>5}{'1-GPU ms':>10}{'N-GPU ms':>10}{'Δt %':>7}{'1-GPU mJ':>10}{'N-GPU mJ':>10}{'ΔE %':>7}"
+    )
+    for r in many.results:
+        base = one[r.index]
+        dt = 100 * (r.latency_s / base.latency_s - 1)
+        de = 100 * (r.energy_j / base.energy_j - 1)
+        worst_t, worst_e = max(worst_t, abs(dt)), max(worst_e, abs(de))
+        rows.append(
+            {
+                "kernel": r.kernel,
+                **r.parameters,
+                "device": r.device,
+                "one_gpu_latency_s": base.latency_s,
+                "n_gpu_latency_s": r.latency_s,
+                "latency_diff_pct": dt,
+                "one_gpu_energy_j": base.energy_j,
+                "n_gpu_energy_j": r.energy_j,
+                "energy_diff_pct": de,
+            }
+        )
+        print(
+            f"{r.kernel:<14}{r.parameters['N']:>6}{r.parameters['M']:>6}{r.device:>5}{base.latency_s * 1e3:>10.4f}"
+            f"{r.latency_s * 1e3:>10.4f}{dt:>7.2f}{base.energy_j * 1e3:>10.3f}{r.energy_j * 1e3:>10.3f}{de:>7.2f}"
+        )
+    summary = {
+        "devices": args.devices,
+        "gpus": {label: info.get("name") for label, info in (many.meta.get("devices") or {}).items()},
+        "warnings": many.meta.get("warnings"),
+        "configurations": len(rows),
+        "one_gpu_wall_s": one_s,
+        "n_gpu_wall_s": many_s,
+        "wall_ratio": many_s / one_s,
+        "max_abs_latency_diff_pct": worst_t,
+        "max_abs_energy_diff_pct": worst_e,
+        "latency_within_2pct": sum(abs(r["latency_diff_pct"]) <= 2 for r in rows),
+        "energy_within_2pct": sum(abs(r["energy_diff_pct"]) <= 2 for r in rows),
+    }
+    print(json.dumps(summary, indent=1))
+    (args.out / "devices.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))
 
 
 def _configs(kernels, sizes, k):

@@ -16,29 +16,32 @@ from typing import TYPE_CHECKING
 
 _EXPORTS = {
     "measure": "energyframe.measurement",
+    "measured": "energyframe.measurement",
     "Measurement": "energyframe.measurement",
     "run": "energyframe.orchestrator",
-    "RunConfig": "energyframe.orchestrator",
+    "RunConfig": "energyframe.config",
+    "RunSettings": "energyframe.config",
     "RunResult": "energyframe.results",
     "PhaseSummary": "energyframe.windows",
     "Spread": "energyframe.stats",
-    "PowerSource": "energyframe.interfaces",
-    "Workload": "energyframe.interfaces",
-    "Reporter": "energyframe.interfaces",
-    "Phase": "energyframe.interfaces",
-    "Channel": "energyframe.interfaces",
-    "Sample": "energyframe.interfaces",
-    "Quantity": "energyframe.interfaces",
-    "Scope": "energyframe.interfaces",
-    "ClockBase": "energyframe.interfaces",
-    "Timing": "energyframe.interfaces",
-    "SourceContext": "energyframe.interfaces",
-    "Detection": "energyframe.interfaces",
-    "WindowAnnotation": "energyframe.interfaces",
+    "PowerSource": "energyframe.plugin",
+    "Workload": "energyframe.plugin",
+    "Reporter": "energyframe.plugin",
+    "Phase": "energyframe.model",
+    "Channel": "energyframe.model",
+    "Sample": "energyframe.model",
+    "Quantity": "energyframe.model",
+    "Scope": "energyframe.model",
+    "ClockBase": "energyframe.model",
+    "Timing": "energyframe.model",
+    "SourceContext": "energyframe.model",
+    "Detection": "energyframe.model",
+    "WindowAnnotation": "energyframe.model",
     "Option": "energyframe.options",
-    "DerivedTable": "energyframe.interfaces",
+    "DerivedTable": "energyframe.model",
     "GraphKernel": "energyframe.workloads.graph",
     "Pipeline": "energyframe.workloads.pipeline",
+    "PerLayer": "energyframe.workloads.perlayer",
     "load_kernel": "energyframe.sweeps.kernel",
     "sweep": "energyframe.sweeps.api",
     "SweepResult": "energyframe.sweeps.results",
@@ -72,6 +75,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
+    from .config import RunConfig, RunSettings  # noqa: F401
     from .errors import (  # noqa: F401
         EnergyFrameError,
         OptionError,
@@ -83,25 +87,23 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         UsageError,
         WorkloadError,
     )
-    from .interfaces import (  # noqa: F401
+    from .measurement import Measurement, measure, measured  # noqa: F401
+    from .model import (  # noqa: F401
         Channel,
         ClockBase,
-        DerivedTable,  # noqa: F401
+        DerivedTable,
         Detection,
         Phase,
-        PowerSource,
         Quantity,
-        Reporter,
         Sample,
         Scope,
         SourceContext,
         Timing,
         WindowAnnotation,
-        Workload,
     )
-    from .measurement import Measurement, measure  # noqa: F401
     from .options import Option  # noqa: F401
-    from .orchestrator import RunConfig, run  # noqa: F401
+    from .orchestrator import run  # noqa: F401
+    from .plugin import PowerSource, Reporter, Workload  # noqa: F401
     from .results import RunResult  # noqa: F401
     from .stats import Spread  # noqa: F401
     from .sweeps.api import sweep  # noqa: F401
@@ -109,4 +111,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
     from .sweeps.results import KernelResult, SweepResult  # noqa: F401
     from .windows import PhaseSummary  # noqa: F401
     from .workloads.graph import GraphKernel  # noqa: F401
+    from .workloads.perlayer import PerLayer  # noqa: F401
     from .workloads.pipeline import Pipeline, Stage  # noqa: F401

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .clock import ChannelTimeMap
-from .interfaces import Channel, Quantity, Scope
+from .model import Channel, Quantity, Scope, Timing
 from .samples import SampleSeries
 
 GOOD = 0.9
@@ -172,7 +172,7 @@ def pick_reference(channels: Mapping[str, Channel], series: Mapping[str, SampleS
     """The finest channel measured on the run's own clock: GPU power samples first."""
     candidates = []
     for name, channel in channels.items():
-        if not channel.integrable or channel.scope == Scope.SYSTEM_WALL or len(series.get(name, ())) < 10:
+        if not channel.integrable or channel.timing == Timing.UNKNOWN or len(series.get(name, ())) < 10:
             continue
         rank = (channel.scope != Scope.GPU, channel.resolution_s, not channel.primary)
         candidates.append((rank, name))
@@ -203,11 +203,11 @@ def align_meters(
     series: Mapping[str, SampleSeries],
     pulses: Sequence[tuple[float, float]] = (),
 ) -> dict[str, Alignment]:
-    """Estimate every system-wall channel's lag (and drift) against the best reference."""
+    """Estimate the lag (and drift) of every channel of unknown timing against the best reference."""
     reference = pick_reference(channels, series)
     out = {}
     for name, channel in channels.items():
-        if channel.scope != Scope.SYSTEM_WALL or not channel.integrable:
+        if channel.timing != Timing.UNKNOWN or not channel.integrable:
             continue
         s = series[name]
         if reference is None:
@@ -216,13 +216,17 @@ def align_meters(
             )
             continue
         ref_t, ref_p = reference_signal(channels[reference], series[reference])
-        segments = _pulse_segments(pulses, channel.resolution_s)
-        estimate, drift, detail = estimate_lag_and_drift(
-            ref_t, ref_p, s.times_s, s.values, channel.resolution_s, segments
-        )
+        interval = averaging_period(channel)
+        segments = _pulse_segments(pulses, interval)
+        estimate, drift, detail = estimate_lag_and_drift(ref_t, ref_p, s.times_s, s.values, interval, segments)
         applied = bool(np.isfinite(estimate.correlation) and estimate.correlation >= USABLE)
         out[name] = Alignment(name, reference, estimate.lag_s, drift, estimate.correlation, applied, detail)
     return out
+
+
+def averaging_period(channel: Channel) -> float:
+    """The period a reading averages over: as declared, else its update period. Units: s."""
+    return channel.averaging_s or channel.resolution_s
 
 
 def _pulse_segments(pulses: Sequence[tuple[float, float]], interval_s: float):
@@ -252,12 +256,18 @@ class MeterAligner:
         maps = {}
         start = min((float(s.times_s[0]) for s in series.values() if len(s)), default=0.0)
         for name, a in self.alignments.items():
-            maps[name] = a.time_map(channels[name].resolution_s, start)
-            if not a.applied:
+            maps[name] = a.time_map(averaging_period(channels[name]), start)
+            if a.reference is None:
                 self.warnings.append(
-                    f"{name}: lag not estimated (correlation with {a.reference} {a.correlation:.2f}); its samples "
-                    "are only moved to the middle of their intervals. A flat workload cannot be aligned: use "
-                    "--sync-pulse"
+                    f"{name}: its lag cannot be estimated: the run has no GPU or CPU power channel to align it "
+                    "against (add one, e.g. --power nvml); its samples are only moved to the middle of their "
+                    "intervals"
+                )
+            elif not a.applied:
+                self.warnings.append(
+                    f"{name}: lag not estimated (correlation with {a.reference} only {a.correlation:.2f}); its "
+                    "samples are only moved to the middle of their intervals. A flat workload cannot be "
+                    "aligned: use --sync-pulse"
                 )
             elif a.correlation < GOOD:
                 self.warnings.append(

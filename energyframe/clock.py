@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .interfaces import ClockBase
+from .model import ClockBase
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,10 @@ class ClockModel:
             return t
         return t - self.start.offset_s
 
+    def to_monotonic_from_unix(self, unix_s):
+        """Convert Unix seconds (or an array) to monotonic seconds."""
+        return unix_s - self.start.offset_s
+
     def to_unix(self, monotonic_s):
         """Convert monotonic seconds (or an array) to Unix seconds."""
         return monotonic_s + self.start.offset_s
@@ -95,13 +99,13 @@ class ClockModel:
             return None
         return self.end.offset_s - self.start.offset_s
 
-    def to_json(self) -> dict:
-        out = {
+    def to_json(self) -> dict[str, float]:
+        out: dict[str, float] = {
             "anchor_wall_s": self.start.wall_s,
             "anchor_monotonic_s": self.start.monotonic_s,
             "anchor_uncertainty_s": self.start.uncertainty_s,
         }
-        if self.end is not None:
+        if self.end is not None and self.wall_drift_s is not None:
             out.update(
                 end_wall_s=self.end.wall_s,
                 end_monotonic_s=self.end.monotonic_s,

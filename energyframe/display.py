@@ -29,44 +29,101 @@ def si(value: float | None, unit: str, digits: int = 4) -> str:
     return f"{value / scale:.{digits}g} {prefix}{unit}"
 
 
+def percent(fraction: float) -> str:
+    """``0.021`` -> ``2.1%``, ``1.1`` -> ``110%``: two significant digits, never exponents."""
+    value = 100 * fraction
+    if abs(value) >= 10:
+        return f"{value:.0f}%"
+    return f"{value:.2g}%"
+
+
 def relative_iqr(spread: Spread) -> str:
     if spread.n < 2 or not math.isfinite(spread.relative_iqr):
         return "-"
-    return f"{100 * spread.relative_iqr:.2g}%"
+    return percent(spread.relative_iqr)
 
 
-def summary_table(summaries: Sequence[PhaseSummary], title: str | None = None) -> Table:
-    """The table ``energyframe run``, ``show`` and ``RunResult.table()`` print."""
+def trials_cell(s: PhaseSummary) -> str:
+    """Trials measured, and how many of them have an energy when not all do (never hidden)."""
+    if s.channel and s.energy_per_iter_j.n < s.trials:
+        return f"{s.energy_per_iter_j.n} of {s.trials}"
+    return str(s.trials)
+
+
+def _with_spread(value: str, spread: Spread) -> str:
+    spread_text = relative_iqr(spread)
+    return value if spread_text == "-" else f"{value} ±{spread_text}"
+
+
+def summary_table(summaries: Sequence[PhaseSummary], title: str | None = None, wide: bool = True) -> Table:
+    """The table ``energyframe run``, ``show`` and ``RunResult.table()`` print.
+
+    ``wide=False`` fits a terminal: the spread (IQR/median) joins its figure, and the iteration
+    count and dynamic energy (when no phase has one) are left out.
+    """
     table = Table(title=title, show_lines=False, header_style="bold")
-    for name, justify in [
-        ("phase", "left"),
-        ("channel", "left"),
-        ("trials", "right"),
-        ("iters", "right"),
-        ("time/iter", "right"),
-        ("IQR", "right"),
-        ("energy/iter", "right"),
-        ("IQR", "right"),
-        ("power", "right"),
-        ("dyn. energy/iter", "right"),
-        ("flags", "left"),
-    ]:
-        table.add_column(name, justify=justify, overflow="fold")
+    dynamic = any(s.dynamic_energy_per_iter_j for s in summaries)
+    if wide:
+        columns = ["phase", "channel", "trials", "iters", "time/iter", "IQR", "energy/iter", "IQR", "power",
+                   "dyn. energy/iter", "flags"]
+    else:
+        columns = ["phase", "channel", "trials", "time/iter ±IQR", "energy/iter ±IQR", "power"]
+        columns += ["dyn. energy/iter"] if dynamic else []
+        columns += ["flags"]
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("phase", "channel", "flags") else "right",
+                         overflow="fold")
     for s in summaries:
+        time_s, energy_j = si(s.time_per_iter_s.median, "s"), si(s.energy_per_iter_j.median, "J")
+        dyn = si(s.dynamic_energy_per_iter_j.median, "J") if s.dynamic_energy_per_iter_j else "-"
+        if wide:
+            cells = [s.phase, s.channel or "(timing only)", trials_cell(s), str(s.iterations), time_s,
+                     relative_iqr(s.time_per_iter_s), energy_j, relative_iqr(s.energy_per_iter_j),
+                     si(s.mean_power_w.median, "W"), dyn, ", ".join(s.flags)]
+        else:
+            cells = [s.phase, s.channel or "(timing only)", trials_cell(s),
+                     _with_spread(time_s, s.time_per_iter_s), _with_spread(energy_j, s.energy_per_iter_j),
+                     si(s.mean_power_w.median, "W")]
+            cells += [dyn] if dynamic else []
+            cells += [", ".join(s.flags)]
+        table.add_row(*cells)
+    return table
+
+
+def windows_table(windows, all_channels: bool, primary: Sequence[str]) -> Table:
+    """Every window for people: start relative to the first window, SI units, flags."""
+    table = Table(header_style="bold")
+    for name in ("phase", "trial", "channel", "start", "duration", "iters", "time/iter", "energy",
+                 "power", "flags"):
+        table.add_column(name, justify="left" if name in ("phase", "channel", "flags") else "right",
+                         overflow="fold")
+    if windows.empty:
+        return table
+    origin = float(windows["start_s"].min())
+    for row in windows.itertuples(index=False):
+        channel = str(getattr(row, "channel", "") or "")
+        if channel and not all_channels and channel not in primary:
+            continue
         table.add_row(
-            s.phase,
-            s.channel or "(timing only)",
-            str(s.trials),
-            str(s.iterations),
-            si(s.time_per_iter_s.median, "s"),
-            relative_iqr(s.time_per_iter_s),
-            si(s.energy_per_iter_j.median, "J"),
-            relative_iqr(s.energy_per_iter_j),
-            si(s.mean_power_w.median, "W"),
-            si(s.dynamic_energy_per_iter_j.median, "J") if s.dynamic_energy_per_iter_j else "-",
-            ", ".join(s.flags),
+            str(row.phase),
+            str(row.trial),
+            channel or "(timing only)",
+            f"+{float(row.start_s) - origin:.3f} s",
+            si(float(row.duration_s), "s"),
+            str(row.iterations),
+            si(float(row.time_per_iter_s), "s"),
+            si(_float(getattr(row, "energy_j", None)), "J"),
+            si(_float(getattr(row, "mean_power_w", None)), "W"),
+            str(getattr(row, "flags", "") or "").replace(";", ", "),
         )
     return table
+
+
+def _float(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 _UNITS = {"_s": "s", "_j": "J", "_w": "W", "_wh": "Wh"}

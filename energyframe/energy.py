@@ -20,16 +20,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .interfaces import Quantity
+from .model import Quantity
 
 # numpy 2 renamed trapz; keep working with numpy 1.24+
-_trapezoid = getattr(np, "trapezoid", None) or np.trapz
+_trapezoid = getattr(np, "trapezoid", None) or getattr(np, "trapz")  # noqa: B009
 
 #: window flags (also documented in docs/result-format.md)
 SHORT_WINDOW = "short_window"  # shorter than two update periods of the channel
 UNCOVERED = "uncovered"  # the samples do not reach both edges
 GAP = "gap"  # samples around the window are further apart than three update periods
 COUNTER_RESET = "counter_reset"  # the counter went down inside the window
+NEGATIVE_POWER = "negative_power"  # a negative reading near the window was rejected, not integrated
+INVALID_READING = "invalid_reading"  # a NaN or infinite reading near the window was rejected
 
 
 @dataclass(frozen=True)

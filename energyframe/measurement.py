@@ -5,83 +5,38 @@
             ...
     print(m.result.table())
 
-The orchestrator (``ef.run``) measures workloads through the same ``Measurement``.
+The orchestrator (``ef.run``) measures workloads through the same ``Measurement``. This module
+owns the live part of a run: the run directory's claim and status, the sources (through the
+``Recorder``), the windows and their journal. Turning what was recorded into a result is
+``assemble``'s straight pipeline.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import os
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import registry
-from .align import MeterAligner
-from .clock import ChannelTimeMap, ClockModel
-from .errors import PowerSourceError, RunInterrupted, UsageError
-from .interfaces import Channel, DerivedTable, PowerSource, Scope, WindowAnnotation
-from .options import Spec
+from .assemble import Recording, TimeAligner, assemble, run_meta, save, utc_now
+from .clock import ClockModel
+from .errors import EnergyFrameError, PowerSourceError, RunInterrupted, StoreError, UsageError
+from .plugin import PowerSource, Workload
 from .recorder import Recorder
+from .registry import PowerArg, resolve_power
 from .results import COMPLETE, INCOMPLETE, RunResult
-from .samples import SampleSeries
-from .store import FORMAT_VERSION, RUN_JSON, write_bytes, write_json
+from .store import RUN_JSON, WINDOWS_PARTIAL, WindowJournal, claim_run_dir, write_status_json
 from .sync import resolve_sync
-from .versions import host_info, library_versions, plugin_distribution
-from .windows import IdleBaseline, WindowRecord, compute_windows, idle_baselines, summarize
+from .windows import WindowRecord
 
 log = logging.getLogger("energyframe")
 
-#: called after the run with every channel and its samples; returns per-channel time corrections
-#: (a wall meter's lag and drift). The wall-meter alignment plugs in here.
-TimeAligner = Callable[
-    [Mapping[str, Channel], Mapping[str, SampleSeries], Sequence[WindowRecord]], Mapping[str, ChannelTimeMap]
-]
-
-PowerArg = str | Spec | PowerSource
-
-
-def auto_power_sources() -> tuple[list[PowerSource], list[str]]:
-    """The sources this machine has: per scope, the available one of highest priority.
-
-    Returns the sources and one note per candidate saying why it was or was not chosen.
-    """
-    best: dict[str, tuple[int, str, type]] = {}
-    notes = []
-    for entry in registry.entries(registry.POWER):
-        cls = entry.cls
-        if cls is None or entry.error or getattr(cls, "AUTO_PRIORITY", None) is None:
-            continue
-        try:
-            found = cls.detect()
-        except Exception as e:  # detection must never break a run
-            notes.append(f"{entry.name}: detection failed ({e})")
-            continue
-        notes.append(f"{entry.name}: {'available' if found.available else 'not available'} ({found.reason})")
-        if found.available:
-            scope = cls.AUTO_SCOPE.value
-            if scope not in best or cls.AUTO_PRIORITY > best[scope][0]:
-                best[scope] = (cls.AUTO_PRIORITY, entry.name, cls)
-    sources = [cls(name=name) for _, name, cls in sorted(best.values(), key=lambda b: b[1])]
-    return sources, notes
-
-
-def resolve_power(power: str | Sequence[PowerArg] | None) -> tuple[list[PowerSource], list[str]]:
-    """``"auto"``: detect; ``None`` or ``[]``: timing only; else specs or instances."""
-    if power == "auto":
-        sources, notes = auto_power_sources()
-        chosen = ", ".join(s.name for s in sources) or "none (timing only)"
-        return sources, [f"power sources auto-detected: {chosen}", *notes]
-    if power is None:
-        return [], []
-    if isinstance(power, (str, Spec, PowerSource)):
-        power = [power]
-    return list(registry.create_all(registry.POWER, list(power))), []
+#: run.json's reason while the run is going; ``energyframe show`` recognises it
+RUNNING = "running (pid {pid}); if this stays, the process died"
 
 
 @dataclass
@@ -97,15 +52,19 @@ class Measurement:
     """Power sources running in the background and the windows measured against them.
 
     Args:
-        sources: started power sources (see ``resolve_power``).
-        out: run directory to save into (samples are appended there while the run goes);
-            ``None`` keeps everything in memory.
+        sources: power sources, not started (see ``registry.resolve_power``).
+        out: run directory to save into (claimed at start; samples and windows are journaled
+            there while the run goes); ``None`` keeps everything in memory.
         sync: how to wait for the device at window edges: ``"auto"`` (torch CUDA when in
             use), ``None``, or a callable.
-        aligner: per-channel time corrections computed after the run: ``"auto"`` aligns wall
-            meters against the finest GPU (or CPU) channel (``energyframe.align``); ``None``
-            leaves every timestamp as recorded; or a callable.
-        meta: extra run.json fields (command line, workload, config).
+        aligner: per-channel time corrections computed after the run: ``"auto"`` aligns the
+            channels of unknown timing (wall meters) against the finest GPU or CPU channel;
+            ``None`` leaves every timestamp as recorded; or a callable.
+        meta: extra run.json fields (workload, config, reporters).
+        notes: what resolving the power sources found (kept in run.json).
+        idle_s: measure every channel's idle power this long first, for dynamic energy. Units: s.
+        workload: the workload whose phases are measured (its derived tables and extra files
+            are produced when the run finishes).
     """
 
     def __init__(
@@ -118,6 +77,7 @@ class Measurement:
         meta: Mapping[str, Any] | None = None,
         notes: Sequence[str] = (),
         idle_s: float = 0.0,
+        workload: Workload | None = None,
     ) -> None:
         self.sources = list(sources)
         self.out = Path(out) if out is not None else None
@@ -126,62 +86,80 @@ class Measurement:
         self.meta: dict[str, Any] = dict(meta or {})
         self.warnings: list[str] = []
         self.notes = list(notes)
+        self.idle_s = idle_s
+        self.workload = workload
         self.clock: ClockModel | None = None
         self.recorder: Recorder | None = None
         self.records: list[WindowRecord] = []
-        self.idle_s = idle_s
-        self.idle: dict[str, IdleBaseline] = {}
-        self._idle_window: WindowRecord | None = None
         self.work: dict[str, dict[str, float]] = {}
+        self._idle_window: WindowRecord | None = None
         self._open: dict[str, list[WindowHandle]] = {}
         self._trials: dict[str, int] = {}
         self._result: RunResult | None = None
         self._started_at: str | None = None
-        #: computes a workload's derived tables (pipeline totals) from the integrated result
-        self.deriver: Callable[[RunResult], Sequence[DerivedTable]] | None = None
-        #: a workload's extra files for the run directory (reports, plots)
-        self.filer: Callable[[RunResult], Mapping[str, bytes]] | None = None
+        self._journal: WindowJournal | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def warn(self, message: str) -> None:
+        """Record a problem that does not stop the run (shown now, and kept in run.json)."""
         if message not in self.warnings:
             self.warnings.append(message)
-        log.warning(message)
+            log.warning("warning: %s", message)
 
     def start(self) -> Measurement:
-        """Start the sources and wait until each channel has delivered a first sample."""
+        """Claim the run directory, start the sources, wait until each channel has delivered.
+
+        Any failure here is written to run.json (status ``incomplete`` and the reason) before
+        it is raised, so a run directory never keeps saying "running" for a run that ended.
+        """
         if self.out is not None:
-            if (self.out / RUN_JSON).exists():
-                raise UsageError(f"{self.out} already holds a run; choose another --out directory")
-            self.out.mkdir(parents=True, exist_ok=True)
+            claim_run_dir(self.out)
         self.clock = ClockModel()
-        self._started_at = _utc_now()
-        self.recorder = Recorder(self.sources, self.clock, self.out, warn=self.warn)
+        self._started_at = utc_now()
         if self.out is not None:
-            self._write_meta(INCOMPLETE, f"running (pid {os.getpid()}); if this stays, the process died")
-        self.recorder.start()
-        missing = self.recorder.wait_for_samples(None, self.recorder.coverage_timeout_s() + 2.0)
-        if self.recorder.failure is not None:
-            self.recorder.stop()
-            raise self.recorder.failure
+            self._write_status(INCOMPLETE, RUNNING.format(pid=os.getpid()))
+        try:
+            self.recorder = Recorder(self.sources, self.clock, self.out, warn=self.warn)
+            self.recorder.start()
+            if self.out is not None:  # now with the channels, so that a dead run can be rebuilt
+                self._journal = WindowJournal(self.out / WINDOWS_PARTIAL)
+                self._write_status(INCOMPLETE, RUNNING.format(pid=os.getpid()))
+            self._wait_for_first_samples()
+            if self.idle_s > 0:
+                self.measure_idle(self.idle_s)
+        except BaseException as e:
+            self._abort(e)
+            raise
+        return self
+
+    def _wait_for_first_samples(self) -> None:
+        assert self.recorder is not None
+        recorder = self.recorder
+        missing = recorder.wait_for_samples(None, recorder.coverage_timeout_s() + 2.0)
+        if recorder.failure is not None:
+            raise recorder.failure
         if missing:
-            self.recorder.stop()
             raise PowerSourceError(
                 "no samples arrived from channel(s) " + ", ".join(missing) + " after the sources started"
             )
-        if self.idle_s > 0:
+
+    def _abort(self, error: BaseException) -> None:
+        """The run could not start: stop what started, and say why in run.json."""
+        reason = describe_exception(error, self.recorder)
+        if self.recorder is not None and self.recorder.running:
             try:
-                self.measure_idle(self.idle_s)
-            except BaseException as e:
-                self.finish(INCOMPLETE, describe_exception(e, self.recorder))
-                raise
-        return self
+                self.finish(INCOMPLETE, reason)
+                return
+            except Exception as e:  # saving failed too: the status below is the last word
+                reason = f"{reason}; saving failed: {e}"
+        if self.out is not None:
+            self._write_status(INCOMPLETE, reason, ended=True)
 
     def __enter__(self) -> Measurement:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._result is not None:
+        if self._result is not None or self.recorder is None:
             return
         if exc is None:
             self.finish()
@@ -225,6 +203,10 @@ class Measurement:
         self._trials[name] = trial + 1
         record = WindowRecord(name, trial, handle.start_s, end, handle.iterations)
         self.records.append(record)
+        if self._journal is not None and self.clock is not None:
+            self._journal.closed(
+                name, trial, self.clock.to_unix(record.start_s), self.clock.to_unix(end), record.iterations
+            )
         if self.recorder is not None and self.recorder.failure is not None:
             raise self.recorder.failure
         return record
@@ -236,6 +218,8 @@ class Measurement:
             raise UsageError("only the last closed window can be discarded")
         self.records.pop()
         self._trials[record.phase] -= 1
+        if self._journal is not None:
+            self._journal.discarded(record.phase, record.trial)
 
     @contextmanager
     def window(self, name: str, iterations: int = 1):
@@ -270,6 +254,28 @@ class Measurement:
         if self._result is not None:
             return self._result
         assert self.recorder is not None and self.clock is not None
+        status, reason = self._stop_recording(status, reason)
+        recording = self._recording()
+        meta = self._meta(status, reason, ended=True)
+        self._result = assemble(recording, meta, self.workload, self.aligner, self.warnings)
+        if self.out is not None:
+            try:
+                save(self._result, self.out, self.workload, self.warn)
+            except StoreError as e:
+                # the journals stay: what was recorded is still on disk, and run.json says so
+                if self._journal is not None:
+                    self._journal.close()
+                reason = f"{reason}; then " if reason else ""
+                self._write_status(INCOMPLETE, f"{reason}the run could not be saved: {e}", ended=True)
+                raise
+            self.recorder.store.discard_partial()
+            if self._journal is not None:
+                self._journal.remove()
+        return self._result
+
+    def _stop_recording(self, status: str, reason: str | None) -> tuple[str, str | None]:
+        """Wait until the last window is covered, stop the sources; the status that results."""
+        assert self.recorder is not None and self.clock is not None
         recorder = self.recorder
         last_end = max((r.end_s for r in self.records), default=None)
         if last_end is not None:
@@ -283,166 +289,61 @@ class Measurement:
         recorder.stop()
         self.clock.finish()
         if recorder.failure is not None and status == COMPLETE:
-            status, reason = INCOMPLETE, f"power source {recorder.failed_source!r} failed: {recorder.failure}"
+            status, reason = INCOMPLETE, describe_exception(recorder.failure, recorder)
         drift = self.clock.wall_drift_s
         if drift is not None and abs(drift) > 0.01:
             self.warn(
                 f"the wall clock moved {drift * 1e3:+.1f} ms against the monotonic clock during the "
                 "run; wall-stamped samples (NVML, nvidia-smi) may be misplaced by up to that much"
             )
-        self._result = self._with_derived(self._build_result(status, reason))
-        if self.out is not None:
-            self._result.save(self.out)
-            recorder.store.discard_partial()
-            self._write_extra_files()
-        return self._result
+        return status, reason
 
-    def _build_result(self, status: str, reason: str | None) -> RunResult:
+    def _recording(self) -> Recording:
         assert self.recorder is not None and self.clock is not None
         store = self.recorder.store
-        channels = store.channels
-        series = store.all_series()
-        time_maps: dict[str, ChannelTimeMap] = {}
-        aligner = self.aligner
-        if aligner == "auto":
-            aligner = MeterAligner() if any(c.scope == Scope.SYSTEM_WALL for c in channels.values()) else None
-        if aligner is not None:
-            try:
-                time_maps = dict(aligner(channels, series, self.records))
-            except Exception as e:  # alignment is a correction; without it the raw times stand
-                self.warn(f"time alignment failed, raw timestamps used: {type(e).__name__}: {e}")
-            if isinstance(aligner, MeterAligner):
-                self.meta["alignment"] = aligner.report()
-                for warning in aligner.warnings:
-                    self.warn(warning)
-        aligned = {n: s.shifted(time_maps.get(n, ChannelTimeMap())) for n, s in series.items()}
-        if self._idle_window is not None:
-            self.idle = idle_baselines(self._idle_window, channels, aligned)
-        annotate = self._annotator(aligned)
-        windows = compute_windows(self.records, channels, aligned, self.clock, self.idle, annotate)
-        summaries = tuple(summarize(windows, self.work))
-        meta = self._meta(status, reason, time_maps, ended=True)
-        return RunResult(meta, windows, store.to_frame(), summaries)
+        return Recording(
+            clock=self.clock,
+            channels=dict(store.channels),
+            channel_source=dict(store.channel_source),
+            series=store.all_series(),
+            samples=store.to_frame(),
+            rejected=store.rejected_times(),
+            rejected_counts=store.rejected_json(),
+            records=list(self.records),
+            idle_window=self._idle_window,
+            work=dict(self.work),
+            sources=list(self.sources),
+        )
 
-    def _write_extra_files(self) -> None:
-        if self.filer is None or self._result.windows.empty:
-            return
-        try:
-            files = dict(self.filer(self._result))
-        except Exception as e:  # a report that fails must not lose the run
-            self.warn(f"extra files could not be written: {type(e).__name__}: {e}")
-            return
-        for name, data in files.items():
-            if "/" in name or name.startswith("."):
-                raise ValueError(f"extra file names are plain file names, not {name!r}")
-            write_bytes(self.out / name, data)
-
-    def _with_derived(self, result: RunResult) -> RunResult:
-        if self.deriver is None or result.windows.empty:
-            return result
-        try:
-            tables = list(self.deriver(result))
-        except Exception as e:  # derived figures must never lose the measured ones
-            self.warn(f"derived figures could not be computed: {type(e).__name__}: {e}")
-            tables = []
-        meta = dict(result.meta)
-        meta["derived"] = [t.to_json() for t in tables]
-        meta["warnings"] = list(self.warnings)
-        return replace(result, meta=meta)
-
-    def _annotator(self, series: Mapping[str, SampleSeries]):
-        assert self.recorder is not None
-        channels_of = self.recorder.source_channels
-        owner = {c.name: s for s in self.sources for c in channels_of.get(s.name, [])}
-
-        def annotate(channel: Channel, start_s: float, end_s: float) -> WindowAnnotation:
-            source = owner.get(channel.name)
-            if source is None:
-                return WindowAnnotation()
-            own = {c.name: series[c.name] for c in channels_of[source.name]}
-            try:
-                return source.annotate(channel, start_s, end_s, own)
-            except Exception as e:
-                self.warn(f"{source.name!r} could not annotate a window: {e}")
-                return WindowAnnotation()
-
-        return annotate
-
-    def _sources_meta(self) -> list[dict]:
-        out = []
-        channels = self.recorder.source_channels if self.recorder else {}
-        for source in self.sources:
-            dist, version = plugin_distribution(type(source))
-            try:
-                info = dict(source.info())
-            except Exception as e:
-                info = {"error": str(e)}
-            out.append(
-                {
-                    "name": source.name,
-                    "class": f"{type(source).__module__}.{type(source).__qualname__}",
-                    "distribution": dist,
-                    "version": version,
-                    "options": source.options,
-                    "info": info,
-                    "channels": [c.to_json() for c in channels.get(source.name, [])],
-                }
-            )
-        return out
-
-    def _meta(
-        self,
-        status: str,
-        reason: str | None,
-        time_maps: Mapping[str, ChannelTimeMap] | None = None,
-        ended: bool = False,
-    ) -> dict:
+    def _meta(self, status: str, reason: str | None, ended: bool = False) -> dict[str, Any]:
         assert self.clock is not None
-        channels = self.recorder.store.channels if self.recorder else {}
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "status": status,
-            "reason": reason,
-            "started_at": self._started_at,
-            "ended_at": _utc_now() if ended else None,
-            "command_line": list(sys.argv),
-            "host": host_info(),
-            "versions": library_versions(),
-            "clock": self.clock.to_json(),
-            "sources": self._sources_meta(),
-            "primary_channels": [n for n, c in channels.items() if c.primary and c.integrable],
-            "idle_baseline": {
-                n: {"power_w": b.power_w, "duration_s": b.duration_s, "flags": list(b.flags)}
-                for n, b in self.idle.items()
-            },
-            "time_maps": {
-                n: {"lag_s": m.lag_s, "drift": m.drift, "reference_s": m.reference_s}
-                for n, m in (time_maps or {}).items()
-            },
-            "notes": list(self.notes),
-            "warnings": list(self.warnings),
-        }
-        meta.update(self.meta)
-        return meta
+        return run_meta(
+            status=status,
+            reason=reason,
+            started_at=self._started_at,
+            ended=ended,
+            clock=self.clock,
+            sources=self.sources,
+            source_channels=self.recorder.source_channels if self.recorder else {},
+            extra=self.meta,
+            notes=self.notes,
+            warnings=self.warnings,
+        )
 
-    def _write_meta(self, status: str, reason: str | None) -> None:
+    def _write_status(self, status: str, reason: str | None, ended: bool = False) -> None:
         assert self.out is not None
-        write_json(self.out / RUN_JSON, self._meta(status, reason))
+        write_status_json(self.out / RUN_JSON, self._meta(status, reason, ended))
 
 
 def describe_exception(exc: BaseException, recorder: Recorder | None) -> str:
-    """The ``reason`` of an incomplete run."""
+    """The ``reason`` of an incomplete run, said once."""
     if recorder is not None and recorder.failure is not None:
         return f"power source {recorder.failed_source!r} failed: {recorder.failure}"
-    if isinstance(exc, RunInterrupted):
+    if isinstance(exc, (RunInterrupted, EnergyFrameError)):
         return str(exc)
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted by SIGINT"
     return f"{type(exc).__name__}: {exc}"
-
-
-def _utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def measure(
@@ -456,8 +357,8 @@ def measure(
     """Start measuring: ``with ef.measure(power=["nvml"]) as m: ...``.
 
     Args:
-        power: ``"auto"`` (what this machine has), ``None``/``[]`` (timing only), or a list of
-            specs (``"nvml:gpus=0"``) or ``PowerSource`` instances.
+        power: ``"auto"`` (what this machine has), ``"none"``/``None``/``[]`` (timing only),
+            or a list of specs (``"nvml:gpus=0"``) or ``PowerSource`` instances.
         out: save the run there when the block ends (samples are logged there while it runs).
         sync: device sync at window edges: ``"auto"``, ``None`` or a callable.
         idle_s: measure every channel's idle power for this long first, for dynamic energy.
@@ -467,4 +368,60 @@ def measure(
     return Measurement(sources, out=out, sync=sync, aligner=aligner, notes=notes, idle_s=idle_s)
 
 
-__all__ = ["Measurement", "WindowHandle", "measure", "auto_power_sources", "resolve_power"]
+
+
+def measured(
+    func: Callable[..., Any] | None = None,
+    *,
+    power: str | Sequence[PowerArg] | None = "auto",
+    out: Path | str | None = None,
+    name: str | None = None,
+    iterations: int = 1,
+    sync: str | Callable[[], None] | None = "auto",
+) -> Any:
+    """Measure every call of a function as one window (CodeCarbon's ``@track_emissions``).
+
+        @ef.measured(power="auto", out="runs")
+        def train_epoch(): ...
+
+        train_epoch()                        # measured; its run saved under runs/
+        print(train_epoch.last_result.table())
+
+    Args:
+        power: as for ``measure``; resolved at each call.
+        out: a folder; each call is saved in its own run directory inside it
+            (``<UTC time>-<name>``). ``None`` keeps results in memory only.
+        name: the window's name (the function's name by default).
+        iterations: iterations one call runs, for per-iteration figures.
+        sync: device sync at the window's edges.
+
+    The function's return value and exceptions pass through; a call that raised is saved as
+    ``incomplete``. The last call's ``RunResult`` is the wrapper's ``last_result``.
+    """
+    import functools
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        label = str(name or getattr(fn, "__name__", "call"))
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            from .store import default_run_dir
+
+            run_dir = default_run_dir(label, root=out) if out is not None else None
+            m = measure(power, out=run_dir, sync=sync)
+            try:
+                with m:
+                    with m.window(label, iterations=iterations):
+                        value = fn(*args, **kwargs)
+            finally:
+                if m._result is not None:
+                    wrapper.last_result = m._result  # type: ignore[attr-defined]
+            return value
+
+        wrapper.last_result = None  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate(func) if func is not None else decorate
+
+
+__all__ = ["Measurement", "WindowHandle", "describe_exception", "measure", "measured"]

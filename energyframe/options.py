@@ -47,6 +47,14 @@ class Option:
         if self.kind == "choice" and not self.choices:
             raise ValueError(f"option {self.name!r}: kind 'choice' needs choices")
 
+    def describe_default(self) -> str:
+        """The default as a user would type it in a spec (``/sys/class/powercap``, ``0,1``)."""
+        if self.required:
+            return "required"
+        if self.default is None:
+            return "not set"
+        return "default " + _format_value(self.default)
+
     def describe_type(self) -> str:
         if self.kind == "choice":
             return "|".join(self.choices)
@@ -148,7 +156,11 @@ class Spec:
 
 def _format_value(value: Any) -> str:
     if isinstance(value, (tuple, list)):
-        return ",".join(str(v) for v in value)
+        return ",".join(_format_value(v) for v in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:g}"
     return str(value)
 
 
@@ -199,7 +211,7 @@ def resolve_options(declared: Sequence[Option], given: Mapping[str, Any], owner:
         raise OptionError(f"unknown option {unknown[0]!r} for {owner}. Valid options: {valid}")
     values: dict[str, Any] = {}
     for option in declared:
-        if option.name in given:
+        if given.get(option.name) is not None:  # None from the Python API means "not given"
             values[option.name] = option.convert(given[option.name], owner)
         elif option.required:
             raise OptionError(f"{owner} needs option {option.name!r}: {option.help}")

@@ -15,104 +15,29 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import registry
 from .align import SYNC_PULSE
-from .errors import EnergyFrameError, PowerSourceError, RunInterrupted, UsageError, WorkloadError
-from .interfaces import Phase, Reporter, Workload
-from .measurement import Measurement, PowerArg, describe_exception, resolve_power
+from .config import RunConfig, RunSettings
+from .errors import EnergyFrameError, PowerSourceError, RunInterrupted, WorkloadError
+from .measurement import Measurement, describe_exception
+from .model import Phase
 from .options import Spec
+from .plugin import Reporter, Workload
+from .progress import RunProgress
+from .provenance import plugin_record, workload_record
+from .registry import PowerArg, resolve_power
 from .results import COMPLETE, INCOMPLETE, RunResult
-from .versions import plugin_distribution
 
 log = logging.getLogger("energyframe")
 
 #: window length when no power source sets one (timing only): long enough that the clock's
 #: resolution and one iteration's jitter do not matter
 TIMING_ONLY_MIN_WINDOW_S = 0.1
-
-
-#: used for every RunConfig field that neither the user nor the workload sets
-DEFAULTS = {
-    "trials": 5,
-    "min_window_s": None,  # min_window_periods update periods of the coarsest source
-    "min_window_periods": 10.0,
-    "warmup": None,  # warm up for warmup_s instead
-    "warmup_s": 1.0,
-    "cooldown_s": 0.0,
-    "idle_s": 0.0,
-    "guard_s": 0.0,
-    "sync_pulse": False,
-    "max_iterations": 1_000_000_000,
-    "runs": None,  # no floor on the timed iterations beyond the calibrated windows
-}
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """How phases are measured. A field left ``None`` takes the workload's preference
-    (``Workload.run_defaults``), else ``DEFAULTS``.
-
-    Args:
-        trials: windows per phase (a phase may fix its own). Default 5.
-        min_window_s: shortest window; by default ``min_window_periods`` update periods of the
-            coarsest primary source (1 s for a counter that ticks every 100 ms). Units: s.
-        min_window_periods: the default window in update periods of the coarsest source.
-            Default 10; a per-layer pipeline of many phases prefers 2.5.
-        warmup: warm-up iterations before calibrating; by default warm up for ``warmup_s``.
-        warmup_s: warm-up time when ``warmup`` is not given. Default 1 s. Units: s.
-        cooldown_s: pause between a phase's windows. Default 0. Units: s.
-        idle_s: measure idle power this long after set-up, for dynamic energy. Default 0. Units: s.
-        guard_s: keep a phase running this long before its first window and after its last,
-            unmeasured, so that a lagging meter sees a steady load at every window edge. Units: s.
-        sync_pulse: run a few bursts of full load before the first phase and after the last, so
-            that wall meters can be aligned even when the workload is flat.
-        max_iterations: upper bound of the calibrated iterations per window.
-        runs: at least this many timed iterations per phase over all its trials (the earlier
-            tools' ``--runs``): windows grow beyond the calibrated length when needed.
-    """
-
-    trials: int | None = None
-    min_window_s: float | None = None
-    min_window_periods: float | None = None
-    warmup: int | None = None
-    warmup_s: float | None = None
-    cooldown_s: float | None = None
-    idle_s: float | None = None
-    guard_s: float | None = None
-    sync_pulse: bool | None = None
-    max_iterations: int | None = None
-    runs: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.trials is not None and self.trials < 1:
-            raise UsageError(f"trials must be at least 1, got {self.trials}")
-        if self.runs is not None and self.runs < 1:
-            raise UsageError(f"runs must be at least 1, got {self.runs}")
-        for name in ("warmup_s", "cooldown_s", "idle_s", "guard_s"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise UsageError(f"{name} must not be negative, got {value}")
-        for name in ("min_window_s", "min_window_periods"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise UsageError(f"{name} must be positive, got {value}")
-
-    def resolved(self, preferred: Mapping[str, Any] | None = None) -> RunConfig:
-        """Every field set: the user's value, else the workload's preference, else the default."""
-        preferred = dict(preferred or {})
-        unknown = set(preferred) - set(DEFAULTS)
-        if unknown:
-            raise ValueError(f"unknown run settings {sorted(unknown)}")
-        values = {}
-        for name, default in DEFAULTS.items():
-            mine = getattr(self, name)
-            values[name] = mine if mine is not None else preferred.get(name, default)
-        return RunConfig(**values)
 
 
 def run_iterations(step: Callable[[], Any], n: int) -> None:
@@ -159,7 +84,7 @@ def calibrate(phase: Phase, min_window_s: float, max_iterations: int) -> tuple[i
 def warm_up(phase: Phase, config: RunConfig) -> int:
     """Run the phase before measuring it (clocks ramp up, caches and allocators fill)."""
     if phase.warmup is not None or config.warmup is not None:
-        n = phase.warmup if phase.warmup is not None else config.warmup
+        n = phase.warmup if phase.warmup is not None else (config.warmup or 0)
         if n:
             run_iterations(phase.step, n)
             phase.sync()
@@ -177,12 +102,21 @@ def warm_up(phase: Phase, config: RunConfig) -> int:
                 return n
 
 
-def measure_phase(m: Measurement, phase: Phase, config: RunConfig, min_window_s: float) -> None:
-    if phase.work:
-        m.set_work(phase.name, phase.work)
-    warmed = warm_up(phase, config)
+@dataclass(frozen=True)
+class WindowPlan:
+    """How a phase is measured: steps per window, windows, and why. ``per_iter_s`` is the
+    calibrated time of one step (NaN for fixed-count phases). Units: s."""
+
+    iterations: int
+    trials: int
+    per_iter_s: float
+    note: str
+
+
+def plan_windows(phase: Phase, config: RunConfig, min_window_s: float) -> WindowPlan:
+    """Calibrate the steps per window (or take the phase's fixed count) and apply ``--runs``."""
     if phase.iterations is not None:
-        iterations, note = phase.iterations, "fixed"
+        iterations, per_iter, note = phase.iterations, math.nan, "fixed"
     else:
         iterations, per_iter = calibrate(phase, min_window_s, config.max_iterations)
         note = f"~{per_iter * 1e3:.4g} ms each, windows >= {min_window_s:g} s"
@@ -196,46 +130,56 @@ def measure_phase(m: Measurement, phase: Phase, config: RunConfig, min_window_s:
         note += f", {phase.iterations_per_step} iterations per step"
     if phase.note:
         note += f"; {phase.note}"
-    log.info(
-        "phase %r: %d warm-up, %d steps per window (%s), %d trials",
-        phase.name,
-        warmed,
-        iterations,
-        note,
-        trials,
-    )
-    step = phase.step
-    per_window = iterations * phase.iterations_per_step  # e.g. graph replays x unrolled calls
+    return WindowPlan(iterations, trials, per_iter, note)
+
+
+def measure_phase(
+    m: Measurement, phase: Phase, config: RunConfig, min_window_s: float, progress: RunProgress | None = None
+) -> None:
+    """Warm up, calibrate, then measure the phase's trials (guard bands around them)."""
+    progress = progress or RunProgress(show=False)
+    if phase.work:
+        m.set_work(phase.name, phase.work)
+    warmed = warm_up(phase, config)
+    plan = plan_windows(phase, config, min_window_s)
+    log.info("phase %r: %d warm-up, %d steps per window (%s), %d trials",
+             phase.name, warmed, plan.iterations, plan.note, plan.trials)
+    progress.phase(phase.name, plan.trials)
     if config.guard_s:
         run_for(phase, config.guard_s)
+    measure_trials(m, phase, plan, min_window_s, config.cooldown_s, progress)
+    if config.guard_s:
+        run_for(phase, config.guard_s)
+
+
+def measure_trials(
+    m: Measurement, phase: Phase, plan: WindowPlan, min_window_s: float, cooldown_s: float, progress: RunProgress
+) -> None:
+    """The windows of one phase; a calibrated window that came out short is measured again."""
+    step, iterations = phase.step, plan.iterations
     trial = redone = 0
-    while trial < trials:
-        if trial and config.cooldown_s:
-            time.sleep(config.cooldown_s)
-        m.begin_window(phase.name, per_window, sync=phase.sync)
+    trial_log = log.debug if progress.show else log.info  # the bar says it already
+    while trial < plan.trials:
+        if trial and cooldown_s:
+            time.sleep(cooldown_s)
+        progress.window_opening(iterations * plan.per_iter_s, f"{trial + 1}/{plan.trials}")
+        m.begin_window(phase.name, iterations * phase.iterations_per_step, sync=phase.sync)
         for _ in range(iterations):
             step()
         record = m.end_window(phase.name, sync=phase.sync)
+        progress.window_closed()
         if phase.iterations is None and record.duration_s < SHORT_REDO * min_window_s and redone < 3:
             # the work ran faster than calibration said (a cold start, a clock boost): a window
             # this short is measured again, longer, instead of being kept
             m.discard_window(record)
             redone += 1
-            iterations = math.ceil(
-                iterations * CALIBRATION_MARGIN * min_window_s / max(record.duration_s, 1e-9)
-            )
-            per_window = iterations * phase.iterations_per_step
-            log.info(
-                "  %s: window of %.4g s was short of %g s; measuring again",
-                phase.name,
-                record.duration_s,
-                min_window_s,
-            )
+            iterations = math.ceil(iterations * CALIBRATION_MARGIN * min_window_s / max(record.duration_s, 1e-9))
+            log.info("  %s: window of %.4g s was short of %g s; measuring again",
+                     phase.name, record.duration_s, min_window_s)
             continue
         trial += 1
-        log.info("  %s trial %d/%d: %.4g s", phase.name, trial, trials, record.duration_s)
-    if config.guard_s:
-        run_for(phase, config.guard_s)
+        progress.trial_done()
+        trial_log("  %s trial %d/%d: %.4g s", phase.name, trial, plan.trials, record.duration_s)
 
 
 def run_for(phase: Phase, seconds: float) -> None:
@@ -248,7 +192,7 @@ def run_for(phase: Phase, seconds: float) -> None:
 
 def sync_pulses(m: Measurement) -> None:
     """Bursts of full load, each recorded as a window named ``SYNC_PULSE``."""
-    from .workloads.pulse import OFF_S, ON_S, PULSES, PulseLoad
+    from .pulse import OFF_S, ON_S, PULSES, PulseLoad
 
     load = PulseLoad()
     log.info("sync pulses: %d x %g s of %s load, %g s apart", PULSES, ON_S, load.kind, OFF_S)
@@ -268,17 +212,6 @@ def default_min_window(m: Measurement, periods: float) -> float:
     return periods * longest if longest > 0 else TIMING_ONLY_MIN_WINDOW_S
 
 
-def _plugin_meta(plugin: Any) -> dict:
-    dist, version = plugin_distribution(type(plugin))
-    return {
-        "name": plugin.name,
-        "class": f"{type(plugin).__module__}.{type(plugin).__qualname__}",
-        "distribution": dist,
-        "version": version,
-        "options": plugin.options,
-    }
-
-
 class _Signals:
     """Turn SIGTERM into ``RunInterrupted`` while a run is going (main thread only)."""
 
@@ -296,82 +229,97 @@ class _Signals:
             signal.signal(signal.SIGTERM, self.previous)
 
 
+def resolve_config(
+    workload: Workload, settings: RunSettings | RunConfig | None, warn: Callable[[str], None]
+) -> RunConfig:
+    """The config that runs: the user's settings over the workload's preferences over defaults.
+
+    A ``RunConfig`` is already decided and runs as it is; when the workload would have preferred
+    other values, say so, since older code passed ``RunConfig`` where ``RunSettings`` is meant.
+    """
+    preferred = workload.run_defaults()
+    if isinstance(settings, RunConfig):
+        ignored = {k: v for k, v in preferred.items() if getattr(settings, k) != v}
+        if ignored:
+            warn(
+                f"a resolved RunConfig was given, so workload {workload.name!r}'s preferred settings "
+                f"{ignored} were not applied; pass settings=ef.RunSettings(...) to let them apply"
+            )
+        return settings
+    return (settings or RunSettings()).resolve(preferred)
+
+
 def run(
     workload: str | Spec | Workload,
     power: str | Sequence[PowerArg] | None = "auto",
     reporters: Sequence[str | Spec | Reporter] = ("console",),
     out: Path | str | None = None,
-    config: RunConfig | None = None,
+    config: RunSettings | RunConfig | None = None,
     align: bool = True,
+    *,
+    settings: RunSettings | None = None,
+    progress: bool | None = None,
 ) -> RunResult:
     """Measure a workload: what ``energyframe run`` does.
 
     Args:
-        workload: a spec (``"cpu-matmul:size=256"``) or a ``Workload`` instance.
-        power: ``"auto"``, ``None`` (timing only), or specs / ``PowerSource`` instances.
+        workload: a spec (``"cpu-matmul:sizes=256"``) or a ``Workload`` instance.
+        power: ``"auto"``, ``"none"``/``None`` (timing only), or specs / ``PowerSource`` instances.
         reporters: reporter specs or instances, called with the finished result.
         out: run directory (``None``: keep the result in memory only).
-        config: trials, window length, warm-up, cool-down, idle baseline, guard bands, pulses.
+        config: ``RunSettings`` (trials, window length, warm-up, cool-down, idle baseline,
+            guard bands, pulses), resolved against the workload's preferences; or a ``RunConfig``
+            that runs exactly as given.
         align: estimate wall meters' lag against the run's GPU or CPU power and correct it.
+        settings: the same as ``config``, by its name.
+        progress: progress bars on stderr; ``None``: when stderr is a terminal and logging is
+            not quieter than INFO.
 
     Raises:
         UsageError: a bad plugin name or option, before anything starts.
         RunInterrupted: SIGINT or SIGTERM; the run was saved with status ``incomplete``.
         EnergyFrameError: a source or the workload failed; the run was saved as incomplete.
         Each raised error carries the saved ``RunResult`` as ``error.result``.
+
+    Example::
+
+        result = ef.run("cpu-matmul:sizes=256", power="none", reporters=[], settings=ef.RunSettings(trials=3))
     """
     # validate every plugin and option before anything starts
     the_workload = registry.create(registry.WORKLOADS, workload)
-    config = (config or RunConfig()).resolved(the_workload.run_defaults())
-    the_reporters = registry.create_all(registry.REPORTERS, list(reporters))
+    assert isinstance(the_workload, Workload)
+    the_reporters = [r for r in registry.create_all(registry.REPORTERS, list(reporters)) if isinstance(r, Reporter)]
     sources, notes = resolve_power(power)
-    for note in notes[:1]:
-        log.info(note)
+    early_warnings: list[str] = []
+    resolved = resolve_config(the_workload, settings or config, early_warnings.append)
     meta = {
-        "workload": _plugin_meta(the_workload),
-        "reporters": [_plugin_meta(r) for r in the_reporters],
-        "config": asdict(config),
+        "workload": plugin_record(the_workload),
+        "reporters": [plugin_record(r) for r in the_reporters],
+        "config": resolved.to_json(),
     }
-    m = Measurement(sources, out=out, sync=None, meta=meta, notes=notes, aligner="auto" if align else None)
-    m.deriver = the_workload.derive
-    m.filer = the_workload.extra_files
+    m = Measurement(
+        sources,
+        out=out,
+        sync=None,
+        meta=meta,
+        notes=notes,
+        aligner="auto" if align else None,
+        workload=the_workload,
+    )
+    for warning in early_warnings:
+        m.warn(warning)
     error: BaseException | None = None
     status, reason = COMPLETE, None
     with _Signals():
         m.start()
         assert m.recorder is not None
         try:
-            try:
-                the_workload.setup()
-                if config.idle_s > 0 and m.sources:  # with no power source there is no idle power
-                    log.info("measuring idle power for %g s", config.idle_s)
-                    m.measure_idle(config.idle_s)
-                min_window_s = config.min_window_s or default_min_window(m, config.min_window_periods)
-                m.meta["config"]["min_window_s_used"] = min_window_s
-                m.recorder.interrupt_on_failure = True
-                if config.sync_pulse:
-                    sync_pulses(m)
-                for phase in the_workload.phases():
-                    if phase.setup is not None:
-                        phase.setup()
-                    try:
-                        measure_phase(m, phase, config, min_window_s)
-                    finally:
-                        if phase.teardown is not None:
-                            phase.teardown()
-                if config.sync_pulse:
-                    sync_pulses(m)
-                m.recorder.interrupt_on_failure = False
-            finally:
-                m.recorder.interrupt_on_failure = False
-                try:
-                    the_workload.teardown()
-                except Exception as e:
-                    m.warn(f"workload teardown failed: {e}")
+            with RunProgress(progress) as bars:
+                measure_workload(m, the_workload, resolved, bars)
         except (Exception, KeyboardInterrupt) as e:
             error = e
             status, reason = INCOMPLETE, describe_exception(e, m.recorder)
-        m.meta["workload"]["info"] = _safe_info(the_workload)
+        m.meta["workload"] = workload_record(the_workload)
         m.meta["exit_code"] = the_workload.exit_code
         try:
             result = m.finish(status, reason)
@@ -381,17 +329,44 @@ def run(
         try:
             reporter.report(result, m.out)
         except Exception as e:
-            log.warning("reporter %r failed: %s", reporter.name, e)
+            log.warning("warning: reporter %r failed: %s", reporter.name, e)
     if error is not None:
         raise _as_run_error(error, result, m.recorder.failure) from error
     return result
 
 
-def _safe_info(workload: Workload) -> dict:
+def measure_workload(
+    m: Measurement, workload: Workload, config: RunConfig, progress: RunProgress | None = None
+) -> None:
+    """Set up, measure every phase, tear down (even when a phase failed)."""
+    assert m.recorder is not None
+    progress = progress or RunProgress(show=False)
     try:
-        return dict(workload.info())
-    except Exception as e:
-        return {"error": str(e)}
+        workload.setup()
+        if config.idle_s > 0 and m.sources:  # with no power source there is no idle power
+            log.info("measuring idle power for %g s", config.idle_s)
+            m.measure_idle(config.idle_s)
+        min_window_s = config.min_window_s or default_min_window(m, config.min_window_periods)
+        m.meta["config"]["min_window_s_used"] = min_window_s
+        m.recorder.interrupt_on_failure = True
+        if config.sync_pulse:
+            sync_pulses(m)
+        for phase in progress.phases(workload.phases()):
+            if phase.setup is not None:
+                phase.setup()
+            try:
+                measure_phase(m, phase, config, min_window_s, progress)
+            finally:
+                if phase.teardown is not None:
+                    phase.teardown()
+        if config.sync_pulse:
+            sync_pulses(m)
+    finally:
+        m.recorder.interrupt_on_failure = False
+        try:
+            workload.teardown()
+        except Exception as e:
+            m.warn(f"workload teardown failed: {type(e).__name__}: {e}")
 
 
 def _as_run_error(

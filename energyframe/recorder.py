@@ -2,10 +2,17 @@
 
 Draining happens on one thread that wakes once a second, so the measured code is interrupted
 rarely and briefly; sources do their own acquisition (threads or processes) and only buffer.
+Each wake-up calls every source's ``read()`` exactly once: a source that always has something
+new can never hold the drain thread (or the run's start) in a loop.
+
+The drain thread also watches the sources: a channel that delivers nothing for several of its
+update periods has stalled (a child process alive but silent, a sensor answering ``[N/A]``),
+and the run stops as incomplete instead of integrating windows the samples never covered.
 """
 
 from __future__ import annotations
 
+import errno
 import signal
 import threading
 import time
@@ -14,17 +21,40 @@ from pathlib import Path
 
 from .clock import ClockModel
 from .errors import PowerSourceError
-from .interfaces import Channel, PowerSource, Scope, SourceContext
+from .model import Channel, SourceContext, Timing
+from .plugin import PowerSource
 from .samples import PARTIAL_NAME, SampleStore
 
 DRAIN_INTERVAL_S = 1.0
-#: wall meters report late (their lag is estimated after the run, typically 0.5-5 s): wait this
-#: much longer for their samples after the last window, so that it stays covered once moved
-WALL_SETTLE_S = 6.0
+#: channels of unknown timing (wall meters) report late (their lag is estimated after the run,
+#: typically 0.5-5 s): wait this much longer for their samples after the last window, so that
+#: it stays covered once they are moved
+LATE_SETTLE_S = 6.0
+#: a channel silent for this many update periods (and at least STALL_MIN_S) has stalled
+STALL_PERIODS = 5.0
+STALL_MIN_S = 3.0
+
+
+def settle_s(channel: Channel) -> float:
+    """How much longer than its update period a channel's samples may take to arrive. Units: s."""
+    return LATE_SETTLE_S if channel.timing == Timing.UNKNOWN else 0.0
+
+
+def stall_after_s(channel: Channel) -> float:
+    """Silence after which a channel counts as stalled. Units: s."""
+    return max(STALL_PERIODS * channel.resolution_s, STALL_MIN_S) + settle_s(channel)
 
 
 class Recorder:
-    """Owns the sources and the sample store for one run."""
+    """Owns the sources and the sample store for one run.
+
+    Args:
+        sources: power sources, not started yet.
+        clock: the run's clock model (maps wall-stamped samples onto the monotonic timeline).
+        run_dir: where ``samples.partial.csv`` and the sources' raw logs go (``None``: memory).
+        warn: reports a problem that does not stop the run.
+        now: the monotonic clock (injected by tests of the stall watchdog).
+    """
 
     def __init__(
         self,
@@ -32,11 +62,13 @@ class Recorder:
         clock: ClockModel,
         run_dir: Path | None = None,
         warn: Callable[[str], None] = print,
+        now: Callable[[], float] = time.monotonic,
     ) -> None:
         self.sources = list(sources)
         self.clock = clock
         self.run_dir = run_dir
         self.warn = warn
+        self.now = now
         self.store = SampleStore(clock, run_dir / PARTIAL_NAME if run_dir else None)
         self.source_channels: dict[str, list[Channel]] = {}
         self.failure: PowerSourceError | None = None
@@ -47,42 +79,94 @@ class Recorder:
         self._stop = threading.Event()
         self._drain_lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._arrived: dict[str, float] = {}  # channel -> when its last sample was drained
+        self._last_drain: float | None = None
 
     @property
     def channels(self) -> dict[str, Channel]:
         return dict(self.store.channels)
 
+    @property
+    def running(self) -> bool:
+        """Every source started and the drain thread runs."""
+        return self._thread is not None
+
     def start(self) -> None:
-        """Start every source; if one fails, stop those already started and re-raise."""
+        """Start every source; if one fails, stop those already started and re-raise.
+
+        A source whose own ``start`` raised is not stopped: it must release what it acquired
+        before raising (docs/writing-plugins.md)."""
         for source in self.sources:
             raw_dir = self.run_dir / "raw" / source.name if self.run_dir is not None else None
             try:
-                channels = list(source.start(SourceContext(raw_dir=raw_dir, warn=self.warn)))
+                try:
+                    channels = list(source.start(SourceContext(raw_dir=raw_dir, warn=self.warn)))
+                except PowerSourceError as e:
+                    raise PowerSourceError(f"power source {source.name!r} could not start: {e}") from e
+                except Exception as e:  # a plugin bug, said once and clearly
+                    raise PowerSourceError(
+                        f"power source {source.name!r} could not start: {type(e).__name__}: {e}"
+                    ) from e
                 self._started.append(source)
-                self.store.register(source.name, channels)
+                try:
+                    self.store.register(source.name, channels)
+                except ValueError as e:  # two sources declaring one channel name
+                    raise PowerSourceError(f"{e} (give one of them a prefix= option)") from e
             except BaseException:
                 self._stop_sources()
+                self._started.clear()
+                self.store.close()
                 raise
             self.source_channels[source.name] = channels
         self._thread = threading.Thread(target=self._drain_loop, name="energyframe-drain", daemon=True)
         self._thread.start()
 
     def drain(self) -> None:
-        """Move every pending sample from the sources into the store (and onto disk)."""
+        """Move the samples each source holds into the store (and onto disk): one ``read()`` each."""
         with self._drain_lock:
+            now = self.now()
             for source in self._started:
                 if source.name == self.failed_source:
                     continue
                 try:
-                    while True:
-                        batch = source.read()
-                        if not batch:
-                            break
+                    batch = source.read()
+                    if batch:
                         self.store.add(source.name, batch)
+                        for sample in batch:
+                            self._arrived[sample.channel] = now
                 except PowerSourceError as e:
                     self._fail(source.name, e)
+                except OSError as e:  # the partial log could not be written (disk full)
+                    self._fail(source.name, PowerSourceError(_disk_message(self.store, e)))
                 except Exception as e:  # a plugin bug must not lose the other sources' samples
-                    self._fail(source.name, PowerSourceError(f"power source {source.name!r} failed: {e!r}"))
+                    self._fail(source.name, PowerSourceError(f"{type(e).__name__}: {e} (a bug in the plugin)"))
+
+    def watch(self) -> None:
+        """Fail the run if a channel stopped delivering (called after each drain)."""
+        now = self.now()
+        late_drain = self._last_drain is not None and now - self._last_drain > 3 * DRAIN_INTERVAL_S
+        self._last_drain = now
+        if late_drain:
+            # this thread itself was held up (the measured code kept the interpreter busy): the
+            # sources' threads may have been too, so silence proves nothing yet
+            for name in self._arrived:
+                self._arrived[name] = now
+            return
+        for name, channel in self.store.channels.items():
+            source = self.store.channel_source[name]
+            if not channel.integrable or source == self.failed_source or name not in self._arrived:
+                continue
+            silent = now - self._arrived[name]
+            if silent > stall_after_s(channel):
+                self._fail(
+                    source,
+                    PowerSourceError(
+                        f"channel {name!r} delivered no sample for {silent:.1f} s (it updates every "
+                        f"{channel.resolution_s:g} s): the source stalled, and energy after its last sample "
+                        "is unknown"
+                    ),
+                )
+                return
 
     def _fail(self, name: str, error: PowerSourceError) -> None:
         if self.failure is not None:
@@ -93,16 +177,19 @@ class Recorder:
         if self.interrupt_on_failure and threading.current_thread() is not threading.main_thread():
             # a real signal, so that a main thread blocked in a system call (waiting for a
             # measured command, sleeping) wakes up too; the run stops and says which source failed
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            ident = threading.main_thread().ident
+            if ident is not None:
+                signal.pthread_kill(ident, signal.SIGINT)
 
     def _drain_loop(self) -> None:
         while not self._stop.wait(DRAIN_INTERVAL_S):
             self.drain()
+            self.watch()
 
     def wait_for_samples(self, after_s: float | None, timeout_s: float) -> list[str]:
         """Wait until every integrable channel has a sample at or after ``after_s`` (monotonic;
-        ``None``: any sample); wall meters, whose samples will be moved back by their lag, until
-        ``WALL_SETTLE_S`` later. Returns the channels still lacking one when time ran out."""
+        ``None``: any sample); channels of unknown timing, whose samples will be moved back by
+        their lag, until ``LATE_SETTLE_S`` later. Returns the channels still lacking one."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.drain()
@@ -111,19 +198,18 @@ class Recorder:
                 if not channel.integrable or self.store.channel_source[name] == self.failed_source:
                     continue
                 last = self.store.last_time(name)
-                settle = WALL_SETTLE_S if channel.scope == Scope.SYSTEM_WALL else 0.0
-                if last is None or (after_s is not None and last < after_s + settle):
+                if last is None or (after_s is not None and last < after_s + settle_s(channel)):
                     missing.append(name)
-            if not missing or time.monotonic() >= deadline:
+            if not missing or time.monotonic() >= deadline or self.failure is not None:
                 return missing
             time.sleep(0.02)
 
     def coverage_timeout_s(self) -> float:
         """How long to wait for a channel's next sample: three update periods, at least 1 s
-        (plus the settling time of wall meters)."""
+        (plus the settling time of late channels)."""
         channels = [c for c in self.store.channels.values() if c.integrable]
         periods = [c.resolution_s for c in channels]
-        settle = WALL_SETTLE_S if any(c.scope == Scope.SYSTEM_WALL for c in channels) else 0.0
+        settle = max((settle_s(c) for c in channels), default=0.0)
         return max(1.0, 3.0 * max(periods, default=0.0)) + 0.5 + settle
 
     def stop(self) -> None:
@@ -143,3 +229,10 @@ class Recorder:
                 source.stop()
             except Exception as e:  # stopping one source must not leave the others running
                 self.warn(f"power source {source.name!r} did not stop cleanly: {e}")
+
+
+def _disk_message(store: SampleStore, error: OSError) -> str:
+    where = store.partial_path or "the run directory"
+    if error.errno == errno.ENOSPC:
+        return f"cannot write {where}: no space left on the device; the samples read so far are there"
+    return f"cannot write {where}: {error.strerror or error}"

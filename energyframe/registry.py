@@ -1,12 +1,15 @@
-"""Plugin discovery through entry points. The only module that imports stevedore.
+"""Plugin discovery through entry points, and turning specs into plugins. The only module that
+imports stevedore.
 
 Here so tests can override: a test may install a package or put a ``*.dist-info`` folder on
-``sys.path`` and the real discovery below finds it.
+``sys.path`` and the real discovery below finds it. Power sources are resolved here too: a
+``--power`` value, ``"auto"`` (detection) or specs become started-able ``PowerSource``s.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as md
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +18,11 @@ from stevedore import DriverManager, ExtensionManager
 from stevedore.exception import MultipleMatches, NoMatches
 
 from .errors import PluginLoadError, PluginNotFoundError, UsageError
-from .interfaces import Plugin, PowerSource, Reporter, Workload
 from .options import Spec, parse_spec
+from .plugin import Plugin, PowerSource, Reporter, Workload
+from .provenance import entry_point_distribution
+
+log = logging.getLogger("energyframe")
 
 POWER = "power"
 WORKLOADS = "workloads"
@@ -30,7 +36,7 @@ GROUPS = {
     REPORTERS: "energyframe.reporters",
 }
 LABELS = {POWER: "power source", WORKLOADS: "workload", REPORTERS: "reporter"}
-BASES: dict[str, type] = {POWER: PowerSource, WORKLOADS: Workload, REPORTERS: Reporter}
+BASES: dict[str, type[Plugin]] = {POWER: PowerSource, WORKLOADS: Workload, REPORTERS: Reporter}
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,7 @@ class PluginEntry:
     target: str
     distribution: str | None
     version: str | None
-    cls: type | None = None
+    cls: type[Plugin] | None = None
     error: str | None = None
 
 
@@ -60,24 +66,11 @@ def names(kind: str) -> list[str]:
     return sorted({ep.name for ep in _entry_points(kind)})
 
 
-def _dist(ep: md.EntryPoint) -> tuple[str | None, str | None]:
-    """The distribution that registers ``ep`` (stevedore's cached entry points lack it)."""
-    for candidate in _entry_points_by_name(ep.group, ep.name):
-        dist = getattr(candidate, "dist", None)
-        if dist is not None and candidate.value == ep.value:
-            return dist.metadata["Name"], dist.version
-    return None, None
-
-
-def _entry_points_by_name(group: str, name: str) -> list[md.EntryPoint]:
-    return [ep for ep in md.entry_points(group=group) if ep.name == name]
-
-
 def _describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def load(kind: str, name: str) -> type:
+def load(kind: str, name: str) -> type[Plugin]:
     """Import the plugin class registered as ``name``.
 
     Raises:
@@ -115,13 +108,13 @@ def entries(kind: str) -> list[PluginEntry]:
     failures: dict[str, PluginEntry] = {}
 
     def failed(_manager: Any, ep: md.EntryPoint, error: BaseException) -> None:
-        dist, version = _dist(ep)
+        dist, version = entry_point_distribution(ep)
         failures[ep.name] = PluginEntry(kind, ep.name, ep.value, dist, version, None, _describe_error(error))
 
     manager = ExtensionManager(GROUPS[kind], invoke_on_load=False, on_load_failure_callback=failed)
     out = []
     for ext in manager.extensions:
-        dist, version = _dist(ext.entry_point)
+        dist, version = entry_point_distribution(ext.entry_point)
         error = None
         if not (isinstance(ext.plugin, type) and issubclass(ext.plugin, BASES[kind])):
             error = f"not a {BASES[kind].__name__} subclass"
@@ -183,3 +176,82 @@ def create_all(kind: str, specs: Sequence[str | Spec | Plugin]) -> list[Plugin]:
             plugin.name = f"{plugin.name}{index}"
         seen.add(plugin.name)
     return plugins
+
+
+PowerArg = str | Spec | PowerSource
+
+
+def auto_power_sources() -> tuple[list[PowerSource], list[str]]:
+    """The sources this machine has: per scope, the available one of highest priority.
+
+    Every installed power plugin is imported to ask it; returns the chosen sources and one note
+    per plugin saying whether it loaded, whether it is available here, and which was chosen.
+    """
+    best: dict[str, tuple[int, str, type[PowerSource]]] = {}
+    notes = []
+    for entry in entries(POWER):
+        cls = entry.cls
+        if cls is None or entry.error or not issubclass(cls, PowerSource):
+            notes.append(f"{entry.name}: failed to load ({entry.error})")
+            continue
+        if getattr(cls, "AUTO_PRIORITY", None) is None:
+            notes.append(f"{entry.name}: never auto-detected (needs options, e.g. a port or a file)")
+            continue
+        try:
+            found = cls.detect()
+        except Exception as e:  # detection must never break a run
+            notes.append(f"{entry.name}: detection failed ({type(e).__name__}: {e})")
+            continue
+        notes.append(f"{entry.name}: {'available' if found.available else 'not available'} ({found.reason})")
+        priority = cls.AUTO_PRIORITY
+        if found.available and priority is not None:
+            scope = cls.AUTO_SCOPE.value
+            if scope not in best or priority > best[scope][0]:
+                best[scope] = (priority, entry.name, cls)
+    sources = [cls(name=name) for _, name, cls in sorted(best.values(), key=lambda b: b[1])]
+    return sources, notes
+
+
+def resolve_power(power: str | Sequence[PowerArg] | None) -> tuple[list[PowerSource], list[str]]:
+    """``"auto"``: detect; ``None``, ``"none"`` or ``[]``: timing only; else specs or instances.
+
+    Returns the sources (not started) and notes for run.json (what auto-detection found).
+
+    Raises:
+        UsageError: an unknown source or option, or two sources that claim one device.
+    """
+    if power == "auto":
+        sources, notes = auto_power_sources()
+        chosen = ", ".join(s.name for s in sources) or "none (timing only)"
+        notes = [f"power sources auto-detected: {chosen}", *notes]
+        if sources:
+            log.info(notes[0])
+        else:  # a notebook shows warnings without any logging set-up: say why nothing was found
+            log.warning("no power source found, measuring time only: %s", "; ".join(notes[1:]) or "none installed")
+        for note in notes[1:]:
+            log.debug("  %s", note)
+        return sources, notes
+    if power is None or (isinstance(power, str) and power.strip().lower() == "none"):
+        return [], []
+    if isinstance(power, (str, Spec, PowerSource)):
+        power = [power]
+    sources = [s for s in create_all(POWER, list(power)) if isinstance(s, PowerSource)]
+    check_exclusive(sources)
+    return sources, []
+
+
+def check_exclusive(sources: Sequence[PowerSource]) -> None:
+    """Refuse two sources (or one source twice) claiming the same device: it would be counted twice.
+
+    Raises:
+        UsageError: naming the device and the sources that claim it.
+    """
+    owner: dict[str, str] = {}
+    for source in sources:
+        for resource in source.resources():
+            if resource in owner:
+                raise UsageError(
+                    f"{resource} is claimed by power source {owner[resource]!r} and by {source.name!r}: "
+                    "one device measured twice would be counted twice"
+                )
+            owner[resource] = source.name

@@ -12,7 +12,7 @@ import pandas as pd
 from . import store
 from .display import render, summary_table
 from .errors import StoreError
-from .interfaces import DerivedTable
+from .model import DerivedTable
 from .windows import PhaseSummary
 
 COMPLETE = "complete"
@@ -87,13 +87,20 @@ class RunResult:
         return meta
 
     def save(self, directory: Path | str) -> Path:
-        """Write run.json, windows.csv and samples.parquet into ``directory`` (atomically)."""
+        """Write windows.csv, the derived tables, samples.parquet and run.json into ``directory``,
+        each atomically, the smallest and most valuable first (a full disk keeps the windows).
+
+        Raises:
+            StoreError: a file could not be written (naming it).
+        """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        store.write_samples(directory / store.SAMPLES_PARQUET, self.samples)
         store.write_csv(directory / store.WINDOWS_CSV, self.windows)
         for table in self.derived:
-            store.write_csv(directory / f"{table.name}.csv", pd.DataFrame(list(table.rows)))
+            store.write_csv(
+                directory / store.safe_file_name(f"{table.name}.csv"), pd.DataFrame(list(table.rows))
+            )
+        store.write_samples(directory / store.SAMPLES_PARQUET, self.samples)
         store.write_json(directory / store.RUN_JSON, self.to_json())
         return directory
 

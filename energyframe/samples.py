@@ -3,21 +3,26 @@
 While a run goes, every batch a source hands over is appended to ``samples.partial.csv`` in the
 run directory and flushed, so a crash or Ctrl-C loses nothing already read; when the run ends,
 the samples are written to ``samples.parquet`` and the partial file is removed.
+
+A reading that cannot be physical (negative power or energy, NaN, infinity) is kept in the raw
+record but never integrated: it is left out of the channel's series, counted, and the windows
+around it are flagged (``windows.py``), so a sensor's bad day never becomes a confident number.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from .clock import ChannelTimeMap, ClockModel
-from .interfaces import Channel, Sample
+from .model import Channel, Sample
 
 PARTIAL_NAME = "samples.partial.csv"
 SAMPLE_COLUMNS = ["source", "channel", "time_s", "value", "unit"]
@@ -45,6 +50,32 @@ class SampleSeries:
         return SampleSeries(time_map.apply(self.times_s), self.values)
 
 
+NEGATIVE = "negative"
+NOT_FINITE = "not_finite"
+
+
+def invalid_reason(channel: Channel, value: float) -> str | None:
+    """Why a reading of ``channel`` cannot be physical (``None`` when it can)."""
+    if not math.isfinite(value):
+        return NOT_FINITE
+    if channel.integrable and value < 0:
+        return NEGATIVE
+    return None
+
+
+@dataclass
+class Rejected:
+    """Readings of one channel that were kept out of its series, by reason. Units: monotonic s."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    times_s: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, reason: str, time_s: float) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        if math.isfinite(time_s):
+            self.times_s.setdefault(reason, []).append(time_s)
+
+
 class SampleStore:
     """Per-channel sample lists, thread-safe, with an optional append-only log on disk."""
 
@@ -54,15 +85,21 @@ class SampleStore:
         self.channel_source: dict[str, str] = {}
         self._times: dict[str, list[float]] = {}
         self._values: dict[str, list[float]] = {}
+        self._rejected_raw: dict[str, list[tuple[float, float]]] = {}
         self._lock = threading.Lock()
+        self.rejected: dict[str, Rejected] = {}
         self._partial_path = partial_path
         self._partial_file = None
         self._writer = None
         if partial_path is not None:
-            self._partial_file = open(partial_path, "w", newline="")
+            self._partial_file = open(partial_path, "w", newline="")  # noqa: SIM115 (closed by close())
             self._writer = csv.writer(self._partial_file)
             self._writer.writerow(SAMPLE_COLUMNS)
             self._partial_file.flush()
+
+    @property
+    def partial_path(self) -> Path | None:
+        return self._partial_path
 
     def register(self, source_name: str, channels: Iterable[Channel]) -> None:
         with self._lock:
@@ -76,6 +113,7 @@ class SampleStore:
                 self.channel_source[channel.name] = source_name
                 self._times[channel.name] = []
                 self._values[channel.name] = []
+                self._rejected_raw[channel.name] = []
 
     def add(self, source_name: str, samples: Iterable[Sample]) -> int:
         """Map ``samples`` onto the monotonic timeline, keep them, and log them to disk."""
@@ -89,8 +127,15 @@ class SampleStore:
                         f"source {source_name!r} sent a sample for unknown channel {s.channel!r}"
                     )
                 t = self.clock.to_monotonic(s.time_s, channel.clock)
-                self._times[s.channel].append(t)
-                self._values[s.channel].append(float(s.value))
+                value = float(s.value)
+                reason = invalid_reason(channel, value)
+                if reason is not None or not math.isfinite(t):
+                    # kept in the raw record, never in the series that windows integrate
+                    self.rejected.setdefault(s.channel, Rejected()).add(reason or NOT_FINITE, t)
+                    self._rejected_raw[s.channel].append((t, value))
+                else:
+                    self._times[s.channel].append(t)
+                    self._values[s.channel].append(value)
                 added += 1
                 if self._writer is not None:
                     rows.append(
@@ -102,7 +147,7 @@ class SampleStore:
                             channel.unit,
                         )
                     )
-            if rows:
+            if rows and self._writer is not None and self._partial_file is not None:
                 self._writer.writerows(rows)
                 self._partial_file.flush()
         return added
@@ -129,11 +174,31 @@ class SampleStore:
     def all_series(self) -> Mapping[str, SampleSeries]:
         return {name: self.series(name) for name in self.channels}
 
+    def rejected_json(self) -> dict[str, dict[str, int]]:
+        """How many readings of each channel were kept out of its series, by reason (run.json)."""
+        with self._lock:
+            return {name: dict(r.counts) for name, r in self.rejected.items()}
+
+    def rejected_times(self) -> dict[str, dict[str, np.ndarray]]:
+        """When each channel's rejected readings were taken, by reason (monotonic s): window flags."""
+        with self._lock:
+            return {
+                name: {reason: np.sort(np.asarray(t, dtype=float)) for reason, t in r.times_s.items()}
+                for name, r in self.rejected.items()
+            }
+
     def to_frame(self) -> pd.DataFrame:
-        """Every sample: ``source, channel, time_s`` (Unix seconds), ``value, unit``."""
+        """Every sample, rejected readings included: ``source, channel, time_s`` (Unix s), ``value, unit``."""
         frames = []
         for name, channel in self.channels.items():
             series = self.series(name)
+            with self._lock:
+                bad = list(self._rejected_raw.get(name, ()))
+            if bad:
+                t = np.concatenate([series.times_s, [b[0] for b in bad]])
+                v = np.concatenate([series.values, [b[1] for b in bad]])
+                order = np.argsort(t, kind="stable")
+                series = SampleSeries(t[order], v[order])
             frames.append(
                 pd.DataFrame(
                     {
@@ -154,7 +219,10 @@ class SampleStore:
     def close(self) -> None:
         with self._lock:
             if self._partial_file is not None:
-                self._partial_file.close()
+                try:
+                    self._partial_file.close()
+                except OSError:  # a full disk: the failure that caused it was already reported
+                    pass
                 self._partial_file = None
                 self._writer = None
 

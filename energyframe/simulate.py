@@ -5,14 +5,14 @@ the records the emulator would send, computed without waiting for them in real t
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from .interfaces import Channel, ClockBase, PowerSource, Quantity, Sample, Scope
+from .interfaces import Channel, ClockBase, Quantity, Sample, Scope
+from .polling import PollingSource
 from .power.wattsup_emulator import record_window
 
 
@@ -109,10 +109,11 @@ def synthesize(
     return SyntheticRun(ref_t, ref_w, meter_t, np.array(values), profile)
 
 
-class ProfilePowerSource(PowerSource):
+class ProfilePowerSource(PollingSource):
     """A GPU-scoped channel ``<name>0`` reporting ``profile(time.monotonic())`` every 20 ms: a
     reference with a known truth, for emulated wall meters to be aligned against (demos, tests,
-    benchmarks). Not registered as a plugin: build it in Python."""
+    benchmarks). Not registered as a plugin: build it in Python (it runs in a thread only, as its
+    profile is a Python function)."""
 
     DESCRIPTION = "a known power profile as a live GPU-scoped channel"
 
@@ -121,12 +122,7 @@ class ProfilePowerSource(PowerSource):
         self.profile = profile
         self.period_s = period_s
 
-    def start(self, context):
-        self._samples: list[Sample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="profile-source", daemon=True)
-        self._thread.start()
+    def open(self):
         return [
             Channel(
                 f"{self.name}0",
@@ -138,17 +134,9 @@ class ProfilePowerSource(PowerSource):
             )
         ]
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.period_s):
-            now = time.monotonic()
-            with self._lock:
-                self._samples.append(Sample(f"{self.name}0", now, float(self.profile(now))))
+    def poll_interval_s(self) -> float:
+        return self.period_s
 
-    def read(self) -> list[Sample]:
-        with self._lock:
-            out, self._samples = self._samples, []
-        return out
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+    def poll(self) -> list[Sample]:
+        now = time.monotonic()
+        return [Sample(f"{self.name}0", now, float(self.profile(now)))]

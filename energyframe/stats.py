@@ -52,4 +52,5 @@ class Spread:
 
     @classmethod
     def from_json(cls, data: dict) -> Spread:
-        return cls(**{k: (math.nan if v is None else v) for k, v in data.items()})
+        values = {k: (math.nan if v is None else v) for k, v in data.items()}
+        return cls(int(values.pop("n")), **{k: float(v) for k, v in values.items()})

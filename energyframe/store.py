@@ -1,20 +1,25 @@
 """The run directory: ``run.json``, ``windows.csv``, ``samples.parquet`` (docs/result-format.md).
 
 Every file is written to a temporary name and renamed into place, so a reader never sees half a
-file. A run that is still going (or died) has a ``run.json`` with status ``incomplete`` and its
-samples in ``samples.partial.csv``, which ``read_run`` falls back to.
+file, with the permissions the user's umask gives (a colleague on a shared cluster can read
+it). A run that is still going (or died) has a ``run.json`` with status ``incomplete``, its
+samples in ``samples.partial.csv`` and its finished windows in ``windows.partial.csv``, both
+flushed as they come, which the readers fall back to.
 """
 
 from __future__ import annotations
 
+import csv
+import errno
 import json
 import math
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pandas as pd
 
@@ -28,6 +33,61 @@ FORMAT_VERSION = 1
 RUN_JSON = "run.json"
 WINDOWS_CSV = "windows.csv"
 SAMPLES_PARQUET = "samples.parquet"
+WINDOWS_PARTIAL = "windows.partial.csv"
+JOURNAL_COLUMNS = ["event", "phase", "trial", "start_s", "end_s", "iterations"]
+
+
+def claim_run_dir(directory: Path) -> None:
+    """Make ``directory`` this run's, atomically: of two runs started into one directory at the
+    same moment, exactly one gets it (``run.json`` is created with O_EXCL), the other is refused.
+
+    Raises:
+        UsageError: the directory already holds a run, or is not a directory.
+        StoreError: it cannot be created or written.
+    """
+    from .errors import UsageError
+
+    if str(directory).strip() == "":
+        raise UsageError("--out is empty; give a directory for the run")
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"--out {directory} is a file, not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / RUN_JSON, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+    except FileExistsError as e:
+        raise UsageError(f"{directory} already holds a run; choose another --out directory") from e
+    except OSError as e:
+        raise StoreError(_write_error(directory / RUN_JSON, e)) from e
+    os.close(fd)
+
+
+def _write_error(path: Path, error: OSError) -> str:
+    if error.errno == errno.ENOSPC:
+        return f"cannot write {path}: no space left on the device"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"cannot write {path}: {error.strerror} (choose a writable --out)"
+    return f"cannot write {path}: {error.strerror or error}"
+
+
+_umask_lock = threading.Lock()
+
+
+def _default_mode() -> int:
+    """The mode a new file gets here: 0666 less the umask (read once per write; os.umask can
+    only be read by setting it, hence the lock)."""
+    with _umask_lock:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
+def safe_file_name(name: str) -> str:
+    """A file name derived from data (a table's, a parameter's), reduced to one plain name: no
+    directory parts, no leading dot, only letters, digits and ``-_.``; it can never leave the
+    directory it is written into."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in base).lstrip(".")
+    return safe or "unnamed"
 
 
 def default_run_dir(workload: str, root: Path | str = "runs") -> Path:
@@ -43,15 +103,68 @@ def default_run_dir(workload: str, root: Path | str = "runs") -> Path:
 
 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    """Write through a temporary file renamed into place; a failure leaves the old file intact.
+
+    Raises:
+        StoreError: the file cannot be written (disk full, no permission), naming it.
+    """
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, _default_mode())  # mkstemp makes 0600 files; results are meant to be shared
+        os.close(fd)
         write(Path(tmp))
         os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise StoreError(_write_error(path, e)) from e
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class WindowJournal:
+    """``windows.partial.csv``: every window as it closes, flushed, so a run that dies (a second
+    Ctrl-C, SIGKILL, a full disk) keeps the windows it had finished."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: IO[str] | None = open(path, "w", newline="")  # noqa: SIM115 (closed by close())
+        self._writer = csv.writer(self._file)
+        self._row(JOURNAL_COLUMNS)
+
+    def _row(self, row: list) -> None:
+        if self._file is None:
+            return
+        try:
+            self._writer.writerow(row)
+            self._file.flush()
+        except OSError as e:
+            raise StoreError(_write_error(self.path, e)) from e
+
+    def closed(self, phase: str, trial: int, start_s: float, end_s: float, iterations: int) -> None:
+        """A window closed. Units: Unix s."""
+        self._row(["closed", phase, trial, repr(start_s), repr(end_s), iterations])
+
+    def discarded(self, phase: str, trial: int) -> None:
+        """The last closed window of ``phase`` was discarded (measured again, longer)."""
+        self._row(["discarded", phase, trial, "", "", ""])
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:  # a full disk: reported when the row could not be written
+                pass
+            self._file = None
+
+    def remove(self) -> None:
+        """The windows are safely in windows.csv: the journal is no longer needed."""
+        self.close()
+        self.path.unlink(missing_ok=True)
 
 
 def json_safe(value: Any) -> Any:
@@ -72,12 +185,38 @@ def json_safe(value: Any) -> Any:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    _atomic_write(path, lambda p: p.write_bytes(data))
+    def write(p: Path) -> None:
+        p.write_bytes(data)
+
+    _atomic_write(path, write)
 
 
 def write_json(path: Path, data: dict) -> None:
     text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
-    _atomic_write(path, lambda p: p.write_text(text))
+
+    def write(p: Path) -> None:
+        p.write_text(text)
+
+    _atomic_write(path, write)
+
+
+def write_status_json(path: Path, data: dict) -> None:
+    """run.json, even on a full disk: when no temporary copy fits, the file is rewritten in place
+    (its old blocks are freed first), so a run never keeps saying it is running.
+
+    Raises:
+        StoreError: it could not be written either way.
+    """
+    try:
+        write_json(path, data)
+    except StoreError:
+        text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
+        try:
+            with open(path, "r+" if path.exists() else "w") as f:
+                f.truncate(0)
+                f.write(text)
+        except OSError:
+            raise StoreError(_write_error(path, OSError(errno.ENOSPC, "no space left"))) from None
 
 
 def write_csv(path: Path, frame: pd.DataFrame) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from .interfaces import no_sync
+from .model import no_sync
 
 
 def torch_cuda_sync() -> None:

@@ -6,11 +6,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from .clock import ClockModel
-from .energy import window_energy
-from .interfaces import Channel, WindowAnnotation
+from .energy import INVALID_READING, NEGATIVE_POWER, window_energy
+from .model import Channel, WindowAnnotation
 from .samples import SampleSeries
 from .stats import Spread
 
@@ -32,6 +33,9 @@ WINDOW_COLUMNS = [
 ]
 
 NOISY = "noisy"  # phase-level flag: IQR/median of time or energy per iteration >= 10 %
+PARTIAL = "partial"  # phase-level flag: energy known for fewer trials than were measured
+#: which flag a rejected reading gives the windows around it (samples.py names the reasons)
+REJECTION_FLAGS = {"negative": NEGATIVE_POWER, "not_finite": INVALID_READING}
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,19 @@ def idle_baselines(
 Annotator = Callable[[Channel, float, float], WindowAnnotation]
 
 
+def rejection_flags(
+    channel: Channel, rejected: Mapping[str, np.ndarray], start_s: float, end_s: float
+) -> list[str]:
+    """Flags for readings of ``channel`` rejected within one update period of the window."""
+    margin = max(channel.resolution_s, 1e-6)
+    flags = []
+    for reason, times in rejected.items():
+        lo = int(np.searchsorted(times, start_s - margin, side="left"))
+        if lo < times.size and times[lo] <= end_s + margin:
+            flags.append(REJECTION_FLAGS.get(reason, INVALID_READING))
+    return flags
+
+
 def compute_windows(
     records: Sequence[WindowRecord],
     channels: Mapping[str, Channel],
@@ -92,9 +109,16 @@ def compute_windows(
     clock: ClockModel,
     idle: Mapping[str, IdleBaseline] | None = None,
     annotate: Annotator | None = None,
+    rejected: Mapping[str, Mapping[str, np.ndarray]] | None = None,
 ) -> pd.DataFrame:
-    """One row per window and integrable channel (one row per window when there is none)."""
+    """One row per window and integrable channel (one row per window when there is none).
+
+    Args:
+        rejected: per channel, when readings that cannot be physical were kept out of its series
+            (``SampleStore.rejected_times``); the windows near them are flagged.
+    """
     idle = idle or {}
+    rejected = rejected or {}
     integrable = [c for c in channels.values() if c.integrable]
     rows = []
     for w in records:
@@ -123,6 +147,9 @@ def compute_windows(
                 "energy_per_iter_j": we.energy_j / w.iterations if w.iterations else math.nan,
             }
             flags = list(we.flags)
+            if channel.name in rejected:
+                flags += [f for f in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s)
+                          if f not in flags]
             baseline = idle.get(channel.name)
             if baseline is not None:
                 dynamic = we.energy_j - baseline.power_w * w.duration_s
@@ -195,7 +222,7 @@ def summarize(
 ) -> list[PhaseSummary]:
     """Per phase and channel: median and spread over trials, and the union of window flags."""
     work = work or {}
-    out = []
+    out: list[PhaseSummary] = []
     if windows.empty:
         return out
     for (phase, channel), group in windows.groupby(["phase", "channel"], sort=False):
@@ -206,6 +233,9 @@ def summarize(
         energy_spread = Spread.of(group["energy_per_iter_j"])
         if (time_spread.noisy or energy_spread.noisy) and NOISY not in flags:
             flags.append(NOISY)
+        trials = int(group["trial"].nunique())
+        if channel and energy_spread.n < trials and PARTIAL not in flags:
+            flags.append(PARTIAL)  # the median below covers energy_per_iter_j.n of the trials
         dynamic = None
         if group["dynamic_energy_per_iter_j"].notna().any():
             dynamic = Spread.of(group["dynamic_energy_per_iter_j"])
@@ -213,7 +243,7 @@ def summarize(
             PhaseSummary(
                 phase=str(phase),
                 channel=str(channel),
-                trials=int(group["trial"].nunique()),
+                trials=trials,
                 iterations=int(group["iterations"].median()),
                 time_per_iter_s=time_spread,
                 energy_per_iter_j=energy_spread,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 from energyframe.errors import PowerSourceError
@@ -10,7 +9,6 @@ from energyframe.interfaces import (
     Channel,
     ClockBase,
     Phase,
-    PowerSource,
     Quantity,
     Sample,
     Scope,
@@ -18,11 +16,13 @@ from energyframe.interfaces import (
     Workload,
 )
 from energyframe.options import Option
+from energyframe.polling import PollingSource, mode_option
 
 
-class SignalSource(PowerSource):
+class SignalSource(PollingSource):
     """Emits a constant power as a counter (``<name>``) and as power samples (``<name>.power``),
-    every ``period_s``, from a thread; fails after ``fail_after_s`` if set."""
+    every ``period_s``, from a thread (or a process with ``mode=process``); fails after
+    ``fail_after_s`` if set, goes quiet after ``silent_after_s``."""
 
     DESCRIPTION = "test source"
     OPTIONS = (
@@ -31,19 +31,14 @@ class SignalSource(PowerSource):
         Option("fail_after_s", "float", None),
         Option("silent_after_s", "float", None),
         Option("fail_on_start", "bool", False),
+        mode_option("thread"),
     )
 
-    def start(self, context):
+    def open(self):
         if self.options["fail_on_start"]:
             raise PowerSourceError("no such meter (test)")
-        self._samples: list[Sample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._error: PowerSourceError | None = None
         self._t0 = time.monotonic()
         self.stopped = False
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
         period = self.options["period_s"]
         return [
             Channel(self.name, Quantity.ENERGY, Scope.GPU, period, ClockBase.MONOTONIC),
@@ -51,33 +46,25 @@ class SignalSource(PowerSource):
             Channel(f"{self.name}.clock", Quantity.STATE, Scope.GPU, period, unit="MHz", primary=False),
         ]
 
-    def _loop(self):
-        watts, period = self.options["watts"], self.options["period_s"]
-        while not self._stop.wait(period):
-            now = time.monotonic()
-            elapsed = now - self._t0
-            if self.options["fail_after_s"] is not None and elapsed > self.options["fail_after_s"]:
-                self._error = PowerSourceError("meter unplugged (test)")
-                return
-            if self.options["silent_after_s"] is not None and elapsed > self.options["silent_after_s"]:
-                continue
-            wall = time.time()
-            with self._lock:
-                self._samples.append(Sample(self.name, now, watts * elapsed))
-                self._samples.append(Sample(f"{self.name}.power", wall, watts))
-                self._samples.append(Sample(f"{self.name}.clock", now, 1980.0))
+    def poll_interval_s(self):
+        return self.options["period_s"]
 
-    def read(self):
-        with self._lock:
-            out, self._samples = self._samples, []
-        if not out and self._error is not None:
-            raise self._error
-        return out
+    def poll(self):
+        now = time.monotonic()
+        elapsed = now - self._t0
+        if self.options["fail_after_s"] is not None and elapsed > self.options["fail_after_s"]:
+            raise PowerSourceError("meter unplugged (test)")
+        if self.options["silent_after_s"] is not None and elapsed > self.options["silent_after_s"]:
+            return {}
+        return [
+            Sample(self.name, now, self.options["watts"] * elapsed),
+            Sample(f"{self.name}.power", time.time(), self.options["watts"]),
+            Sample(f"{self.name}.clock", now, 1980.0),
+        ]
 
     def stop(self):
+        super().stop()
         self.stopped = True
-        self._stop.set()
-        self._thread.join()
 
     def annotate(self, channel, start_s, end_s, series):
         if channel.name != self.name:

@@ -86,7 +86,7 @@ def test_a_runs_own_samples_and_windows(tmp_path, power_csv):
         power=[f"replay:file={csv},loop=true"],
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunConfig(trials=2),
+        config=ef.RunSettings(trials=2),
     )
     result = CliRunner().invoke(
         main,

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from energyframe import energy, interfaces
+from energyframe import energy, model, plugin
 from energyframe.cli import main
-from energyframe.windows import NOISY, WINDOW_COLUMNS
+from energyframe.results import RunResult
+from energyframe.stats import Spread
+from energyframe.windows import NOISY, PARTIAL, WINDOW_COLUMNS, PhaseSummary
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -21,7 +23,7 @@ def mentioned(text: str, name: str) -> bool:
 def public_members(cls):
     own = {}
     for klass in cls.__mro__:
-        if klass in (object, interfaces.Plugin):
+        if klass in (object, plugin.Plugin):
             continue
         for name, value in vars(klass).items():
             if not name.startswith("_") and name not in own:
@@ -29,14 +31,14 @@ def public_members(cls):
     return sorted(own)
 
 
-@pytest.mark.parametrize("cls", [interfaces.PowerSource, interfaces.Workload, interfaces.Reporter])
+@pytest.mark.parametrize("cls", [plugin.PowerSource, plugin.Workload, plugin.Reporter, RunResult])
 def test_every_interface_member_is_documented(cls):
     text = (DOCS / "writing-plugins.md").read_text()
     missing = [m for m in public_members(cls) if m != "kind_label" and not mentioned(text, m)]
     assert not missing, f"{cls.__name__} members missing from docs/writing-plugins.md: {missing}"
 
 
-@pytest.mark.parametrize("cls", [interfaces.Channel, interfaces.Phase])
+@pytest.mark.parametrize("cls", [model.Channel, model.Phase, PhaseSummary, Spread])
 def test_every_field_is_documented(cls):
     text = (DOCS / "writing-plugins.md").read_text()
     missing = [f.name for f in dataclasses.fields(cls) if not mentioned(text, f.name)]
@@ -45,7 +47,7 @@ def test_every_field_is_documented(cls):
 
 def test_every_window_column_and_flag_is_documented():
     text = (DOCS / "result-format.md").read_text()
-    flags = [v for k, v in vars(energy).items() if k.isupper() and isinstance(v, str)] + [NOISY]
+    flags = [v for k, v in vars(energy).items() if k.isupper() and isinstance(v, str)] + [NOISY, PARTIAL]
     missing = [c for c in WINDOW_COLUMNS + flags if not mentioned(text, c)]
     assert not missing, f"missing from docs/result-format.md: {missing}"
 
@@ -64,7 +66,7 @@ def test_every_cli_command_and_option_is_documented():
 
 
 def test_plugin_base_methods_have_docstrings():
-    for cls in (interfaces.PowerSource, interfaces.Workload, interfaces.Reporter):
+    for cls in (plugin.PowerSource, plugin.Workload, plugin.Reporter):
         for name, member in inspect.getmembers(cls, predicate=inspect.isfunction):
             if not name.startswith("_"):
                 assert member.__doc__, f"{cls.__name__}.{name} has no docstring"

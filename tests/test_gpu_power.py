@@ -93,3 +93,32 @@ def test_auto_detection_chooses_nvml():
         with m.window("idle"):
             time.sleep(0.3)
     assert [s.name for s in m.sources] == ["nvml"]
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_nvml_package_in_both_modes(gemm, mode):
+    import pynvml
+
+    from energyframe.interfaces import Timing
+
+    source = NVMLPowerSource(name="nvml", gpus="0", mode=mode)
+    assert type(source).__module__ == "energyframe.power.nvml.source"
+    result = steady_windows([source], gemm, seconds=1.0, windows=2)
+    channels = {c["name"]: c for c in result.meta["sources"][0]["channels"]}
+    assert channels["gpu0"]["timing"] == Timing.EXACT.value
+    assert channels["gpu0.power_instant"]["timing"] == Timing.EXACT.value
+    assert channels["gpu0.power_samples"]["timing"] == Timing.EXACT.value
+    assert channels["gpu0.power_average"]["timing"] == Timing.PERIOD_END.value
+    assert channels["gpu0.power_average"]["averaging_s"] == 1.0
+    info = result.meta["sources"][0]["info"]
+    assert info["mode"] == mode
+    assert info["clock_event_bits"]["sw_power_cap"] == pynvml.nvmlClocksEventReasonSwPowerCap
+    samples = result.samples
+    for name in ("gpu0", "gpu0.power_instant", "gpu0.power_average", "gpu0.power_samples", "gpu0.sm_clock"):
+        assert (samples["channel"] == name).sum() >= 5, name
+    ticks = samples[samples["channel"] == "gpu0"]["time_s"].to_numpy()
+    assert 0.09 < float(np.median(np.diff(ticks))) < 0.11
+    if mode == "process":
+        assert source.sampler_process is not None and source.sampler_process.returncode == 0
+    else:
+        assert source.sampler_process is None

@@ -1,9 +1,12 @@
 """CUDA source kernels swept on a real GPU (``pytest -m gpu``): the seed's SGEMM example with
-energy, ncu metrics and plots, and a planted bug caught by the correctness check."""
+energy, ncu metrics and plots, a planted bug caught by the correctness check, a race caught by
+the determinism check, and ``--devices`` over every GPU of the machine."""
 
 import json
 import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,8 @@ pytest.importorskip("cupy")
 ROOT = Path(__file__).resolve().parents[1]
 MATMUL = ROOT / "examples" / "matmul_kernels.cu"
 BUG = Path(__file__).parent / "fixtures" / "cuda" / "planted_bug.cu"
-FAST = ef.RunConfig(trials=3, min_window_periods=2.5, warmup_s=0.1)
+SAXPY = Path(__file__).parent / "fixtures" / "cuda" / "saxpy.cu"
+FAST = ef.RunSettings(trials=3, min_window_periods=2.5, warmup_s=0.1)
 SHAPES = {"a": ("N", "K"), "b": ("K", "M"), "res": ("N", "M")}
 
 
@@ -71,7 +75,10 @@ def test_planted_bug_is_caught_and_half_precision_runs(tmp_path):
     buggy = ef.load_kernel(BUG, "add_buggy", block=256)
     result = ef.sweep([ok, buggy], n=[1 << 20], power=None, out=tmp_path / "bug", config=FAST, reporters=[])
     by = {r.kernel: r for r in result.results}
-    assert by["add_ok"].check["status"] == "unchecked"  # the first kernel is the reference
+    # the first kernel is the reference of the others; it is checked for determinism itself
+    # (deliberately changed: it was "unchecked")
+    assert by["add_ok"].check["status"] == "deterministic" and by["add_ok"].status == "ok"
+    assert by["add_ok"].block == (256, 1, 1)
     assert by["add_buggy"].status == "mismatch"
     assert "not finite" in by["add_buggy"].check["detail"]
     assert math.isnan(by["add_buggy"].check["rel_error"] or math.nan)
@@ -97,3 +104,68 @@ def test_a_failing_configuration_is_recorded_and_the_sweep_goes_on(tmp_path):
     bad, good = result.results
     assert bad.status == "error" and "INVALID_VALUE" in bad.error
     assert good.status == "ok" and good.latency_s > 0
+
+
+def test_determinism_is_checked_when_there_is_nothing_to_compare_against(tmp_path):
+    saxpy = ef.load_kernel(SAXPY, "saxpy", inouts=["y"], args={"a": 2.0})
+    result = ef.sweep(saxpy, n=[1 << 22], power=None, out=tmp_path / "saxpy", config=FAST, reporters=[])
+    (r,) = result.results
+    assert r.block == (256, 1, 1) and r.warnings == ()  # the default block of a 1-D output
+    assert r.status == "ok" and r.check["status"] == "deterministic", r.check
+    assert r.check["detail"] == "two launches on fresh copies of the inputs agree bit for bit"
+    checked = ef.sweep(
+        saxpy,
+        n=[1 << 22],
+        reference=lambda x, y, a: a * x + y,  # y as it was before the launch
+        power=None,
+        out=tmp_path / "reference",
+        config=FAST,
+        reporters=[],
+    )
+    assert checked.results[0].check["status"] == "passed", checked.results[0].check
+
+    # a 16x16 block on a 1-D output: warned; the lost updates of a racy sum differ per launch
+    wide = ef.load_kernel(SAXPY, "saxpy", block=(16, 16), inouts=["y"], args={"a": 2.0})
+    (r,) = ef.sweep(wide, n=[1 << 22], power=None, out=tmp_path / "wide", config=FAST, reporters=[]).results
+    assert r.warnings and "has 16 threads along y" in r.warnings[0]
+    report = (tmp_path / "wide" / "benchmark_report.txt").read_text()
+    assert "WARNING: saxpy: block 16x16x1 has 16 threads along y" in report
+    racy = ef.load_kernel(SAXPY, "sum_racy", inouts=["out"], shapes={"out": 1}, grid="cdiv(n, bx)")
+    (r,) = ef.sweep(racy, n=[1 << 22], power=None, out=tmp_path / "racy", config=FAST, reporters=[]).results
+    assert r.check["status"] == "nondeterministic" and r.status == "mismatch", r.check
+    assert "NONDETERMINISTIC" in (tmp_path / "racy" / "benchmark_report.txt").read_text()
+    # without --inout its poisoned output stays NaN: nothing is claimed, the fix is named
+    blind = ef.load_kernel(SAXPY, "saxpy", args={"a": 2.0})
+    (r,) = ef.sweep(blind, n=[1 << 16], power=None, out=tmp_path / "blind", config=FAST, reporters=[]).results
+    assert r.check["status"] == "unchecked" and "--inout y" in r.check["detail"]
+
+
+def test_devices_runs_one_shard_per_gpu_and_merges_them(tmp_path):
+    """``--devices 0`` on one GPU, ``--devices 0,1,...`` on all of them when there are more."""
+    count = torch.cuda.device_count()
+    devices = ",".join(str(i) for i in range(count))
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "energyframe", "sweep", str(BUG), "-k", "add_ok", "-k", "add_buggy"]
+    cmd += ["-p", f"n={1 << 16},{1 << 18},{1 << 20},{1 << 22}", "--power", "nvml", "--trials", "3"]
+    cmd += ["--devices", devices, "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr
+    assert f"[GPU {count - 1}]" in done.stderr  # the children's progress, prefixed
+    merged = json.loads((out / "benchmark_results.json").read_text())
+    assert merged["format_version"] == 2
+    labels = [str(i) for i in range(count)]
+    assert sorted(merged["sweep"]["devices"]) == labels
+    for label, info in merged["sweep"]["devices"].items():
+        assert info["cuda_visible_devices"] == label and info["name"] and info["uuid"].startswith("GPU-")
+        assert info["power_limit_w"] > 0
+    runs = merged["benchmarks"]
+    assert len(runs) == 8
+    for r in runs:
+        assert r["status"] == ("mismatch" if r["kernel"] == "add_buggy" else "ok"), r["error"]
+        assert r["device"] == str(r["point_index"] % count)  # shard i ran on GPU i
+        assert r["energy_j"] > 0 and r["trials"] == 3
+    report = (out / "benchmark_report.txt").read_text()
+    for label in labels:
+        assert f"GPU {label}: " in report
+    for i in range(count):
+        assert (out / "shards" / str(i) / "run.json").exists() and (out / "shards" / f"{i}.log").exists()

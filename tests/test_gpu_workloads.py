@@ -20,7 +20,7 @@ KERNELS = [
     "sdpa:B=4,H=16,L=2048,D=128,causal=true",
     "embedding:V=50272,D=4096,T=8192",
 ]
-FAST = ef.RunConfig(trials=3, min_window_periods=2.5, warmup_s=0.1)
+FAST = ef.RunSettings(trials=3, min_window_periods=2.5, warmup_s=0.1)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -50,7 +50,7 @@ def test_pipeline_with_energy_and_idle_baseline():
             ("add", ElementwiseKernel(op="add", M=8192, N=8192)),
         ],
     )
-    result = ef.run(pipe, power=["nvml:gpus=0"], reporters=[], config=ef.RunConfig(idle_s=1.0))
+    result = ef.run(pipe, power=["nvml:gpus=0"], reporters=[], config=ef.RunSettings(idle_s=1.0))
     totals = result.derived_table("summary").rows[0]
     assert 40 < totals["idle_power_w"] < 250
     assert totals["sum_energy_j"] > totals["dynamic_energy_j"] > 0
@@ -59,7 +59,7 @@ def test_pipeline_with_energy_and_idle_baseline():
 
 
 def test_resnet18_per_layer_closure():
-    result = ef.run("resnet18:batch=8,per_layer=true,validate=true", power=["nvml:gpus=0"], reporters=[])
+    result = ef.run("per-layer:model=resnet18,batch=8,validate=true", power=["nvml:gpus=0"], reporters=[])
     summary = result.derived_table("summary").rows[0]
     layers = result.derived_table("layers").rows
     assert all(r["execution"] == "cuda graph" for r in layers)

@@ -8,7 +8,7 @@ from energyframe.workloads.graph import CPU_NOTE, Captured, torch_device
 from energyframe.workloads.kernels import ConvKernel, DepthwiseConvKernel, MatmulKernel, conv_input_size
 
 torch = pytest.importorskip("torch")
-QUICK = ef.RunConfig(trials=2, min_window_s=0.02, warmup_s=0.0)
+QUICK = ef.RunSettings(trials=2, min_window_s=0.02, warmup_s=0.0)
 
 SMALL = [
     "matmul:M=64,K=32,N=16,dtype=fp32,unroll=3",
@@ -75,7 +75,7 @@ def test_graphkernel_python_api_counts_calls():
 
     kernel = ef.GraphKernel("inc", setup, capture, unroll=7)
     result = ef.run(
-        kernel, power=None, reporters=[], config=ef.RunConfig(trials=2, min_window_s=0.01, warmup=1)
+        kernel, power=None, reporters=[], config=ef.RunSettings(trials=2, min_window_s=0.01, warmup=1)
     )
     window_calls = int(result.windows["iterations"].sum())
     assert window_calls % 7 == 0
@@ -107,3 +107,37 @@ def test_explicit_cuda_without_a_gpu_is_a_clear_error():
         ef.WorkloadError, match="device 'cuda' was asked for, but torch sees no CUDA GPU here"
     ):
         ef.run("matmul:M=8,K=8,N=8,device=cuda", power=None, reporters=[], config=QUICK)
+
+
+def test_matmul_on_the_cpu_defaults_to_fp32_and_one_call_per_step():
+    # fp16 with 100 calls per step took 88 s per step for 512^3 on a CPU
+    result = ef.run("matmul:M=32,K=16,N=8", power=None, reporters=[], config=QUICK)
+    options = result.meta["workload"]["options"]
+    assert (options["dtype"], options["unroll"]) == ("fp32", 1)
+    assert result.meta["workload"]["info"]["unroll"] == 1
+    kernel = MatmulKernel(M=4, K=4, N=4)
+    assert kernel.make_state(torch.device("cpu"))[0].dtype == torch.float32
+    gpu = MatmulKernel(M=4, K=4, N=4)
+    gpu._defaults(torch.device("cuda", 0))
+    assert (gpu.options["dtype"], gpu.options["unroll"]) == ("fp16", 100)
+    chosen = MatmulKernel(M=4, K=4, N=4, dtype="bf16", unroll=7)
+    chosen._defaults(torch.device("cpu"))
+    assert (chosen.options["dtype"], chosen.options["unroll"]) == ("bf16", 7)
+
+
+def test_matmul_in_half_precision_on_the_cpu_says_why_it_is_slow():
+    import logging
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    logger = logging.getLogger("energyframe")
+    logger.addHandler(handler)
+    try:
+        MatmulKernel("matmul", M=4, K=4, N=4, dtype="fp16")._defaults(torch.device("cpu"))
+    finally:
+        logger.removeHandler(handler)
+    assert seen == [
+        "matmul: fp16 matrix products on a CPU are emulated and far slower than fp32 (~50x for 512^3); "
+        "dtype=fp32 measures what a CPU does well"
+    ]

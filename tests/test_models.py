@@ -9,13 +9,14 @@ from click.testing import CliRunner
 import energyframe as ef
 from energyframe.cli import main
 from energyframe.workloads import models
+from energyframe.workloads.perlayer import PerLayer
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
 
 def decomposed(cls, **options):
-    workload = cls(name=cls.__name__, device="meta", per_layer=True, dtype="fp16", **options)
+    workload = PerLayer(model=cls(name=cls.__name__, device="meta", dtype="fp16", **options))
     workload.setup()
     c = Counter()
     for unit in workload.decomposition.units:
@@ -87,7 +88,7 @@ def test_per_layer_run_with_validation_on_the_cpu(tmp_path):
         power=None,
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunConfig(trials=2, min_window_s=0.01),
+        config=ef.RunSettings(trials=2, min_window_s=0.01),
     )
     layers = result.derived_table("layers").rows
     summary = result.derived_table("summary").rows[0]
@@ -105,7 +106,7 @@ def test_per_layer_run_with_validation_on_the_cpu(tmp_path):
 
 def test_whole_model_eager_on_the_cpu():
     result = ef.run(
-        "resnet18:image_size=32", power=None, reporters=[], config=ef.RunConfig(trials=2, min_window_s=0.05)
+        "resnet18:image_size=32", power=None, reporters=[], config=ef.RunSettings(trials=2, min_window_s=0.05)
     )
     assert list(result.windows["phase"].unique()) == ["forward"]
     assert result.summary("forward").work == {"images": 1.0}
@@ -115,7 +116,8 @@ def test_per_layer_flags_on_the_cli(tmp_path):
     runner = CliRunner()
     r = runner.invoke(main, ["run", "--power", "none", "--workload", "matmul", "--per-layer"])
     assert r.exit_code == 2 and r.output.endswith(
-        "Error: workload 'matmul' has no per-layer mode (models such as resnet50 have)\n"
+        "Error: workload 'matmul' has no per-layer mode. Models that have one: efficientnet_b0, "
+        "mobilenet_v3_small, opt-66b-decode, opt-66b-prefill, replknet31b, resnet18, resnet50, vit_b_16\n"
     )
     r = runner.invoke(main, ["run", "--power", "none", "--workload", "resnet18", "--validate"])
     assert r.exit_code == 2 and "add --per-layer" in r.output

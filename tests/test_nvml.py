@@ -21,8 +21,9 @@ import pytest
 import energyframe as ef
 from energyframe.errors import OptionError, PowerSourceError
 from energyframe.interfaces import Quantity, SourceContext
-from energyframe.power.nvml import NVMLPowerSource
-from energyframe.power.nvml_sampler import load_pynvml
+from energyframe.power.nvml import NVMLPowerSource, load_pynvml
+from energyframe.power.nvml.device import select_gpus
+from energyframe.power.nvml.poller import CHANNEL_KINDS, FieldPoller, SlowPoller
 
 FAKE_DIR = Path(__file__).resolve().parent / "fake_nvml"
 H200 = "GPU-52dfc441-e9da-23f3-17f9-2b876aae0d10"
@@ -69,7 +70,13 @@ def test_fake_has_the_real_signatures():
         assert list(inspect.signature(getattr(fake, name)).parameters) == list(
             inspect.signature(getattr(real, name)).parameters
         ), name
-    for name in [n for n in vars(fake) if n.startswith("NVML_")]:
+    constants = [n for n in vars(fake) if n.startswith(("NVML_", "nvmlClocks"))]
+    assert {
+        "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "NVML_VALUE_TYPE_DOUBLE",
+        "nvmlClocksEventReasonSwPowerCap",
+    } <= set(constants)
+    for name in constants:
         assert getattr(fake, name) == getattr(real, name), name
 
 
@@ -116,21 +123,44 @@ def test_steady_power_is_measured_on_every_channel(fake_nvml, mode):
     assert [g["uuid"] for g in info["gpus"]][0] == H200
 
 
-def test_counter_ticks_are_stamped_between_polls(fake_nvml):
-    fake_nvml([gpu(power_w=500.0)])
+def test_counter_ticks_are_stamped_between_polls(fake_nvml, monkeypatch):
+    scenario = fake_nvml([gpu(power_w=500.0)])
+    fake = load_pynvml()
+    polls = []  # (monotonic before, after, counter mJ) of each poll of the counter alone
+    real = fake.nvmlDeviceGetFieldValues
+
+    def recorded(handle, fieldIds):
+        before = time.monotonic()
+        values = real(handle, fieldIds)
+        if list(fieldIds) == [fake.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]:
+            polls.append((before, time.monotonic(), values[0].value.ullVal))
+        return values
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetFieldValues", recorded)
     source = NVMLPowerSource(name="nvml", channels="state", mode="thread", interval_ms=0.5)
     source.start(SourceContext())
     time.sleep(1.2)
-    ticks = [s for s in source.read() if s.channel == "gpu0"]
     source.stop()
-    t0 = json.loads(Path(os.environ["FAKE_NVML_SCENARIO"]).read_text())["t0_wall"]
-    offset = time.time() - time.monotonic()
-    # the fake's counter ticks exactly every 100 ms from t0: each recorded tick lies within a
-    # poll (field read ~1 ms + 0.5 ms pause) of a true tick, and energy follows 500 W
-    for s in ticks:
-        phase = ((s.time_s + offset - t0) / 0.1) % 1.0
-        assert min(phase, 1 - phase) * 0.1 < 0.003
+    ticks = [s for s in source.read() if s.channel == "gpu0"]
     assert len(ticks) >= 10
+    offset = time.time() - time.monotonic()
+    counters = [p[2] for p in polls]
+    checked = 0
+    for s in ticks:
+        k = counters.index(round(s.value * 1e3))  # the first poll that saw the new value
+        if k + 1 == len(polls):
+            continue  # the last poll: no poll after it to bound the stamp
+        checked += 1
+        assert k >= 2 and counters[k - 1] < counters[k]
+        # stamped midway between the poll that last saw the old value and the first that saw the
+        # new one: after the poll before those two ended, before the poll after them began
+        assert polls[k - 2][1] < s.time_s < polls[k + 1][0]
+        # and the fake's true tick (every 100 ms from t0) lies in that gap
+        true_tick = (
+            scenario["t0_wall"] + round((s.time_s + offset - scenario["t0_wall"]) / 0.1) * 0.1 - offset
+        )
+        assert polls[k - 1][0] <= true_tick <= polls[k][1]
+    assert checked >= len(ticks) - 1
     slopes = [(b.value - a.value) / (b.time_s - a.time_s) for a, b in zip(ticks, ticks[1:])]
     assert sorted(slopes)[len(slopes) // 2] == pytest.approx(500.0, rel=0.05)
 
@@ -159,8 +189,30 @@ def test_counter_reset_stops_the_run_with_a_clear_error(fake_nvml, tmp_path):
 @pytest.mark.parametrize("mode", ["process", "thread"])
 def test_gpu_lost_mid_run(fake_nvml, mode):
     fake_nvml([gpu(lost_after_s=1.0)])
-    with pytest.raises(PowerSourceError, match="NVML could not read GPU 0: the GPU is lost"):
+    with pytest.raises(PowerSourceError) as e:
         run_windows(NVMLPowerSource(name="nvml", mode=mode), windows=20, seconds=0.2)
+    assert str(e.value) == LOST
+
+
+LOST = (
+    "NVML could not read GPU 0: the GPU is lost (fell off the bus or was reset); energy after this point "
+    "is unknown"
+)
+
+
+def test_a_lost_gpu_reads_the_same_from_either_poller(fake_nvml):
+    # the fast and the slow poller race to notice; whichever wins, the message is the same
+    fake_nvml([gpu(lost_after_s=0.0)])
+    nvml = load_pynvml()
+    nvml.nvmlInit()
+    gpus, _ = select_gpus(nvml, None, None)
+    messages = set()
+    for poll in (FieldPoller(gpus[0], CHANNEL_KINDS), SlowPoller(gpus, CHANNEL_KINDS, print)):
+        with pytest.raises(PowerSourceError) as e:
+            poll()
+        messages.add(str(e.value))
+    nvml.nvmlShutdown()
+    assert messages == {LOST}
 
 
 def test_gpu_without_energy_counter_falls_back_to_power(fake_nvml):
@@ -258,8 +310,8 @@ def test_sampler_process_dying_is_reported(fake_nvml):
     fake_nvml()
     source = NVMLPowerSource(name="nvml")
     source.start(SourceContext())
-    os.kill(source._proc.pid, signal.SIGKILL)
-    source._proc.wait()
+    os.kill(source.sampler_process.pid, signal.SIGKILL)
+    source.sampler_process.wait()
     with pytest.raises(PowerSourceError, match=r"the NVML sampler process died \(exit code -9\)"):
         for _ in range(100):
             source.read()
@@ -273,8 +325,8 @@ def test_sampler_process_stops_cleanly_and_keeps_a_raw_log(fake_nvml, tmp_path):
     time.sleep(0.5)
     source.stop()
     log = (tmp_path / "raw" / "nvml-sampler.log").read_text().splitlines()
-    assert log[0].startswith("C,") and log[-1] == "Q"
-    assert source._proc.returncode == 0
+    assert log[0].startswith("C,") and log[-1].startswith("Q,")
+    assert source.sampler_process.returncode == 0
     assert len(source.read()) > 0  # samples not read before stop() are still handed over
 
 
@@ -284,7 +336,7 @@ def test_samples_stay_readable_after_stop_without_a_run_directory(fake_nvml):
     source.start(SourceContext())
     time.sleep(0.5)
     source.stop()
-    assert not source._out_path.exists()  # the temporary log is removed
+    assert not source._poll_remote.reader.path.exists()  # the temporary log is removed
     assert {s.channel for s in source.read()} >= {"gpu0", "gpu0.power_samples"}
     assert source.read() == []
 

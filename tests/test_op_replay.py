@@ -276,7 +276,7 @@ def test_replay_workload_on_the_cpu(tmp_path):
         power=None,
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunConfig(trials=2, min_window_s=0.01),
+        config=ef.RunSettings(trials=2, min_window_s=0.01),
     )
     phases = list(result.windows["phase"].unique())
     assert phases[0] == "(full model)" and len(phases) == 1 + 8
@@ -333,3 +333,102 @@ def test_python_numbers_stay_cpu_scalars():
         device
     )
     assert positional[1].device == device
+
+
+@pytest.mark.parametrize(
+    "index,position",
+    [
+        (lambda x, m: x[m], 0),  # a mask over the leading dimensions
+        (lambda x, m: x[:, m[0]], 1),  # a 1-d mask over the second dimension
+    ],
+    ids=["leading", "second-dim"],
+)
+def test_boolean_mask_index_is_rebuilt_from_a_real_trace(tmp_path, index, position):
+    """The profiler records x[mask]'s index list as empty; the mask's shape comes from the
+    op's nonzero child, and its True count from the selects of that nonzero's result."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from energyframe.replay import kineto
+
+    x = torch.randn(4, 6)
+    mask = torch.zeros(4, 6, dtype=torch.bool)
+    mask.view(-1)[torch.randperm(24)[:5]] = True
+    mask[0, 1] = True  # the first row has a True value whatever the permutation
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        expected = index(x, mask)
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    # on the CPU no kernel marks aten::index as launching its own, so take its record directly
+    records = [op.record() for op in kineto.parse(tmp_path / "trace.json").ops if op.name == "aten::index"]
+    assert len(records) == 1 and records[0]["input_dims"][1] == []  # what the profiler left empty
+    masks = records[0]["boolean_masks"]
+    used = mask if position == 0 else mask[0]
+    assert masks == [
+        {"dims": list(used.shape), "strides": list(used.stride()), "true_count": int(used.sum())}
+    ]
+    op = rebuild(records[0], "float32")
+    positional, _ = op.make_args(CPU)
+    indices = positional[1]
+    assert indices[:position] == [None] * position
+    assert indices[position].dtype == torch.bool and int(indices[position].sum()) == int(used.sum())
+    assert op.overload(*positional).shape == expected.shape
+
+
+def test_masks_that_do_not_fit_the_tensor_are_refused():
+    rec = record("aten::index", [[4, 6], []], ["float", ""])
+    rec["boolean_masks"] = [{"dims": [5], "strides": [1], "true_count": 2}]
+    with pytest.raises(
+        RebuildError,
+        match=r"boolean masks of shapes \[\[5\]\] do not fit the indexed tensor's shape \[4, 6\]",
+    ):
+        rebuild(rec)
+
+
+def test_kernel_gap_arithmetic():
+    from energyframe.replay.report import kernel_gap_s, with_kernel_gaps
+
+    # resnet50 at batch 1 on an H200: a 0.860-ms graph of 78 kernels busy for 0.750 ms
+    assert kernel_gap_s(860e-6, 750e-6, 78) == pytest.approx(110e-6 / 78)
+    assert math.isnan(kernel_gap_s(math.nan, 750e-6, 78)) and math.isnan(kernel_gap_s(860e-6, 750e-6, 0))
+    gapped = with_kernel_gaps(0.719e-3, 0.120, 78, 1.4e-6, 118.0)
+    assert gapped["gaps_s"] == pytest.approx(78 * 1.4e-6)
+    assert gapped["latency_s"] == pytest.approx(0.719e-3 + 78 * 1.4e-6)
+    # the gaps at the ops' own mean power (0.120 J over 0.719 ms), and at idle power
+    assert gapped["energy_j"] == pytest.approx(0.120 * (1 + 78 * 1.4e-6 / 0.719e-3))
+    assert gapped["kernel_gaps_energy_at_idle_j"] == pytest.approx(0.120 + 78 * 1.4e-6 * 118.0)
+
+
+def test_the_report_adds_the_graphs_kernel_gaps():
+    ops = [OpFigures({"count_per_iteration": 10.0, "gpu_time_us": 100.0}, "a", 10e-6, 0.002)]
+    meta = {"iterations": 2, "gpu_time_us": 200.0, "kernel_launches": 24, "gaps": {}}
+    common = dict(
+        ops=ops,
+        kernels=[],
+        meta=meta,
+        full_latency_s=1e-3,
+        full_energy_j=0.05,
+        idle_power_w=100.0,
+        not_rebuilt=[],
+        graph_latency_s=130e-6,
+        graph_energy_j=0.025,
+    )
+    # Σ = 100 us and 0.02 J; the graph: 12 kernels busy for 106 us in 130 us, so 2 us a kernel
+    report = prediction(**common, graph_kernels=12, graph_busy_s=106e-6)
+    model = report["kernel_gap_model"]
+    assert model["measured_gap_per_kernel_us"] == pytest.approx(2.0) and model["gap_source"] == "graph"
+    assert model["kernels_counted_in"] == "graph" and model["sum_vs_graph_kernels_percent"] == pytest.approx(
+        100 * (100 / 106 - 1)
+    )
+    assert report["predicted_with_kernel_gaps_us"] == pytest.approx(124)
+    assert report["kernel_gap_error_percent"] == pytest.approx(100 * (124 / 130 - 1))
+    assert report["predicted_with_kernel_gaps_energy_j"] == pytest.approx(0.02 * 124 / 100)
+    assert report["kernel_gap_energy_error_percent"] == pytest.approx(100 * (0.0248 / 0.025 - 1))
+    # a gap given as an option (measured on another model) on the trace's kernels: 24 / 2 iterations
+    report = prediction(**{**common, "graph_latency_s": math.nan}, kernel_gap_option_s=1.5e-6)
+    model = report["kernel_gap_model"]
+    assert (
+        model["gap_source"] == "option"
+        and model["kernels_counted_in"] == "trace"
+        and model["kernels_per_inference"] == 12
+    )
+    assert report["predicted_with_kernel_gaps_us"] == pytest.approx(100 + 12 * 1.5)
+    assert math.isnan(report["kernel_gap_error_percent"])  # no graph measured to compare with

@@ -52,8 +52,8 @@ def test_parse_spec_errors(text, message):
 
 def test_spec_round_trips_through_str():
     spec = Spec("nvml", {"gpus": (0, 1), "interval_ms": 2.0})
-    assert str(spec) == "nvml:gpus=0,1,interval_ms=2.0"
-    assert parse_spec(str(spec)).options == {"gpus": "0,1", "interval_ms": "2.0"}
+    assert str(spec) == "nvml:gpus=0,1,interval_ms=2"
+    assert parse_spec(str(spec)).options == {"gpus": "0,1", "interval_ms": "2"}
 
 
 def test_resolve_fills_defaults_and_converts():

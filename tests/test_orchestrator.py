@@ -8,13 +8,14 @@ import pandas as pd
 import pytest
 
 import energyframe as ef
+from energyframe.config import RunSettings
 from energyframe.errors import PowerSourceError, UsageError, WorkloadError
 from energyframe.interfaces import Phase
-from energyframe.orchestrator import RunConfig, calibrate
+from energyframe.orchestrator import calibrate
 from energyframe.results import RunResult
 from tests.fakes import ListWorkload, SignalSource, busy_phase
 
-FAST = RunConfig(trials=3, min_window_s=0.15, warmup_s=0.02)
+FAST = RunSettings(trials=3, min_window_s=0.15, warmup_s=0.02)
 
 
 def test_constant_power_gives_exact_window_energy(power_csv, tmp_path):
@@ -70,7 +71,7 @@ def test_idle_baseline_gives_dynamic_energy(tmp_path):
         ListWorkload([busy_phase()]),
         power=[source],
         reporters=[],
-        config=RunConfig(trials=2, min_window_s=0.1, idle_s=0.3, warmup_s=0.0),
+        config=RunSettings(trials=2, min_window_s=0.1, idle_s=0.3, warmup_s=0.0),
     )
     idle = result.meta["idle_baseline"]["gpu"]
     assert idle["power_w"] == pytest.approx(80.0, rel=1e-6)
@@ -155,7 +156,7 @@ def test_source_failing_mid_run_stops_the_run_and_keeps_samples(tmp_path):
             power=[source],
             reporters=[],
             out=out,
-            config=RunConfig(trials=100, min_window_s=0.1, warmup_s=0.0),
+            config=RunSettings(trials=100, min_window_s=0.1, warmup_s=0.0),
         )
     assert "power source 'gpu' failed: meter unplugged (test)" in str(e.value)
     result = e.value.result
@@ -189,7 +190,7 @@ def test_channel_going_silent_is_flagged_not_guessed():
         ListWorkload([busy_phase()]),
         power=[source],
         reporters=[],
-        config=RunConfig(trials=6, min_window_s=0.1, warmup_s=0.0),
+        config=RunSettings(trials=6, min_window_s=0.1, warmup_s=0.0),
     )
     late = result.windows[(result.windows["channel"] == "gpu")].iloc[-1]
     assert "uncovered" in late["flags"] and math.isnan(late["energy_j"])
@@ -202,22 +203,22 @@ def test_runs_sets_a_floor_on_the_timed_iterations():
         ListWorkload([busy_phase()]),
         power=None,
         reporters=[],
-        config=RunConfig(**{**vars(FAST), "runs": 3000}),
+        config=RunSettings(**{**vars(FAST), "runs": 3000}),
     )
     assert list(result.windows["iterations"]) == [1000, 1000, 1000]
     short = ef.run(
-        ListWorkload([busy_phase()]), power=None, reporters=[], config=RunConfig(**{**vars(FAST), "runs": 3})
+        ListWorkload([busy_phase()]), power=None, reporters=[], config=RunSettings(**{**vars(FAST), "runs": 3})
     )
     assert (short.windows["iterations"] > 100).all()  # the calibrated window still applies
 
 
 def test_bad_config_is_rejected():
     with pytest.raises(UsageError):
-        RunConfig(trials=0)
+        RunSettings(trials=0)
     with pytest.raises(UsageError):
-        RunConfig(cooldown_s=-1)
+        RunSettings(cooldown_s=-1)
     with pytest.raises(UsageError):
-        RunConfig(runs=0)
+        RunSettings(runs=0)
 
 
 def test_existing_run_directory_is_not_overwritten(tmp_path, power_csv):
@@ -240,7 +241,7 @@ def test_a_window_that_comes_out_short_is_measured_again():
         ListWorkload([Phase("speeds-up", step=step, warmup=0)]),
         power=None,
         reporters=[],
-        config=RunConfig(trials=3, min_window_s=0.2),
+        config=RunSettings(trials=3, min_window_s=0.2),
     )
     w = result.windows
     assert list(w["trial"]) == [0, 1, 2]

@@ -41,7 +41,7 @@ def test_with_constant_power_parallel_energy_is_power_times_devices_times_slowes
         pipe,
         power=[f"replay:file={csv},loop=true"],
         reporters=[],
-        config=ef.RunConfig(trials=2, min_window_s=0.1, idle_s=0.2, warmup_s=0.0),
+        config=ef.RunSettings(trials=2, min_window_s=0.1, idle_s=0.2, warmup_s=0.0),
     )
     totals = result.derived_table("summary").rows[0]
     stages = {r["stage"]: r for r in result.derived_table("stages").rows}
@@ -57,7 +57,7 @@ def test_with_constant_power_parallel_energy_is_power_times_devices_times_slowes
 def test_summary_and_stage_tables_are_saved_as_csv(tmp_path):
     pipe = ef.Pipeline("p", [("mm", MatmulKernel(M=32, K=32, N=32, dtype="fp32", unroll=2))])
     ef.run(
-        pipe, power=None, reporters=[], out=tmp_path / "run", config=ef.RunConfig(trials=2, min_window_s=0.02)
+        pipe, power=None, reporters=[], out=tmp_path / "run", config=ef.RunSettings(trials=2, min_window_s=0.02)
     )
     header = (tmp_path / "run" / "summary.csv").read_text().splitlines()[0].split(",")
     assert header[:3] == ["pipeline", "stages", "calls"]
@@ -70,6 +70,6 @@ def test_summary_and_stage_tables_are_saved_as_csv(tmp_path):
 
 def test_pipeline_run_defaults_apply_unless_the_user_says_otherwise():
     pipe = ef.Pipeline("p", [("mm", MatmulKernel(M=8, K=8, N=8, dtype="fp32", unroll=2))])
-    resolved = ef.RunConfig(trials=4).resolved(pipe.run_defaults())
+    resolved = ef.RunSettings(trials=4).resolve(pipe.run_defaults())
     assert resolved.trials == 4  # the user's
     assert resolved.min_window_periods == 2.0 and resolved.idle_s == 2.0  # the pipeline's

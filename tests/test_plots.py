@@ -14,7 +14,7 @@ def test_plot_command_and_reporter(tmp_path):
         power=[SignalSource(name="gpu")],
         reporters=["plot"],
         out=out,
-        config=ef.RunConfig(trials=2, min_window_s=0.1),
+        config=ef.RunSettings(trials=2, min_window_s=0.1),
     )
     png = out / "power-trace.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -49,7 +49,7 @@ def test_an_installed_plugin_is_found_loaded_and_listed(install_plugin):
     assert reporter.options == {"greeting": "hi"}
     out = CliRunner().invoke(main, ["list", "reporters"]).output
     assert "hello  [fake-plugin 1.0]  says hello" in out
-    assert "greeting (str, default 'hello'): what to say" in out
+    assert "greeting (str, default hello): what to say" in out
 
 
 def test_a_plugin_that_fails_to_import_is_listed_with_its_reason(install_plugin):

@@ -4,6 +4,9 @@ reports, plots, shards and the CLI. Saved results are a real sweep's (H100, 2026
 import json
 import math
 import shutil
+import subprocess
+import sys
+import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +17,19 @@ import energyframe as ef
 from energyframe.cli import main
 from energyframe.errors import StoreError, UsageError, WorkloadError
 from energyframe.sweeps import ncu
-from energyframe.sweeps.check import MISMATCH, PASSED, compare, poison, reference_outputs
+from energyframe.sweeps.check import (
+    DETERMINISTIC,
+    MISMATCH,
+    NONDETERMINISTIC,
+    PASSED,
+    UNCHECKED,
+    allocate,
+    compare,
+    determinism,
+    poison,
+    reference_outputs,
+)
+from energyframe.sweeps.outputs import write
 from energyframe.sweeps.results import SweepResult, merge
 from energyframe.sweeps.runtime import compile_ptx, parse_resource_usage, resource_usage
 from energyframe.sweeps.signature import parse_signature
@@ -24,6 +39,7 @@ from energyframe.sweeps.workload import plan
 ROOT = Path(__file__).resolve().parents[1]
 MATMUL = ROOT / "examples" / "matmul_kernels.cu"
 BUG = Path(__file__).parent / "fixtures" / "cuda" / "planted_bug.cu"
+SAXPY = Path(__file__).parent / "fixtures" / "cuda" / "saxpy.cu"
 FIXTURES = Path(__file__).parent / "fixtures"
 SHAPES = {"a": ("N", "K"), "b": ("K", "M"), "res": ("N", "M")}
 
@@ -224,7 +240,15 @@ def test_saved_results_round_trip_with_derived_figures(saved, tmp_path):
 
 
 def test_report_and_plots_from_saved_results(saved, tmp_path):
-    saved.save(tmp_path)
+    files = write(saved, tmp_path)
+    assert [f.name for f in files] == [
+        "benchmark_results.json",
+        "benchmark_report.txt",
+        "heatmap.png",
+        "time_vs_N.png",
+        "speedup.png",
+        "energy_vs_latency.png",
+    ]
     report = (tmp_path / "benchmark_report.txt").read_text()
     assert "Parameters: N=4096, M=4096, K=1024" in report
     block = report.split("Parameters: N=4096, M=4096, K=1024")[1]
@@ -248,7 +272,8 @@ def test_report_and_plots_from_saved_results(saved, tmp_path):
 def test_failed_configurations_are_reported(saved, tmp_path):
     broken = replace(saved.results[1], status="error", error="KernelCompileError: boom", latency_s=math.nan)
     result = SweepResult((saved.results[0], broken), saved.meta)
-    report = result.save(tmp_path) / "benchmark_report.txt"
+    write(result, tmp_path)
+    report = tmp_path / "benchmark_report.txt"
     assert "ERROR: KernelCompileError: boom" in report.read_text()
     assert "1 failed or not run" in report.read_text()
 
@@ -260,7 +285,8 @@ def test_shards_merge_back_into_the_whole_sweep(saved, tmp_path):
             tuple(r for r in saved.results if in_shard(r.point_index, (i, 3))),
             {**saved.meta, "shard": [i, 3]},
         )
-        dirs.append(part.save(tmp_path / f"shard{i}"))
+        part.save(tmp_path / f"shard{i}")
+        dirs.append(tmp_path / f"shard{i}")
     merged = merge([SweepResult.load(d) for d in reversed(dirs)])
     assert merged.results == saved.results and merged.meta["missing_shards"] == []
     partial = merge([SweepResult.load(d) for d in dirs[:2]])
@@ -339,12 +365,282 @@ def test_python_api_dry_run_returns_the_plan():
     assert lines[0] == "kernels:" and len(lines) == 5
 
 
-def test_without_a_gpu_the_sweep_fails_clearly_and_keeps_its_plan(tmp_path, monkeypatch):
+def test_without_a_gpu_nothing_starts_and_nothing_is_claimed(tmp_path, monkeypatch):
+    # deliberately changed: the sweep used to start, print an empty table and save a plan of
+    # "not run" configurations; now it refuses before anything starts and writes nothing
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     naive = ef.load_kernel(MATMUL, "matmul_naive", shapes=SHAPES)
     with pytest.raises(WorkloadError, match="needs a CUDA GPU"):
         ef.sweep(naive, N=[64], M=[64], K=[64], power=None, out=tmp_path, reporters=[], echo=lambda s: None)
+    assert list(tmp_path.iterdir()) == []
+    out = tmp_path / "cli"
+    args = ["sweep", str(MATMUL), "-k", "matmul_naive", "-p", "N=64", "-p", "M=64", "-p", "K=64"]
+    result = CliRunner().invoke(main, [*args, "--power", "none", "--out", str(out)])
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert result.stderr == (
+        "Error: a kernel sweep needs a CUDA GPU (torch sees none): nothing was run; --dry-run shows the plan\n"
+    )
+    assert not out.exists()
+
+
+def test_a_run_that_stops_gives_every_configuration_not_run_its_reason(tmp_path, monkeypatch):
+    # CUDA "available" and a CuPy module present, but no driver: the workload's setup fails
+    # inside the run, which is saved; nothing may be claimed that was not written
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))
+    naive = ef.load_kernel(MATMUL, "matmul_naive", shapes=SHAPES)
+    lines = []
+    with pytest.raises(WorkloadError) as raised:
+        ef.sweep(
+            naive, N=[64, 128], M=[64], K=[64], power=None, out=tmp_path, reporters=[], echo=lines.append
+        )
+    assert lines == [
+        f"sweep results (incomplete) in {tmp_path}: benchmark_results.json, benchmark_report.txt"
+    ]
+    assert not list(tmp_path.glob("*.png"))
     saved = SweepResult.load(tmp_path)
-    assert [r.status for r in saved.results] == ["not run"]
-    assert json.loads((tmp_path / "run.json").read_text())["status"] == "incomplete"
+    reason = f"not measured: the run stopped before it (WorkloadError: {raised.value})"
+    assert [(r.status, r.error) for r in saved.results] == [("not run", reason)] * 2
+    report = (tmp_path / "benchmark_report.txt").read_text()
+    assert report.count(f"NOT RUN: {reason[:150]}") == 2
+
+
+def test_an_old_result_without_a_reason_still_says_so(saved, tmp_path):
+    silent = replace(saved.results[0], status="not run", error="", latency_s=math.nan)
+    write(SweepResult((silent,), saved.meta), tmp_path)
+    assert "NOT RUN: no reason was recorded" in (tmp_path / "benchmark_report.txt").read_text()
+
+
+# -- what the user meant: blocks, warnings, determinism ---------------------------------------------
+def test_the_default_block_follows_the_rank_of_the_output():
+    add = ef.load_kernel(BUG, "add_ok")
+    tiled = ef.load_kernel(MATMUL, "matmul_tiled", shapes=SHAPES)
+    configs = plan([add, tiled], expand({"n": [1000], "N": [64], "M": [32], "K": [8]}))
+    assert [(c.kernel.label, c.block, c.launch.grid) for c in configs] == [
+        ("add_ok", (256, 1, 1), (4, 1, 1)),
+        ("matmul_tiled", (16, 16, 1), (2, 4, 1)),
+    ]
+    assert all(c.warnings == () for c in configs)
+
+
+def test_a_block_dimension_with_nothing_behind_it_is_warned_in_the_dry_run_and_the_report(saved, tmp_path):
+    warning = (
+        "add_ok: block 16x16x1 has 16 threads along y, but neither the grid nor the output out[1000] "
+        "extends along y: each element may be computed 16 times (16x the work, a race if the kernel "
+        "reads what it writes); use a 1-D block (--block 256)"
+    )
+    result = CliRunner().invoke(
+        main, ["sweep", str(BUG), "-k", "add_ok", "-p", "n=1000", "--block", "16,16", "--dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == f"warning: {warning}"
+    (config,) = plan([ef.load_kernel(BUG, "add_ok", block=(16, 16))], [{"n": 1000}])
+    assert config.warnings == (warning,)
+    # a grid along y is extent enough: no warning
+    (config,) = plan([ef.load_kernel(BUG, "add_ok", block=(16, 16), grid=(63, 16))], [{"n": 1000}])
+    assert config.warnings == ()
+    warned = replace(saved.results[0], warnings=(warning,))
+    write(SweepResult((warned, saved.results[1]), saved.meta), tmp_path)
+    assert f"WARNING: {warning}" in (tmp_path / "benchmark_report.txt").read_text()
+    assert SweepResult.load(tmp_path).results[0].warnings == (warning,)
+
+
+def test_determinism_compares_two_fresh_launches():
+    torch = pytest.importorskip("torch")
+    saxpy = ef.load_kernel(SAXPY, "saxpy", inouts=["y"])
+    x = torch.randn(64)
+    first = {"x": x, "y": torch.randn(64)}
+    same = determinism(saxpy, first, {"x": x, "y": first["y"].clone()})
+    assert (same.status, same.rel_error, same.against) == (DETERMINISTIC, 0.0, "a second launch")
+    assert same.detail == "two launches on fresh copies of the inputs agree bit for bit"
+    raced = {"x": x, "y": first["y"] + 2.0 * x}  # y += a*x applied twice by racing threads
+    differ = determinism(saxpy, first, raced)
+    assert differ.status == NONDETERMINISTIC and differ.rel_error > 0.1
+    assert differ.detail.startswith("y: the launches differ by ")
+    close = determinism(saxpy, first, {"x": x, "y": first["y"] * (1 + 1e-7)})
+    assert close.status == DETERMINISTIC and "not bit for bit" in close.detail
+    half = first["y"].clone()
+    half[10:] = math.nan  # written in one launch only
+    assert determinism(saxpy, first, {"x": x, "y": half}).detail == "y: 54 elements finite in one launch only"
+    # the poisoned output came back NaN everywhere: nothing can be said, and the fix is named
+    nan = {"x": x, "y": torch.full((64,), math.nan)}
+    blind = determinism(ef.load_kernel(SAXPY, "saxpy"), nan, {"x": x, "y": nan["y"].clone()})
+    assert blind.status == UNCHECKED and blind.detail == (
+        "y: no finite value after the launch (poisoned with NaN): the kernel never writes it, or "
+        "reads it (y = a*x + y): declare it an in-out (inouts= / --inout y)"
+    )
+
+
+def test_inouts_are_random_not_poisoned_and_the_reference_reads_their_first_values():
+    torch = pytest.importorskip("torch")
+    plain = ef.load_kernel(SAXPY, "saxpy")
+    inout = ef.load_kernel(SAXPY, "saxpy", inouts=["y"], args={"a": 2.0})
+    launch = inout.configure({"n": 16}, (256, 1, 1))
+    tensors = allocate(inout, launch, {"n": 16}, torch.device("cpu"), seed=3)
+    again = allocate(inout, launch, {"n": 16}, torch.device("cpu"), seed=3)
+    assert tensors["y"].isfinite().all() and torch.equal(tensors["y"], again["y"])
+    assert tensors["y"].data_ptr() != again["y"].data_ptr()  # fresh copies
+    assert allocate(plain, launch, {"n": 16}, torch.device("cpu"), seed=3)["y"].isnan().all()
+    before = {"y": tensors["y"].clone()}
+    tensors["y"] += 2.0 * tensors["x"]  # what the launch did
+    expected = reference_outputs(
+        inout, lambda x, y, a: a * x + y, tensors, {"a": 2.0, "n": 16}, {"n": 16}, before
+    )
+    assert torch.allclose(expected["y"], tensors["y"].double())
+    assert compare(inout, tensors, expected, "reference").status == PASSED
+    with pytest.raises(UsageError, match="inouts \\['x'\\] are not outputs"):
+        ef.load_kernel(SAXPY, "saxpy", inouts=["x"])
+
+
+def test_a_reference_with_unwritten_elements_is_compared_where_it_was_written():
+    torch = pytest.importorskip("torch")
+    add = ef.load_kernel(BUG, "add_ok")
+    expected = {"out": torch.cat([torch.ones(8), torch.full((8,), math.nan)])}
+    right = compare(add, {"out": torch.cat([torch.ones(8), torch.zeros(8)])}, expected, "add_ok")
+    assert right.status == PASSED and right.rel_error == 0.0
+    wrong = compare(add, {"out": torch.cat([2 * torch.ones(8), torch.zeros(8)])}, expected, "add_ok")
+    assert wrong.status == MISMATCH and wrong.rel_error == pytest.approx(1.0)
+    empty = compare(add, {"out": torch.ones(16)}, {"out": torch.full((16,), math.nan)}, "add_ok")
+    assert empty.status == UNCHECKED and empty.detail == "out: the reference holds no finite value"
+
+
+# -- bad input: one line, exit 2 -------------------------------------------------------------------
+def _dry(*args):
+    return CliRunner().invoke(main, ["sweep", *map(str, args), "--dry-run"])
+
+
+def test_a_source_that_is_not_utf8_is_one_line(tmp_path):
+    source = tmp_path / "latin1.cu"
+    source.write_bytes("// caf\xe9\n__global__ void k(float *y, int n) {}\n".encode("latin-1"))
+    result = _dry(source, "-k", "k", "-p", "n=4")
+    assert result.exit_code == 2
+    assert (
+        result.stderr
+        == f"Error: the kernel source {str(source)!r} is not UTF-8 text (byte 0xe9 at offset 6); save it as UTF-8\n"
+    )
+
+
+def test_values_that_are_not_numbers_say_what_is_expected():
+    result = _dry(MATMUL, "-k", "matmul_naive", "-p", "N=abc")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "Error: -p 'N=abc': 'abc' is not a number (only numbers and arithmetic are allowed here, "
+        "e.g. 512 or 2**10)\n"
+    )
+    result = _dry(BUG, "-k", "scale_half", "-p", "n=4", "--arg", "alpha=fast")
+    assert result.exit_code == 2 and result.stderr.startswith(
+        "Error: --arg alpha=fast: 'fast' is not a number"
+    )
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("10**10**10", "exponent 10000000000 is too large (at most 64)"),
+        (
+            "2**64 * 2**64",
+            "a value of the expression exceeds 2**64 (got ~1e38); sizes, grids and work counts are far smaller",
+        ),
+        ("1 << 100", "shift by 100: shifts go from 0 to 64"),
+        ("(1, 2) * 10**9", "'mult' needs numbers, got (1, 2)"),
+        ("cdiv(N, 0)", "division by zero"),
+        (
+            "2.0**60 * 2.0**60",
+            "a value of the expression exceeds 2**64 (got 1.33e+36); sizes, grids and work counts are far smaller",
+        ),
+        ("(" * 300 + "1" + ")" * 300, None),
+    ],
+)
+def test_expressions_are_bounded(text, message):
+    with pytest.raises(UsageError) as raised:
+        evaluate(text, {"N": 4})
+    if message is None:
+        assert str(raised.value).endswith("is longer than 500 characters")
+    else:
+        assert str(raised.value) == f"{text!r}: {message}"
+
+
+def test_a_grid_that_cannot_be_computed_for_any_configuration_is_one_line():
+    args = [MATMUL, "-k", "matmul_naive", "-p", "N=4", "-p", "M=4", "-p", "K=4"]
+    result = _dry(*args, "--grid", "10**10**10")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "Error: no configuration can be launched: UsageError: '10**10**10': exponent 10000000000 is "
+        "too large (at most 64)\n"
+    )
+    result = _dry(MATMUL, "-k", "matmul_naive", "-p", "N=2**40", "-p", "M=4", "-p", "K=4")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "Error: no configuration can be launched: UsageError: matmul_naive: grid 17179869184x1x1 exceeds "
+        "CUDA's limit of 2147483647x65535x65535 blocks\n"
+    )
+
+
+def test_absurdly_large_arrays_are_warned_before_anything_is_allocated():
+    shapes = ["--shape", "a=N,K", "--shape", "b=K,M", "--shape", "res=N,M"]
+    result = _dry(MATMUL, "-k", "matmul_naive", "-p", "N=2**17", "-p", "M=2**17", "-p", "K=1024", *shapes)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == (
+        "warning: matmul_naive: the arguments take 65 GiB (res 64 GiB, a 0.5 GiB, b 0.5 GiB): is a size wrong?"
+    )
+    (config,) = plan(
+        [ef.load_kernel(MATMUL, "matmul_naive", shapes=SHAPES)], [{"N": 512, "M": 512, "K": 512}]
+    )
+    assert config.warnings == () and config.launch.array_bytes == 3 * 512 * 512 * 4
+
+
+# -- crafted results -------------------------------------------------------------------------------
+def test_a_crafted_shard_cannot_write_outside_out(saved, tmp_path):
+    data = json.loads((FIXTURES / "sweep" / "h100-sgemm.json").read_text())
+    evil = "x/../../../PWNED"
+    for b in data["benchmarks"]:
+        b["parameters"] = {evil if k == "N" else k: v for k, v in b["parameters"].items()}
+    data["sweep"]["parameters"] = {evil if k == "N" else k: v for k, v in data["sweep"]["parameters"].items()}
+    shard = tmp_path / "a" / "b" / "c" / "shard"
+    shard.mkdir(parents=True)
+    (shard / "benchmark_results.json").write_text(json.dumps(data))
+    out = tmp_path / "a" / "b" / "c" / "merged"
+    result = CliRunner().invoke(main, ["merge", str(shard), "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"Error: {shard / 'benchmark_results.json'}: parameter names ['{evil}'] are not identifiers "
+        "(letters, digits and _): refused\n"
+    )
+    assert not out.exists() and not list(tmp_path.rglob("PWNED*"))
+    # file names made from data are plain names even when results bypass load()
+    crafted = SweepResult(
+        tuple(
+            replace(r, parameters={evil if k == "N" else k: v for k, v in r.parameters.items()})
+            for r in saved.results
+        ),
+        saved.meta,
+    )
+    files = write(crafted, out)
+    assert all(f.parent == out for f in files)
+    assert "time_vs_x_.._.._.._PWNED.png" in [f.name for f in files]
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+@pytest.mark.parametrize(
+    "text", ["[1, 2]", '{"format_version": 2}', '{"format_version": 2, "benchmarks": [{"index": "x"}]}']
+)
+def test_files_that_are_not_sweep_results_are_refused_in_one_line(tmp_path, text):
+    (tmp_path / "benchmark_results.json").write_text(text)
+    result = CliRunner().invoke(main, ["merge", str(tmp_path), "--out", str(tmp_path / "m")])
+    assert result.exit_code == 2 and result.stderr.startswith(
+        f"Error: {tmp_path / 'benchmark_results.json'} is not a sweep's results"
+    )
+    assert len(result.stderr.splitlines()) == 1
+
+
+# -- structure -------------------------------------------------------------------------------------
+def test_results_do_not_import_their_presentation():
+    code = (
+        "import sys, energyframe.sweeps.results; "
+        "print(sorted(m for m in sys.modules if m.startswith('energyframe.sweeps.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['energyframe.sweeps.devices', 'energyframe.sweeps.results']"

@@ -353,3 +353,64 @@ def test_trace_command_needs_its_options():
     assert result.output.endswith(
         "Error: energyframe trace needs --workload SPEC and --out DIR (or: energyframe trace import FILE)\n"
     )
+
+
+def test_kernels_of_graph_replays_are_counted_per_step(tmp_path):
+    """A profiled graph replay: no aten op launches its kernels (one cudaGraphLaunch does), so
+    they are counted by the step annotation they ran in."""
+    from energyframe.replay.graphgap import kernels_per_step
+
+    events = []
+    for step, base in enumerate((1000.0, 2000.0)):
+        events.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "energyframe.step",
+                "pid": 1,
+                "tid": 1,
+                "ts": base,
+                "dur": 500,
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaGraphLaunch",
+                "pid": 1,
+                "tid": 1,
+                "ts": base + 1,
+                "dur": 5,
+                "args": {"correlation": 7 + step},
+            }
+        )
+        # three kernels of 10 us with 2 us between them, then one overlapping the last
+        for i, (start, dur) in enumerate([(10, 10), (22, 10), (34, 10), (40, 10)]):
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "kernel",
+                    "name": f"k{i}",
+                    "pid": 0,
+                    "tid": 7,
+                    "ts": base + start,
+                    "dur": dur,
+                    "args": {"correlation": 7 + step, "stream": 7},
+                }
+            )
+    path = tmp_path / "graph.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    got = kernels_per_step(kineto.parse(path))
+    assert got.replays == 2 and got.kernels == 4
+    assert got.busy_s == pytest.approx(36e-6) and got.span_s == pytest.approx(40e-6)
+
+
+def test_a_trace_without_kernels_in_steps_gives_no_graph_figures(tmp_path):
+    from energyframe.replay.graphgap import kernels_per_step
+
+    path = tmp_path / "cpu.json"
+    path.write_text(
+        json.dumps({"traceEvents": [op("aten::mm", 10, 5, 1, [[2, 2], [2, 2]], ["float", "float"])]})
+    )
+    assert kernels_per_step(kineto.parse(path)) is None

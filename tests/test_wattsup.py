@@ -1,4 +1,7 @@
-"""The wattsup source driven by the emulator over real pseudo-terminals, and the protocol."""
+"""The wattsup source driven by the emulator over real pseudo-terminals, and the protocol.
+
+Tests about logic run the emulator's clock ``FAST`` times faster than real time (the source is
+told with ``time_scale``); one test, marked slow, runs a meter at its real 1-s pace."""
 
 import os
 import subprocess
@@ -16,6 +19,9 @@ from energyframe.power.wattsup_emulator import Faults, WattsUpEmulator, constant
 from tests.fakes import ProfileSource
 
 pytest.importorskip("serial")
+
+#: how much faster than real time the emulated meters of the logic tests run
+FAST = 10.0
 
 
 # -- protocol -----------------------------------------------------------------------------------
@@ -58,7 +64,8 @@ def measure_for(ports, seconds, **options):
     return m.result
 
 
-def test_one_meter_at_constant_power():
+@pytest.mark.slow
+def test_one_meter_at_constant_power_at_its_real_pace():
     with WattsUpEmulator(constant(200.0), faults=Faults(garbage_on_open=b"\x00\x13#d,-,18,99")) as meter:
         result = measure_for(meter.port, 3.0)
         commands = list(meter.commands)
@@ -73,14 +80,16 @@ def test_one_meter_at_constant_power():
 
 
 def test_two_meters_are_channels_and_their_sum_is_wall(tmp_path):
-    with WattsUpEmulator(constant(150.0)) as a, WattsUpEmulator(constant(50.0), seed=1) as b:
+    a = WattsUpEmulator(constant(150.0), time_scale=FAST)
+    b = WattsUpEmulator(constant(50.0), seed=1, time_scale=FAST)
+    with a, b:
         with ef.measure(
-            power=[f"wattsup:ports={a.port},{b.port},log={tmp_path}/power.csv"],
+            power=[f"wattsup:ports={a.port},{b.port},log={tmp_path}/power.csv,time_scale={FAST}"],
             sync=None,
             out=tmp_path / "run",
         ) as m:
             with m.window("w"):
-                time.sleep(3.0)
+                time.sleep(0.4)
     powers = {r.channel: r.mean_power_w for r in m.result.windows.itertuples()}
     assert powers == pytest.approx({"meter0": 150.0, "meter1": 50.0, "wall": 200.0})
     assert m.result.meta["primary_channels"] == ["wall"]
@@ -93,10 +102,10 @@ def test_two_meters_are_channels_and_their_sum_is_wall(tmp_path):
 
 
 def test_noise_and_quantisation():
-    with WattsUpEmulator(constant(123.456), noise_w=0.0) as meter:
-        source = WattsUpPowerSource(name="w", ports=meter.port)
+    with WattsUpEmulator(constant(123.456), noise_w=0.0, time_scale=FAST) as meter:
+        source = WattsUpPowerSource(name="w", ports=meter.port, time_scale=FAST)
         source.start(SourceContext())
-        time.sleep(2.5)
+        time.sleep(0.3)
         values = [s.value for s in source.read()]
         source.stop()
     assert values and all(v == 123.5 for v in values)  # 0.1-W resolution
@@ -105,19 +114,19 @@ def test_noise_and_quantisation():
 @pytest.mark.parametrize(
     "faults,message",
     [
-        (Faults(silence_after_s=1.5), "went silent: no record for"),
-        (Faults(disconnect_after_s=1.5), "was disconnected or failed"),
+        (Faults(silence_after_s=3.0), "went silent: no record for"),
+        (Faults(disconnect_after_s=3.0), "was disconnected or failed"),
     ],
 )
 def test_a_meter_that_is_lost_stops_the_run_and_keeps_its_samples(faults, message, tmp_path):
-    with WattsUpEmulator(constant(80.0), faults=faults) as meter:
+    with WattsUpEmulator(constant(80.0), faults=faults, time_scale=FAST) as meter:
         with pytest.raises(ef.PowerSourceError, match=message):
-            result = ef.run(
-                "sleep:seconds=1",
-                power=[f"wattsup:ports={meter.port},silence_s=1.5"],
+            ef.run(
+                "sleep:seconds=0.1",
+                power=[f"wattsup:ports={meter.port},silence_s=1.5,time_scale={FAST}"],
                 reporters=[],
                 out=tmp_path / "run",
-                config=ef.RunConfig(trials=30, min_window_s=0.5),
+                config=ef.RunSettings(trials=300, min_window_s=0.05),
             )
     result = ef.RunResult.load(tmp_path / "run")
     assert result.status == "incomplete" and message.split(":")[0] in result.reason
@@ -126,19 +135,19 @@ def test_a_meter_that_is_lost_stops_the_run_and_keeps_its_samples(faults, messag
 
 def test_garbage_and_bad_records_are_skipped_with_a_warning():
     warnings = []
-    with WattsUpEmulator(constant(60.0), faults=Faults(garbage_after_s=1.2)) as meter:
-        source = WattsUpPowerSource(name="w", ports=meter.port)
+    with WattsUpEmulator(constant(60.0), faults=Faults(garbage_after_s=1.2), time_scale=FAST) as meter:
+        source = WattsUpPowerSource(name="w", ports=meter.port, time_scale=FAST)
         source.start(SourceContext(warn=warnings.append))
-        time.sleep(3.5)
+        time.sleep(0.35)
         samples = source.read()
         source.stop()
     assert len(samples) >= 3
     assert any("bytes that are not packets" in w for w in warnings)
     warnings = []
-    with WattsUpEmulator(constant(60.0), faults=Faults(bad_record_after_s=1.2)) as meter:
-        source = WattsUpPowerSource(name="w", ports=meter.port)
+    with WattsUpEmulator(constant(60.0), faults=Faults(bad_record_after_s=1.2), time_scale=FAST) as meter:
+        source = WattsUpPowerSource(name="w", ports=meter.port, time_scale=FAST)
         source.start(SourceContext(warn=warnings.append))
-        time.sleep(2.5)
+        time.sleep(0.25)
         source.stop()
     assert any("does not parse" in w for w in warnings)
 
@@ -157,7 +166,7 @@ def test_a_port_nobody_answers_on():
     master, slave = pty.openpty()
     try:
         with pytest.raises(PowerSourceError, match="no answer from a WattsUp\\? meter on /dev/pts/"):
-            WattsUpPowerSource(name="w", ports=os.ttyname(slave)).start(SourceContext())
+            WattsUpPowerSource(name="w", ports=os.ttyname(slave), time_scale=FAST).start(SourceContext())
     finally:
         os.close(master)
         os.close(slave)
@@ -183,30 +192,31 @@ def test_a_port_that_is_not_readable(monkeypatch):
 
 
 def test_a_lagging_meter_is_aligned_to_within_one_sample():
+    # 3 s of lag and a 7-s square wave on the meter's clock, 16 s of it: at FAST, in real seconds
     t0 = time.monotonic()
-    profile = square_wave(100.0, 400.0, 7.0, start_s=t0)
-    with WattsUpEmulator(profile, lag_s=3.0, noise_w=1.0) as meter:
-        with ef.measure(power=[ProfileSource(profile), f"wattsup:ports={meter.port}"], sync=None) as m:
+    profile = square_wave(100.0, 400.0, 7.0 / FAST, start_s=t0)
+    with WattsUpEmulator(profile, lag_s=3.0, noise_w=1.0, time_scale=FAST) as meter:
+        spec = f"wattsup:ports={meter.port},time_scale={FAST}"
+        with ef.measure(power=[ProfileSource(profile), spec], sync=None) as m:
             with m.window("w"):
-                time.sleep(16.0)
+                time.sleep(16.0 / FAST)
         record = m.records[0]
         truth = meter.true_energy_j(record.start_s, record.end_s)
     alignment = m.result.meta["alignment"]["wall"]
     assert alignment["reference"] == "gpu0" and alignment["applied"]
-    assert abs(alignment["lag_s"] - 3.0) <= 1.0  # within one sample period of the injected lag
+    assert abs(alignment["lag_s"] - 3.0 / FAST) <= 1.0 / FAST  # within one sample period of the lag
     assert alignment["correlation"] > 0.9
-    assert m.result.meta["time_maps"]["wall"]["lag_s"] == pytest.approx(alignment["lag_s"] + 0.5)
+    assert m.result.meta["time_maps"]["wall"]["lag_s"] == pytest.approx(alignment["lag_s"] + 0.5 / FAST)
     wall = m.result.windows[m.result.windows["channel"] == "wall"].iloc[0]
     assert wall["energy_j"] == pytest.approx(truth, rel=0.02)
 
 
 def test_a_flat_load_cannot_be_aligned_and_the_run_says_so():
-    with WattsUpEmulator(constant(300.0)) as meter:
-        with ef.measure(
-            power=[ProfileSource(constant(250.0)), f"wattsup:ports={meter.port}"], sync=None
-        ) as m:
+    with WattsUpEmulator(constant(300.0), time_scale=FAST) as meter:
+        spec = f"wattsup:ports={meter.port},time_scale={FAST}"
+        with ef.measure(power=[ProfileSource(constant(250.0)), spec], sync=None) as m:
             with m.window("w"):
-                time.sleep(3.0)
+                time.sleep(0.4)
     assert m.result.meta["alignment"]["wall"]["applied"] is False
     assert any("use --sync-pulse" in w for w in m.result.warnings)
 

@@ -2,26 +2,35 @@
 
 For machines where NVML's Python bindings cannot be used, and for users of the earlier tool who
 want its CSV log. The child is started once (a new process per reading costs ~0.5 s), read line
-by line on a thread, and parsed by header name. ``power.draw.instant`` is preferred: on Ampere
-and newer ``power.draw`` and ``power.draw.average`` are 1-second averages that lag the load.
-Timestamps are nvidia-smi's (local time, ms) and are mapped onto the run's timeline.
+by line as a ``Stream`` of the polling base, and parsed by header name. ``power.draw.instant``
+is preferred: on Ampere and newer ``power.draw`` and ``power.draw.average`` are 1-second
+averages that lag the load. Timestamps are nvidia-smi's (local time, ms) and are mapped onto the
+run's timeline.
+
+Each way the child can fail ends in one clear message: it exits (its exit code and last error
+line), it stops printing while alive (``silence_s``), it prints lines that do not parse, it
+prints far more rows than asked for, or its header lacks a field that was asked for. Data
+problems are not repaired here: ``[N/A]`` values are skipped (never read as 0) with a warning
+when a field that had values loses them, and negative or absurd power values are passed on
+unchanged for the run to flag.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
+import select
 import shutil
 import subprocess
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import PowerSourceError
-from ..interfaces import Channel, ClockBase, Detection, PowerSource, Quantity, Sample, Scope, SourceContext
+from ..interfaces import Channel, ClockBase, Detection, Quantity, Sample, Scope, Timing
 from ..options import Option
+from ..polling import PollingSource, Stream
 
 POWER_FIELDS = ("power.draw.instant", "power.draw", "power.draw.average")
 STATE_FIELDS = {
@@ -41,6 +50,12 @@ MISSING = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]"
 LATE_S = 1.0
 #: this many unparsable lines in a row mean the output is not what we asked for
 MAX_BAD_LINES = 20
+#: more rows than this many times what ``-lms`` asks for, over a second, is a flood
+FLOOD_FACTOR = 10.0
+#: ``power.draw`` and ``power.draw.average`` average over the last second (Ampere and newer). Units: s.
+AVERAGE_WINDOW_S = 1.0
+#: the header may take this many times ``silence_s`` (the driver initialising)
+HEADER_SILENCE_FACTOR = 3.0
 _UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 
 
@@ -73,7 +88,7 @@ def supported_fields(executable: str) -> set[str]:
     return names
 
 
-class NvidiaSmiPowerSource(PowerSource):
+class NvidiaSmiPowerSource(PollingSource):
     """GPU power read from a running ``nvidia-smi`` (one child, read continuously)."""
 
     DESCRIPTION = "NVIDIA GPU power from one long-lived nvidia-smi child (CSV, parsed by header)"
@@ -83,6 +98,13 @@ class NvidiaSmiPowerSource(PowerSource):
         Option("log", "path", None, "also write nvidia-smi's raw CSV to this file"),
         Option("prefix", "str", "", "prepended to channel names (to run beside the nvml source)"),
         Option("executable", "str", "nvidia-smi", "the nvidia-smi program"),
+        Option(
+            "silence_s",
+            "float",
+            5.0,
+            "nvidia-smi printing nothing for this long, while running, is a failure. Units: s",
+            minimum=0.1,
+        ),
     )
     AUTO_PRIORITY = 50
     AUTO_SCOPE = Scope.GPU
@@ -90,15 +112,13 @@ class NvidiaSmiPowerSource(PowerSource):
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
         self._proc: subprocess.Popen | None = None
-        self._thread: threading.Thread | None = None
-        self._pending: list[Sample] = []
-        self._lock = threading.Lock()
-        self._error: str | None = None
-        self._stopping = False
-        self._channels: dict[str, Channel] = {}
+        self._by_column: dict[str, Channel] = {}
         self._info: dict = {}
-        self._warn = print
         self._logs: list = []
+        self._columns: list[str] = []
+        self._gpus: list[str] = []
+        self._warned: set[str] = set()
+        self._had_value: set[str] = set()
 
     @classmethod
     def detect(cls) -> Detection:
@@ -114,8 +134,8 @@ class NvidiaSmiPowerSource(PowerSource):
             return Detection(False, (proc.stderr or proc.stdout).strip()[:200] or "nvidia-smi sees no GPU")
         return Detection(True, f"{len(gpus)} GPU(s)")
 
-    def start(self, context: SourceContext) -> Sequence[Channel]:
-        self._warn = context.warn
+    # -- start ---------------------------------------------------------------------------------
+    def open(self) -> Sequence[Channel]:
         exe = shutil.which(self.options["executable"])
         if exe is None:
             raise PowerSourceError(
@@ -130,22 +150,23 @@ class NvidiaSmiPowerSource(PowerSource):
             raise PowerSourceError(f"{exe} offers none of the power fields {', '.join(POWER_FIELDS)}")
         self._power_field = power[0]
         fields = ["timestamp", "index", "uuid", *power, *[f for f in STATE_FIELDS if f in known]]
-        select = ["-i", ",".join(self.options["gpus"])] if self.options["gpus"] else []
-        self._gpus = self._list_gpus(exe, select)
+        select_gpus = ["-i", ",".join(self.options["gpus"])] if self.options["gpus"] else []
+        self._gpus = self._list_gpus(exe, select_gpus)
         cmd = [
             exe,
             f"--query-gpu={','.join(fields)}",
             "--format=csv,nounits",
             "-lms",
             str(self.options["interval_ms"]),
-            *select,
+            *select_gpus,
         ]
-        for path in (context.raw_dir / "nvidia-smi.csv" if context.raw_dir else None, self.options["log"]):
+        raw_dir = self.context.raw_dir
+        for path in (raw_dir / "nvidia-smi.csv" if raw_dir else None, self.options["log"]):
             if path is not None:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
                 self._logs.append(open(path, "w"))
         try:
-            self._proc = subprocess.Popen(
+            self._proc = self.spawn(
                 cmd,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -155,34 +176,52 @@ class NvidiaSmiPowerSource(PowerSource):
             )
         except OSError as e:
             raise PowerSourceError(f"could not start {exe}: {e}") from e
-        header = self._proc.stdout.readline()
-        if not header:
-            err = self._proc.stderr.read().strip()
-            self._proc.wait()
-            raise PowerSourceError(f"nvidia-smi exited at once (code {self._proc.returncode}): {err[:300]}")
+        header = self._read_header()
         self._write_log(header)
         self._columns = [header_name(h) for h in header.split(",")]
-        missing = {"timestamp", "index", self._power_field} - set(self._columns)
+        missing = [f for f in ("timestamp", "index", self._power_field) if f not in self._columns]
         if missing:
-            self._reap()
-            raise PowerSourceError(f"nvidia-smi's header lacks {sorted(missing)}: {header.strip()!r}")
+            raise PowerSourceError(
+                f"nvidia-smi's header lacks {missing} (it printed {header.strip()!r}; asked for "
+                f"{','.join(fields)}): this nvidia-smi names its columns differently"
+            )
+        absent = [f for f in fields if f not in self._columns and f not in missing]
+        if absent:
+            self.warn(
+                f"nvidia-smi's header has no column for {', '.join(absent)} (it printed {header.strip()!r}); "
+                "those readings are not recorded"
+            )
         self._make_channels()
         self._info = {"command": cmd, "power_field": self._power_field, "fields": fields, "gpus": self._gpus}
         if self._power_field != "power.draw.instant":
-            context.warn(
+            self.warn(
                 f"this nvidia-smi has no power.draw.instant; using {self._power_field}, which on Ampere and newer "
                 "is a 1-s average that lags changes of load"
             )
-        self._thread = threading.Thread(target=self._read_loop, name="energyframe-nvidia-smi", daemon=True)
-        self._thread.start()
-        return list(self._channels.values())
+        return list(self._by_column.values())
+
+    def _read_header(self) -> str:
+        proc = self._proc
+        wait_s = HEADER_SILENCE_FACTOR * self.options["silence_s"]
+        ready, _, _ = select.select([proc.stdout], [], [], wait_s)
+        header = proc.stdout.readline() if ready else ""
+        if header:
+            return header
+        if proc.poll() is None:
+            raise PowerSourceError(
+                f"nvidia-smi started but printed nothing for {wait_s:.1f} s: the driver may be hung"
+            )
+        err = proc.stderr.read().strip()
+        raise PowerSourceError(
+            f"nvidia-smi exited at once (code {proc.wait()})" + (f": {err[:300]}" if err else "")
+        )
 
     @staticmethod
-    def _list_gpus(exe: str, select: list[str]) -> list[str]:
+    def _list_gpus(exe: str, select_gpus: list[str]) -> list[str]:
         """The indices of the GPUs to read (one short nvidia-smi call before the long one)."""
         try:
             proc = subprocess.run(
-                [exe, "--query-gpu=index", "--format=csv,noheader", *select],
+                [exe, "--query-gpu=index", "--format=csv,noheader", *select_gpus],
                 capture_output=True,
                 text=True,
                 timeout=30,
@@ -198,18 +237,20 @@ class NvidiaSmiPowerSource(PowerSource):
     def _make_channels(self) -> None:
         prefix = self.options["prefix"]
         period = self.options["interval_ms"] / 1e3
+        averaged = {"timing": Timing.PERIOD_END, "averaging_s": AVERAGE_WINDOW_S}
         for index in self._gpus:
             base = f"{prefix}gpu{index}"
-            self._channels[f"{index}:{self._power_field}"] = Channel(
+            self._by_column[f"{index}:{self._power_field}"] = Channel(
                 base,
                 Quantity.POWER,
                 Scope.GPU,
                 max(period, 0.1),
                 ClockBase.WALL,
                 description=f"nvidia-smi {self._power_field}",
+                **({} if self._power_field == "power.draw.instant" else averaged),
             )
             if self._power_field != "power.draw.average" and "power.draw.average" in self._columns:
-                self._channels[f"{index}:power.draw.average"] = Channel(
+                self._by_column[f"{index}:power.draw.average"] = Channel(
                     f"{base}.power_average",
                     Quantity.POWER,
                     Scope.GPU,
@@ -217,10 +258,11 @@ class NvidiaSmiPowerSource(PowerSource):
                     ClockBase.WALL,
                     primary=False,
                     description="nvidia-smi power.draw.average: a 1-s average that lags the load",
+                    **averaged,
                 )
             for field, (suffix, unit) in STATE_FIELDS.items():
                 if field in self._columns:
-                    self._channels[f"{index}:{field}"] = Channel(
+                    self._by_column[f"{index}:{field}"] = Channel(
                         f"{base}.{suffix}",
                         Quantity.STATE,
                         Scope.GPU,
@@ -230,6 +272,58 @@ class NvidiaSmiPowerSource(PowerSource):
                         primary=False,
                         description=f"nvidia-smi {field}",
                     )
+
+    # -- acquisition ---------------------------------------------------------------------------
+    def tasks(self) -> Sequence[Stream]:
+        return [
+            Stream(
+                self._rows,
+                name="nvidia-smi",
+                silent_after_s=self.options["silence_s"],
+                on_silence=self._silence,
+            )
+        ]
+
+    def _silence(self, quiet_s: float) -> str:
+        return (
+            f"nvidia-smi is running but printed nothing for {quiet_s:.1f} s (a row was due every "
+            f"{self.options['interval_ms']} ms): the driver may be hung; run nvidia-smi by hand and check dmesg"
+        )
+
+    def _rows(self) -> Iterator[list[Sample]]:
+        """Samples from each line nvidia-smi prints, until it exits."""
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        bad_in_a_row = 0
+        flood = _RateCheck(len(self._gpus) * 1000.0 / self.options["interval_ms"])
+        for line in proc.stdout:
+            self._write_log(line)
+            rows = flood.count()
+            if rows is not None:
+                raise PowerSourceError(
+                    f"nvidia-smi printed {rows[0]} rows in {rows[1]:.1f} s where -lms {self.options['interval_ms']} "
+                    f"asks for about {flood.expected_per_s:.0f} a second: its output is not what was asked for"
+                )
+            batch = self._handle(line)
+            if batch is not None:
+                bad_in_a_row = 0
+                yield batch
+                continue
+            bad_in_a_row += 1
+            if bad_in_a_row == 1:
+                self.warn(f"nvidia-smi printed a line that does not parse: {line.strip()[:120]!r}")
+            if bad_in_a_row >= MAX_BAD_LINES:
+                raise PowerSourceError(
+                    f"nvidia-smi printed {MAX_BAD_LINES} lines in a row that do not parse, e.g. {line.strip()[:120]!r}"
+                )
+            yield []  # alive, though saying nothing useful
+        if not self.stopping:
+            code = proc.wait()
+            err = proc.stderr.read().strip() if proc.stderr else ""
+            last = err.splitlines()[-1][:300] if err else ""
+            raise PowerSourceError(
+                f"nvidia-smi exited unexpectedly (code {code})" + (f": {last}" if last else "")
+            )
 
     def _parse(self, line: str) -> dict | None:
         """A row as {column: text}, or None when it does not fit the header."""
@@ -241,89 +335,76 @@ class NvidiaSmiPowerSource(PowerSource):
             return None
         return row
 
-    def _handle(self, line: str) -> bool:
-        """Turn one output line into samples; False when it cannot be parsed."""
+    def _handle(self, line: str) -> list[Sample] | None:
+        """One output line as samples; None when it cannot be parsed."""
         if not line.strip():
-            return True
+            return []
         row = self._parse(line)
         if row is None:
-            return False
+            return None
         try:
             t = parse_timestamp(row["timestamp"])
         except ValueError:
-            return False
+            return None
         batch = []
         for column, text in row.items():
-            channel = self._channels.get(f"{row['index']}:{column}")
+            key = f"{row['index']}:{column}"
+            channel = self._by_column.get(key)
             if channel is None:
                 continue
             try:
                 value = parse_number(text)
             except ValueError:
-                return False
-            if value is not None:  # [N/A] and [Not Supported] are skipped, not zeros
+                return None
+            if value is not None:
                 batch.append(Sample(channel.name, t, value))
-        arrival = time.time()
-        if arrival - t > LATE_S and not getattr(self, "_warned_late", False):
-            self._warned_late = True
-            self._warn(
-                f"nvidia-smi rows arrive {arrival - t:.1f} s after their timestamps: it is falling behind"
+                self._had_value.add(key)
+            elif key in self._had_value:  # [N/A] and [Not Supported] are skipped, never zeros
+                self._warn_once(
+                    f"na:{key}",
+                    f"nvidia-smi reports {column} of GPU {row['index']} as {text or 'empty'} since "
+                    f"{row['timestamp']}; those readings are skipped, not read as 0",
+                )
+        late = time.time() - t
+        if late > LATE_S:
+            self._warn_once(
+                "late", f"nvidia-smi rows arrive {late:.1f} s after their timestamps: it is falling behind"
             )
-        with self._lock:
-            self._pending.extend(batch)
-        return True
+        return batch
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self.warn(message)
 
     def _write_log(self, line: str) -> None:
         for f in self._logs:
             f.write(line)
             f.flush()
 
-    def _read_loop(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        bad_in_a_row = 0
-        for line in self._proc.stdout:
-            self._write_log(line)
-            if self._handle(line):
-                bad_in_a_row = 0
-                continue
-            bad_in_a_row += 1
-            if bad_in_a_row == 1:
-                self._warn(f"nvidia-smi printed a line that does not parse: {line.strip()[:120]!r}")
-            if bad_in_a_row >= MAX_BAD_LINES:
-                self._error = f"nvidia-smi printed {MAX_BAD_LINES} lines in a row that do not parse, e.g. {line.strip()[:120]!r}"
-                self._reap()
-                return
-        if not self._stopping:
-            code = self._proc.wait()
-            err = self._proc.stderr.read().strip() if self._proc.stderr else ""
-            self._error = f"nvidia-smi exited unexpectedly (code {code})" + (f": {err[:300]}" if err else "")
-
-    def read(self) -> list[Sample]:
-        with self._lock:
-            out, self._pending = self._pending, []
-        if not out and self._error is not None:
-            raise PowerSourceError(self._error)
-        return out
-
-    def stop(self) -> None:
-        self._stopping = True
-        self._reap()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def close(self) -> None:
         for f in self._logs:
             f.close()
         self._logs = []
 
-    def _reap(self) -> None:
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    def info(self) -> Mapping[str, Any]:
+    def describe(self) -> Mapping[str, Any]:
         return self._info
+
+
+class _RateCheck:
+    """Counts rows per second; says (rows, seconds) once they come far faster than expected."""
+
+    def __init__(self, expected_per_s: float) -> None:
+        self.expected_per_s = expected_per_s
+        self._since = time.monotonic()
+        self._rows = 0
+
+    def count(self) -> tuple[int, float] | None:
+        self._rows += 1
+        elapsed = time.monotonic() - self._since
+        if elapsed < 1.0:
+            if self._rows > FLOOD_FACTOR * self.expected_per_s + 100:
+                return self._rows, max(elapsed, 1e-3)
+            return None
+        rows, self._since, self._rows = self._rows, time.monotonic(), 0
+        return (rows, elapsed) if rows > FLOOD_FACTOR * self.expected_per_s * elapsed + 100 else None

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import PowerSourceError, UsageError
-from ..interfaces import Channel, ClockBase, PowerSource, Quantity, Sample, Scope, SourceContext
+from ..interfaces import Channel, ClockBase, PowerSource, Quantity, Sample, Scope, SourceContext, Timing
 from ..options import Option
 
 
@@ -68,6 +68,14 @@ class ReplayPowerSource(PowerSource):
             None,
             "scope of the replayed channels (default: as recorded, else other)",
             choices=tuple(s.value for s in Scope),
+        ),
+        Option(
+            "timing",
+            "choice",
+            None,
+            "what the replayed timestamps mean (default: as recorded, else exact); 'unknown' "
+            "estimates their lag after the run, as for a wall meter",
+            choices=tuple(t.value for t in Timing),
         ),
         Option("tz", "str", "local", "zone of log times written without one: local, UTC, +01:00"),
     )
@@ -128,6 +136,7 @@ class ReplayPowerSource(PowerSource):
         description = f"replayed from {self.options['file']}" + (
             f": {recorded.description}" if recorded.description else ""
         )
+        timing = Timing(self.options["timing"]) if self.options["timing"] else recorded.timing
         channel = dataclasses.replace(
             recorded,
             name=self.options["prefix"] + recorded.name,
@@ -135,6 +144,8 @@ class ReplayPowerSource(PowerSource):
             resolution_s=recorded.resolution_s or spacing,
             clock=ClockBase.WALL if absolute else ClockBase.MONOTONIC,
             description=description,
+            timing=timing,
+            averaging_s=recorded.averaging_s or (spacing if timing != Timing.EXACT else 0.0),
         )
         duration = float(times[-1] - times[0]) if times.size else 0.0
         period = duration + spacing

@@ -4,37 +4,40 @@ Each meter is initialised (logging stopped, input flushed, header requested so r
 by the meter's own field order), then logs externally once per interval; every ``#d`` record is
 stamped on arrival (monotonic) and becomes a power sample. With several ports, each meter is a
 channel (``meter0``, ``meter1``, ...) and ``wall`` is their sum. Records report the average of
-the last interval and arrive late by an unknown amount: ``energyframe.align`` estimates that lag
-after the run against a GPU's power and moves the meter's samples before integrating.
+the last interval and arrive late by an unknown amount (``Timing.UNKNOWN``): ``energyframe.align``
+estimates that lag after the run against a GPU's power and moves the meter's samples before
+integrating. Each port is read as a ``Stream`` of the polling base.
+
+Faults end in one clear message: a port given twice or no port at all (refused before anything
+starts), a meter that is unplugged, one that goes silent, one that sends only line noise (data
+that does not parse, with a sample of it), one that floods the port. Values are not repaired:
+a negative reading is passed on for the run to flag.
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import errno
+import functools
+import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import PowerSourceError
-from ..interfaces import (
-    Channel,
-    ClockBase,
-    PowerSource,
-    Quantity,
-    Sample,
-    Scope,
-    SourceContext,
-    WindowAnnotation,
-)
+from ..errors import OptionError, PowerSourceError
+from ..interfaces import Channel, ClockBase, Quantity, Sample, Scope, Timing, WindowAnnotation
 from ..options import Option
+from ..polling import PollingSource, Stream
 from . import wattsup_protocol as proto
 
 #: MLPerf Power's guidance: wall-meter windows shorter than this are not trustworthy. Units: s.
 MLPERF_MIN_WINDOW_S = 60.0
 SHORT_FOR_METER = "meter_window_under_60s"
+#: this many records within one logging interval is a flood (10 times the meter's rate)
+FLOOD_RECORDS = 10
 
 
 def open_port(port: str, baudrate: int = 115200):
@@ -58,7 +61,7 @@ def open_port(port: str, baudrate: int = 115200):
 
 
 class _Meter:
-    """One meter: its port, header and reader thread."""
+    """One meter: its port, header, reader and what it sent."""
 
     def __init__(self, index: int, port: str, channel: str) -> None:
         self.index = index
@@ -67,13 +70,16 @@ class _Meter:
         self.serial = None
         self.header: tuple[str, ...] = proto.FIELDS
         self.reader = proto.PacketReader()
-        self.last_record_s: float | None = None
         self.latest_w: float | None = None
         self.records = 0
-        self.version: tuple[str, ...] = ()
+        self.arrivals: collections.deque[float] = collections.deque(maxlen=FLOOD_RECORDS)
+        #: garbage bytes counted when the last record arrived (line noise since then is news)
+        self.garbage_at_record = 0
+        self.bad_at_record = 0
+        self.bad_sample = ""
 
 
-class WattsUpPowerSource(PowerSource):
+class WattsUpPowerSource(PollingSource):
     """System power from one or more WattsUp? meters."""
 
     DESCRIPTION = "WattsUp? PRO/.NET wall meters over USB serial (1 Hz), several summed into 'wall'"
@@ -84,29 +90,53 @@ class WattsUpPowerSource(PowerSource):
             "silence_s",
             "float",
             3.0,
-            "a meter that sends nothing for this long has failed. Units: s",
+            "a meter that sends no record for this long has failed. Units: s",
             minimum=0.5,
         ),
         Option("log", "path", None, "also write the earlier tool's CSV (time,id,pm1,pm2,sum) here"),
         Option("prefix", "str", "", "prepended to channel names"),
+        Option(
+            "time_scale",
+            "float",
+            1.0,
+            "emulated meters only: the emulator's clock runs this many times faster than real time",
+            minimum=1.0,
+        ),
     )
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
+        ports = list(self.options["ports"])
+        if not ports:
+            raise OptionError(
+                f"option 'ports' of power source {self.name!r} is empty; give the meters' serial ports, "
+                "e.g. ports=/dev/ttyUSB0"
+            )
+        seen: dict[str, str] = {}
+        for port in ports:
+            real = os.path.realpath(port)
+            if real in seen:
+                same = f"{port} twice" if seen[real] == port else f"{seen[real]} and {port}, both {real}"
+                raise OptionError(
+                    f"option 'ports' of power source {self.name!r} names one port twice ({same}): its meter "
+                    "would be counted twice"
+                )
+            seen[real] = port
         self._meters: list[_Meter] = []
-        self._pending: list[Sample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._error: str | None = None
+        self._meter_lock = threading.Lock()
         self._warned: set[str] = set()
-        self._warn = print
         self._logs: list = []
         self._row = 0
 
+    def resources(self) -> Sequence[str]:
+        return [f"serial:{os.path.realpath(port)}" for port in self.options["ports"]]
+
+    def _real_s(self, meter_s: float) -> float:
+        """A duration on the meter's clock in real seconds (the emulator may run faster)."""
+        return meter_s / self.options["time_scale"]
+
     # -- start -------------------------------------------------------------------------------
-    def start(self, context: SourceContext) -> Sequence[Channel]:
-        self._warn = context.warn
+    def open(self) -> Sequence[Channel]:
         ports = list(self.options["ports"])
         prefix = self.options["prefix"]
         single = len(ports) == 1
@@ -114,21 +144,12 @@ class WattsUpPowerSource(PowerSource):
             _Meter(i, port, f"{prefix}wall" if single else f"{prefix}meter{i}")
             for i, port in enumerate(ports)
         ]
-        try:
-            for meter in self._meters:
-                meter.serial = open_port(meter.port)
-                self._initialise(meter)
-        except BaseException:
-            self._close_all()
-            raise
-        self._open_logs(context.raw_dir)
         for meter in self._meters:
-            thread = threading.Thread(
-                target=self._read_loop, args=(meter,), name=f"wattsup-{meter.index}", daemon=True
-            )
-            self._threads.append(thread)
-            thread.start()
-        period = float(self.options["interval_s"])
+            meter.serial = open_port(meter.port)
+            self._initialise(meter)
+        self._open_logs(self.context.raw_dir)
+        period = self._real_s(float(self.options["interval_s"]))
+        timing = {"timing": Timing.UNKNOWN, "averaging_s": period}
         channels = [
             Channel(
                 m.channel,
@@ -138,6 +159,7 @@ class WattsUpPowerSource(PowerSource):
                 ClockBase.MONOTONIC,
                 primary=single,
                 description=f"WattsUp? meter on {m.port} ({period:g}-s averages, stamped on arrival)",
+                **timing,
             )
             for m in self._meters
         ]
@@ -150,6 +172,7 @@ class WattsUpPowerSource(PowerSource):
                     period,
                     ClockBase.MONOTONIC,
                     description="sum of the meters (each meter's latest record at every record)",
+                    **timing,
                 )
             )
         return channels
@@ -157,12 +180,12 @@ class WattsUpPowerSource(PowerSource):
     def _initialise(self, meter: _Meter) -> None:
         ser = meter.serial
         ser.write(proto.STOP_LOGGING)  # it may still be logging from an earlier session
-        time.sleep(0.2)
+        time.sleep(self._real_s(0.2))
         ser.reset_input_buffer()  # garbage and partial bytes after opening are expected
         header = None
         for _ in range(3):
             ser.write(proto.REQUEST_HEADER)
-            deadline = time.monotonic() + 1.5
+            deadline = time.monotonic() + self._real_s(1.5)
             while time.monotonic() < deadline and header is None:
                 for packet in meter.reader.feed(ser.read(ser.in_waiting or 1)):
                     if packet.cmd == "h":
@@ -180,6 +203,7 @@ class WattsUpPowerSource(PowerSource):
                 f"the meter on {meter.port} reports no W field (its header: {','.join(meter.header)})"
             )
         meter.reader.garbage_bytes = 0
+        meter.reader.bad_packets.clear()
         ser.write(proto.start_logging(self.options["interval_s"]))
 
     def _open_logs(self, raw_dir: Path | None) -> None:
@@ -197,67 +221,97 @@ class WattsUpPowerSource(PowerSource):
             self._logs.append(f)
 
     # -- acquisition -----------------------------------------------------------------------
+    def tasks(self) -> Sequence[Stream]:
+        quiet_s = self._real_s(self.options["silence_s"] + self.options["interval_s"])
+        return [
+            Stream(
+                functools.partial(self._records, meter),
+                name=f"wattsup-{meter.index}",
+                silent_after_s=quiet_s,
+                on_silence=functools.partial(self._silence, meter),
+            )
+            for meter in self._meters
+        ]
+
+    def _silence(self, meter: _Meter, quiet_s: float) -> str:
+        reader = meter.reader
+        if reader.garbage_bytes > meter.garbage_at_record or len(reader.bad_packets) > meter.bad_at_record:
+            sample = meter.bad_sample or reader.garbage_sample
+            return (
+                f"the meter on {meter.port} sends data that does not parse (no record for {quiet_s:.1f} s; "
+                f"e.g. {sample!r}): check that it is a WattsUp? PRO or .NET at 115200 baud, and its cable"
+            )
+        return f"the meter on {meter.port} went silent: no record for {quiet_s:.1f} s"
+
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            self._warn(message)
+            self.warn(message)
 
-    def _read_loop(self, meter: _Meter) -> None:
+    def _records(self, meter: _Meter) -> Iterator[list[Sample]]:
+        """Samples from each record the meter sends, until the source stops."""
         import serial
 
-        silence = self.options["silence_s"]
-        started = time.monotonic()
-        while not self._stop.is_set():
+        while not self.stopping:
             try:
                 data = meter.serial.read(meter.serial.in_waiting or 1)
             except (serial.SerialException, OSError) as e:
-                if not self._stop.is_set():
-                    self._fail(f"the meter on {meter.port} was disconnected or failed: {e}")
-                return
+                if self.stopping:
+                    return
+                raise PowerSourceError(f"the meter on {meter.port} was disconnected or failed: {e}") from e
             now = time.monotonic()
             for packet in meter.reader.feed(data):
                 if packet.cmd == "d":
-                    self._record(meter, packet, now)
+                    batch = self._record(meter, packet, now)
+                    if batch:
+                        yield batch
                 elif packet.cmd == "h":
                     meter.header = packet.fields
-            if meter.reader.garbage_bytes:
+            reader = meter.reader
+            if reader.garbage_bytes:
                 self._warn_once(
                     f"garbage{meter.index}",
                     f"the meter on {meter.port} sent bytes that are not packets (skipped)",
                 )
-            if meter.reader.bad_packets:
-                bad = meter.reader.bad_packets.pop()
+            if reader.bad_packets:
+                meter.bad_sample = reader.bad_packets[-1]
                 self._warn_once(
                     f"bad{meter.index}",
-                    f"the meter on {meter.port} sent a packet that does not parse: {bad!r} (skipped)",
+                    f"the meter on {meter.port} sent a packet that does not parse: {meter.bad_sample!r} (skipped)",
                 )
-            last = meter.last_record_s or started
-            if now - last > silence + self.options["interval_s"]:
-                self._fail(f"the meter on {meter.port} went silent: no record for {now - last:.1f} s")
-                return
 
-    def _record(self, meter: _Meter, packet: proto.Packet, now: float) -> None:
+    def _record(self, meter: _Meter, packet: proto.Packet, now: float) -> list[Sample]:
         try:
             values = proto.parse_record(packet, meter.header)
         except ValueError as e:
+            meter.bad_sample = "#" + ",".join([packet.cmd, packet.sub, *packet.fields])[:80]
             self._warn_once(
                 f"record{meter.index}", f"a record from {meter.port} does not parse ({e}); skipped"
             )
-            return
+            return []
         watts = values.get("W")
         if watts is None:
             self._warn_once(f"now{meter.index}", f"records from {meter.port} carry no W value; skipped")
-            return
-        meter.last_record_s = now
-        meter.latest_w = watts
-        meter.records += 1
-        batch = [Sample(meter.channel, now, watts)]
-        latest = [m.latest_w for m in self._meters]
-        if len(self._meters) > 1 and all(v is not None for v in latest):
-            batch.append(Sample(f"{self.options['prefix']}wall", now, float(sum(latest))))
-        with self._lock:
-            self._pending.extend(batch)
+            return []
+        meter.arrivals.append(now)
+        span = now - meter.arrivals[0]
+        if len(meter.arrivals) == FLOOD_RECORDS and span < self._real_s(self.options["interval_s"]):
+            raise PowerSourceError(
+                f"the meter on {meter.port} sent {FLOOD_RECORDS} records in {span:.2f} s but logs one every "
+                f"{self._real_s(self.options['interval_s']):g} s: another program drives it, or it is not a "
+                "WattsUp? meter"
+            )
+        meter.garbage_at_record = meter.reader.garbage_bytes
+        meter.bad_at_record = len(meter.reader.bad_packets)
+        with self._meter_lock:
+            meter.latest_w = watts
+            meter.records += 1
+            batch = [Sample(meter.channel, now, watts)]
+            latest = [m.latest_w for m in self._meters]
+            if len(self._meters) > 1 and all(v is not None for v in latest):
+                batch.append(Sample(f"{self.options['prefix']}wall", now, float(sum(latest))))
             self._write_log(latest)
+        return batch
 
     def _write_log(self, latest: list[float | None]) -> None:
         if not self._logs:
@@ -271,42 +325,25 @@ class WattsUpPowerSource(PowerSource):
             f.write(line)
             f.flush()
 
-    def _fail(self, message: str) -> None:
-        if self._error is None:
-            self._error = message
-
-    def read(self) -> list[Sample]:
-        with self._lock:
-            out, self._pending = self._pending, []
-        if not out and self._error is not None:
-            raise PowerSourceError(self._error)
-        return out
-
     # -- stop --------------------------------------------------------------------------------
-    def stop(self) -> None:
-        self._stop.set()
+    def close(self) -> None:
         for meter in self._meters:
             try:
                 if meter.serial is not None and meter.serial.is_open:
                     meter.serial.write(proto.STOP_LOGGING)
             except Exception:  # an unplugged meter cannot be told to stop; nothing to do
                 pass
-        for thread in self._threads:
-            thread.join(timeout=2)
-        self._close_all()
-
-    def _close_all(self) -> None:
-        for meter in self._meters:
             try:
                 if meter.serial is not None:
                     meter.serial.close()
             except Exception:
                 pass
-        for f in self._logs:
-            f.close()
-        self._logs = []
+        with self._meter_lock:
+            for f in self._logs:
+                f.close()
+            self._logs = []
 
-    def info(self) -> Mapping[str, Any]:
+    def describe(self) -> Mapping[str, Any]:
         return {
             "meters": [
                 {

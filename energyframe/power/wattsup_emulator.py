@@ -4,7 +4,11 @@ It answers header, version, clear and logging commands like the meter, and while
 one ``#d`` record per interval. Each record's power is the average of a *profile* over the
 interval, delayed by ``lag_s``, with optional noise and the meter's 0.1-W quantisation; the
 meter's clock can run ``drift`` fast or slow. Faults can be injected: garbage bytes when the
-port opens or mid-stream, a record that does not parse, silence, a disconnect.
+port opens or mid-stream, a record that does not parse, silence (a stall), a disconnect (the
+cable pulled), a flood of records, line noise instead of records, negative watts.
+
+``time_scale`` runs the meter's clock faster than real time (10: a 1-s interval takes 0.1 s),
+for tests about logic rather than timing; the source is told with its ``time_scale`` option.
 
     with WattsUpEmulator(constant(200.0), lag_s=2.0) as meter:
         energyframe.run(..., power=[f"wattsup:ports={meter.port}"])
@@ -70,7 +74,7 @@ def csv_profile(path: str | Path, loop: bool = True) -> Callable[[float], float]
 def nvml_profile(baseline_w: float, gpu: int = 0, scale: float = 1.0) -> Callable[[float], float]:
     """A profile of the wall behind a GPU: ``baseline_w`` plus ``scale`` times the GPU's NVML
     power (read live)."""
-    from .nvml_sampler import load_pynvml
+    from .nvml.device import load_pynvml
 
     nvml = load_pynvml()
     nvml.nvmlInit()
@@ -84,13 +88,27 @@ def nvml_profile(baseline_w: float, gpu: int = 0, scale: float = 1.0) -> Callabl
 
 @dataclass(frozen=True)
 class Faults:
-    """Faults to inject. Times are seconds after logging starts."""
+    """Faults to inject. Times are seconds of the meter's clock after logging starts.
+
+    Args:
+        garbage_on_open: bytes waiting in the port when it opens.
+        garbage_after_s: 40 random bytes before every record from then on.
+        bad_record_after_s: records that do not parse from then on.
+        silence_after_s: no more records (a stall; the port stays open).
+        disconnect_after_s: the port closes (the cable is pulled).
+        flood_after_s: records as fast as the port takes them, ignoring the interval.
+        noise_after_s: only line noise (random bytes) instead of records.
+        negative_after_s: records report negative watts.
+    """
 
     garbage_on_open: bytes = b""
     garbage_after_s: float | None = None
     bad_record_after_s: float | None = None
     silence_after_s: float | None = None
     disconnect_after_s: float | None = None
+    flood_after_s: float | None = None
+    noise_after_s: float | None = None
+    negative_after_s: float | None = None
 
 
 class WattsUpEmulator:
@@ -106,6 +124,8 @@ class WattsUpEmulator:
         quantum_w: resolution of the W field (the meter's 0.1 W).
         faults: what to break, and when.
         samples_per_interval: how finely the profile is averaged over an interval.
+        time_scale: how much faster than real time the meter's clock runs: its interval, lag and
+            fault times take this many times less real time.
     """
 
     def __init__(
@@ -119,8 +139,12 @@ class WattsUpEmulator:
         faults: Faults = Faults(),
         seed: int = 0,
         samples_per_interval: int = 50,
+        time_scale: float = 1.0,
     ) -> None:
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self.profile = profile
+        self.time_scale = time_scale
         self.interval_s = interval_s
         self.lag_s = lag_s
         self.drift = drift
@@ -135,7 +159,7 @@ class WattsUpEmulator:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._logging_since: float | None = None
-        self._log_interval_s = interval_s
+        self._log_interval_s = interval_s / time_scale  # real seconds
         self.records_sent = 0
         self.commands: list[str] = []
         self._history: list[tuple[float, float]] = []  # (monotonic time, profile power) samples
@@ -146,6 +170,7 @@ class WattsUpEmulator:
         self._master, self._slave = pty.openpty()
         tty.setraw(self._slave)  # bytes pass untouched: no echo, no line editing
         self.port = os.ttyname(self._slave)
+        os.set_blocking(self._master, False)
         if self.faults.garbage_on_open:
             os.write(self._master, self.faults.garbage_on_open)
         self._thread = threading.Thread(target=self._serve, name="wattsup-emulator", daemon=True)
@@ -190,7 +215,7 @@ class WattsUpEmulator:
                     self._history.append((now, float(self.profile(now))))
                     if len(self._history) > 100_000:
                         self._history = self._history[-50_000:]
-                sampler_next = now + self.interval_s / self.samples_per_interval
+                sampler_next = now + self.interval_s / self.time_scale / self.samples_per_interval
             try:
                 import select
 
@@ -200,6 +225,8 @@ class WattsUpEmulator:
             if ready:
                 try:
                     data = os.read(self._master, 4096)
+                except BlockingIOError:
+                    data = b""
                 except OSError:
                     return
                 for packet in reader.feed(data):
@@ -207,10 +234,14 @@ class WattsUpEmulator:
             if self._logging_since is not None and next_record is not None and now >= next_record:
                 if not self._send_record(now):
                     return
-                next_record += self._log_interval_s
+                if not self._after(self.faults.flood_after_s, now):
+                    next_record += self._log_interval_s
 
     def _write(self, data: bytes) -> None:
-        os.write(self._master, data)
+        try:
+            os.write(self._master, data)
+        except BlockingIOError:  # nobody reads the port and its buffer is full: the bytes are lost
+            pass
 
     def _answer(self, packet: proto.Packet, next_record: float | None) -> float | None:
         self.commands.append(packet.encode().decode())
@@ -222,12 +253,13 @@ class WattsUpEmulator:
             pass  # memory cleared
         elif packet.cmd == "L" and packet.sub == "W":
             interval = float(packet.fields[2]) if len(packet.fields) >= 3 and packet.fields[2] else 1.0
-            self._log_interval_s = interval * self.interval_s
+            self._log_interval_s = interval * self.interval_s / self.time_scale
             self._logging_since = time.monotonic()
             return self._logging_since + self._log_interval_s
         elif packet.cmd == "L" and packet.sub == "R":
             self._logging_since = None
-            self._write(proto.Packet("l", "-", ("0", str(int(self._log_interval_s)))).encode())
+            interval = int(round(self._log_interval_s * self.time_scale))
+            self._write(proto.Packet("l", "-", ("0", str(interval))).encode())
             return None
         return next_record
 
@@ -238,27 +270,40 @@ class WattsUpEmulator:
             return float(self.profile((start_s + end_s) / 2))
         return float(sum(history) / len(history))
 
+    def _after(self, meter_s: float | None, now: float) -> bool:
+        """Whether ``meter_s`` seconds of the meter's clock have passed since logging started."""
+        if meter_s is None or self._logging_since is None:
+            return False
+        return (now - self._logging_since) * self.time_scale >= meter_s
+
     def _send_record(self, now: float) -> bool:
         elapsed = now - (self._logging_since or now)
         f = self.faults
-        if f.disconnect_after_s is not None and elapsed >= f.disconnect_after_s:
+        if self._after(f.disconnect_after_s, now):
             os.close(self._master)  # the reader's next read fails, as when the cable is pulled
             self._master = None
             return False
-        if f.silence_after_s is not None and elapsed >= f.silence_after_s:
+        if self._after(f.silence_after_s, now):
             return True
-        if f.garbage_after_s is not None and elapsed >= f.garbage_after_s:
+        if self._after(f.noise_after_s, now):
+            self._write(bytes(self._rng.randrange(256) for _ in range(60)))
+            return True
+        if self._after(f.garbage_after_s, now):
             self._write(bytes(self._rng.randrange(256) for _ in range(40)))
-        if f.bad_record_after_s is not None and elapsed >= f.bad_record_after_s:
+        if self._after(f.bad_record_after_s, now):
             self._write(b"#d,-,18,12x4,_,_;")
             return True
-        start, end = record_window(now, elapsed, self._log_interval_s, self.lag_s, self.drift)
+        start, end = record_window(
+            now, elapsed, self._log_interval_s, self.lag_s / self.time_scale, self.drift
+        )
         watts = self._average_power(start, end)
         if self.noise_w:
             watts += self._rng.gauss(0.0, self.noise_w)
         watts = max(0.0, round(watts / self.quantum_w) * self.quantum_w)
-        amps = watts / VOLTS
-        record = {"W": watts, "V": VOLTS, "A": amps, "WH": 0.0, "PF": 100.0, "Hz": 60.0, "VA": watts}
+        if self._after(f.negative_after_s, now):
+            watts = -watts
+        amps = abs(watts) / VOLTS
+        record = {"W": watts, "V": VOLTS, "A": amps, "WH": 0.0, "PF": 100.0, "Hz": 60.0, "VA": abs(watts)}
         self._write(proto.format_record(record))
         self.records_sent += 1
         return True

@@ -85,6 +85,13 @@ class PacketReader:
         self._buffer = ""
         self.garbage_bytes = 0
         self.bad_packets: list[str] = []
+        #: the last bytes that belonged to no packet (what line noise looks like), for messages
+        self.garbage_sample = ""
+
+    def _garbage(self, text: str) -> None:
+        if text.strip():
+            self.garbage_bytes += len(text.strip())
+            self.garbage_sample = text.strip()[-40:]
 
     def feed(self, data: bytes) -> list[Packet]:
         self._buffer += data.decode("ascii", errors="replace")
@@ -92,22 +99,22 @@ class PacketReader:
         while True:
             start = self._buffer.find("#")
             if start < 0:
-                self.garbage_bytes += len(self._buffer.strip())
+                self._garbage(self._buffer)
                 self._buffer = ""
                 break
             if start:
-                self.garbage_bytes += len(self._buffer[:start].strip())
+                self._garbage(self._buffer[:start])
                 self._buffer = self._buffer[start:]
             end = self._buffer.find(";")
             nested = self._buffer.find("#", 1)
             if 0 < nested < (end if end >= 0 else len(self._buffer)):
                 # a packet cut short by a new one: drop the fragment
-                self.garbage_bytes += nested
+                self._garbage(self._buffer[:nested])
                 self._buffer = self._buffer[nested:]
                 continue
             if end < 0:
                 if len(self._buffer) > MAX_PACKET:
-                    self.garbage_bytes += len(self._buffer)
+                    self._garbage(self._buffer)
                     self._buffer = ""
                 break
             body, self._buffer = self._buffer[1:end], self._buffer[end + 1 :]

@@ -1,5 +1,9 @@
 """Profiling a workload: the first phase of any workload, run under the PyTorch profiler with
-input shapes recorded, each iteration annotated, and the trace summarised."""
+input shapes recorded, each iteration annotated, and the trace summarised.
+
+Under ``torchrun`` every rank profiles its own process and writes its own trace directory,
+``OUT/rank<RANK>/``: the ranks run the same fixed warm-up and steps, so their collectives
+pair up, and no rank writes for another."""
 
 from __future__ import annotations
 
@@ -12,24 +16,36 @@ from pathlib import Path
 from .. import registry
 from ..errors import UsageError
 from ..options import parse_spec
+from ..workloads import distributed
 from . import kineto
+
+
+def trace_dir(out_dir: Path | str) -> Path:
+    """Where this process writes its trace: ``out_dir``, or ``out_dir/rank<RANK>`` under a
+    launcher that started several ranks."""
+    w = distributed.world()
+    out_dir = Path(out_dir)
+    return out_dir / distributed.rank_dir_name(w.rank) if w.distributed else out_dir
 
 
 def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> dict:
     """Profile ``steps`` iterations of the workload's first phase after ``warmup``; write the raw
-    Kineto trace (trace.json.gz), kernels.jsonl, ops.jsonl, trace_meta.json and timeline.png."""
+    Kineto trace (trace.json.gz), kernels.jsonl, ops.jsonl, collectives.jsonl, trace_meta.json
+    and timeline.png; under torchrun into ``out_dir/rank<RANK>`` (``trace_dir``)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    out_dir = Path(out_dir)
+    w = distributed.world()
+    out_dir = trace_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     workload = registry.create(registry.WORKLOADS, parse_spec(spec))
     workload.setup()
     try:
-        phases = list(workload.phases())
-        if not phases:
+        # the first phase only: a workload that prepares each phase as it is asked for (a
+        # generator) prepares no more than that
+        phase = next(iter(workload.phases()), None)
+        if phase is None:
             raise UsageError(f"workload {spec!r} has no phase to trace")
-        phase = phases[0]
         if phase.setup is not None:
             phase.setup()
         for _ in range(warmup):
@@ -52,6 +68,10 @@ def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> 
             "phase": phase.name,
             "iterations_per_step": phase.iterations_per_step,
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "rank": w.rank,
+            "local_rank": w.local_rank,
+            "world_size": w.world_size,
+            "trace_dir": str(out_dir),
             "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "steps": steps,

@@ -10,7 +10,9 @@ Pure Python (json, no torch), so an existing trace can be imported anywhere. Wha
   dtypes, strides and scalar arguments; a composite op that launches a kernel itself, outside
   its children, is replayed whole in place of its children;
 - tiers, as the earlier tool had them: memcpy/memset, GEMM (cuBLAS, cuBLASLt, CUTLASS and
-  nvjet kernels), other;
+  nvjet kernels), other; and communication (NCCL's kernels) for traces of several ranks;
+- the collectives (``comm``): c10d ops with their sizes, counts and NCCL kernel time, written
+  to collectives.jsonl; ops inside a collective are the backend's, not leaf ops;
 - the steps (``energyframe.step`` annotations) and, per step, how long the GPU sat idle between
   kernels.
 """
@@ -26,61 +28,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
+from ..workloads.torchops import is_free
+from .comm import TIER_COMMUNICATION, inside_collective
 
 STEP_ANNOTATION = "energyframe.step"
 TIER_MEMORY = "memcpy/memset"
 TIER_GEMM = "gemm"
 TIER_OTHER = "other"
+TIER_COMM = TIER_COMMUNICATION
+_COMM = re.compile(r"^nccl|nccl\w*kernel", re.IGNORECASE)
 _GEMM = re.compile(r"gemm|gemv|cutlass|cublas|nvjet|xmma|wgmma|splitk|dot_kernel", re.IGNORECASE)
-#: ops that launch no kernel of their own: they do not make an op composite
-FREE_OPS = {
-    "aten::view",
-    "aten::_unsafe_view",
-    "aten::reshape",
-    "aten::_reshape_alias",
-    "aten::as_strided",
-    "aten::t",
-    "aten::transpose",
-    "aten::permute",
-    "aten::expand",
-    "aten::expand_as",
-    "aten::unsqueeze",
-    "aten::squeeze",
-    "aten::select",
-    "aten::slice",
-    "aten::narrow",
-    "aten::split",
-    "aten::chunk",
-    "aten::unbind",
-    "aten::flatten",
-    "aten::unflatten",
-    "aten::alias",
-    "aten::detach",
-    "aten::detach_",
-    "detach_",
-    "detach",
-    "aten::lift_fresh",
-    "aten::resolve_conj",
-    "aten::resolve_neg",
-    "aten::empty",
-    "aten::empty_like",
-    "aten::empty_strided",
-    "aten::resize_",
-    "aten::contiguous",
-    "aten::is_contiguous",
-    "aten::size",
-    "aten::stride",
-    "aten::dim",
-    "aten::numel",
-    "aten::item",
-    "aten::_local_scalar_dense",
-    "aten::result_type",
-    "aten::to",
-    "aten::unfold",
-}
 
 
 def tier(kernel_name: str, category: str = "kernel") -> str:
+    if _COMM.search(kernel_name):
+        return TIER_COMM
     if category in ("gpu_memcpy", "gpu_memset") or kernel_name.lower().startswith(("memcpy", "memset")):
         return TIER_MEMORY
     if _GEMM.search(kernel_name):
@@ -109,7 +71,7 @@ class Op:
     @property
     def is_leaf(self) -> bool:
         """No child op but views and metadata ops, and none of those hides a real op."""
-        return all(c.name in FREE_OPS and c.is_leaf for c in self.children)
+        return all(is_free(c.name) and c.is_leaf for c in self.children)
 
     @property
     def is_unit(self) -> bool:
@@ -142,13 +104,56 @@ class Op:
 
     def record(self) -> dict:
         a = self.args
-        return {
+        out = {
             "name": self.name,
             "input_dims": a.get("Input Dims"),
             "input_types": a.get("Input type"),
             "input_strides": a.get("Input Strides"),
             "concrete_inputs": a.get("Concrete Inputs"),
         }
+        if self.name == "aten::index":
+            masks = boolean_masks(self)
+            if masks:
+                out["boolean_masks"] = masks
+        return out
+
+    def descendants(self) -> list[Op]:
+        """Every op nested in this one, in the order they started."""
+        out = []
+        for child in self.children:
+            out += [child, *child.descendants()]
+        return sorted(out, key=lambda o: o.start_us)
+
+
+def boolean_masks(op: Op) -> list[dict]:
+    """The boolean masks an ``aten::index`` was given, read from its children: the profiler
+    records the index list itself as empty. A mask is turned into indices by a ``nonzero``
+    child (whose input is the mask: dims, strides) and then one ``select(1, j)`` per mask
+    dimension of its ``n x mask_dims`` result, whose dims give the mask's True count ``n``."""
+    masks = []
+    nested = op.descendants()
+    for i, child in enumerate(nested):
+        dims, types = child.args.get("Input Dims") or [], child.args.get("Input type") or []
+        if child.name != "aten::nonzero" or not dims or types[:1] != ["bool"]:
+            continue
+        mask = {
+            "dims": dims[0],
+            "strides": (child.args.get("Input Strides") or [None])[0],
+            "true_count": None,
+        }
+        for later in nested[i + 1 :]:
+            shape = (later.args.get("Input Dims") or [None])[0]
+            if (
+                later.name == "aten::select"
+                and (later.args.get("Input type") or [None])[0] == "long int"
+                and isinstance(shape, list)
+                and len(shape) == 2
+                and shape[1] == len(dims[0])
+            ):
+                mask["true_count"] = shape[0]
+                break
+        masks.append(mask)
+    return masks
 
 
 @dataclass
@@ -376,7 +381,11 @@ def _step_of(t: float, steps: list[tuple[float, float]]) -> int | None:
 def leaf_ops(trace: Trace) -> list[Op]:
     """Leaf aten ops inside the profiled steps (all ops when the trace has no steps)."""
     inside = [op for op in trace.ops if trace.steps == [] or op.step is not None]
-    return [op for op in inside if op.is_unit and op.name.startswith("aten::") and op.name not in FREE_OPS]
+    return [
+        op
+        for op in inside
+        if op.is_unit and op.name.startswith("aten::") and not is_free(op.name) and not inside_collective(op)
+    ]
 
 
 def unique_kernels(trace: Trace) -> list[dict]:
@@ -512,10 +521,15 @@ def read_jsonl(path: Path) -> list[dict]:
 def summarize(trace: Trace, out_dir: Path, meta: dict) -> dict:
     """Write kernels.jsonl, ops.jsonl and trace_meta.json for a parsed trace."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    from .comm import unique_collectives
+    from .rebuild import float_dtype_hint
+
     kernels = unique_kernels(trace)
     ops = unique_ops(trace)
+    collectives = unique_collectives(trace, float_dtype_hint(ops), int(meta.get("world_size") or 1))
     write_jsonl(out_dir / "kernels.jsonl", kernels)
     write_jsonl(out_dir / "ops.jsonl", ops)
+    write_jsonl(out_dir / "collectives.jsonl", collectives)
     total_us = sum(k["total_us"] for k in kernels)
     info = {
         **meta,
@@ -527,9 +541,24 @@ def summarize(trace: Trace, out_dir: Path, meta: dict) -> dict:
         "gpu_time_us": total_us,
         "gpu_time_by_tier_us": _by_tier(kernels),
         "gaps": gaps(trace) if trace.kernels else {},
+        "collectives": _collectives_summary(collectives, trace.iterations),
     }
     (out_dir / "trace_meta.json").write_text(json.dumps(info, indent=1))
     return info
+
+
+def _collectives_summary(collectives: list[dict], iterations: int) -> dict:
+    replayed = [c for c in collectives if c["replayed"]]
+    return {
+        "unique": len(replayed),
+        "calls_per_iteration": sum(c["count_per_iteration"] for c in replayed),
+        "gpu_time_us": sum(c["gpu_time_us"] for c in replayed),
+        "by_kind": {
+            kind: sum(c["count_per_iteration"] for c in replayed if c["kind"] == kind)
+            for kind in sorted({c["kind"] for c in replayed})
+        },
+        "barriers_per_iteration": sum(c["count_per_iteration"] for c in collectives if not c["replayed"]),
+    }
 
 
 def _by_tier(kernels: list[dict]) -> dict[str, float]:

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..workloads.torchops import stand_in
+
 #: the profiler's names for tensor element types
 DTYPE_NAMES = {
     "float": "float32",
@@ -183,29 +185,6 @@ def _unrecorded_lists(packet, types: list[str]) -> str | None:
     return None
 
 
-def _tensor(dims, strides, dtype_name: str, device, low: int | None = None, high: int | None = None):
-    import torch
-
-    dtype = getattr(torch, dtype_name)
-    shape = tuple(int(d) for d in dims)
-    stride = tuple(int(s) for s in strides) if strides and len(strides) == len(shape) else None
-    if stride is None:
-        stride = torch.empty(shape, device="meta").stride()
-    storage = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0
-    if dtype.is_floating_point or dtype.is_complex:
-        if dtype.itemsize == 1:  # float8: randn cannot make it directly
-            base = torch.randn(storage, device=device).to(dtype)
-        else:
-            base = torch.randn(storage, dtype=dtype, device=device)
-    elif dtype == torch.bool:
-        base = torch.randint(0, 2, (storage,), device=device).bool()
-    elif low is not None and high is not None and high > low:
-        base = torch.randint(low, high, (storage,), dtype=dtype, device=device)
-    else:
-        base = torch.zeros(storage, dtype=dtype, device=device)  # zeros index every dimension safely
-    return torch.as_strided(base, shape, stride)
-
-
 def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
     """An op from one ops.jsonl record. Raises RebuildError with the reason."""
     name = record["name"]
@@ -215,6 +194,9 @@ def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
     concrete = list(record.get("concrete_inputs") or [""] * len(types))
     if not (len(types) == len(dims) == len(concrete)):
         raise RebuildError(f"{name}: the trace's input lists disagree in length")
+    masks = _mask_indices(record) if name == "aten::index" else None
+    if masks is not None:
+        types[1] = "TensorList"  # the list the profiler left empty, known from the op's children
     overload = choose_overload(name, types)
     arguments = overload._schema.arguments
     kernels = " ".join(record.get("kernel_names") or [])
@@ -241,16 +223,27 @@ def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
                         index_rule[2] if isinstance(index_rule[2], int) else int(_concrete(concrete[1]) or 0)
                     )
                     low, high = 0, int(table[axis]) if table else None
-                tensor = _tensor(
+                tensor = stand_in(
                     dims[i], strides[i] if i < len(strides) else None, DTYPE_NAMES[t], where, low, high
                 )
                 if where.type == "cpu" and device.type == "cuda" and not wrapped:
                     tensor = tensor.pin_memory()
                 values.append(tensor)
+            elif kind == "tensors" and masks is not None:
+                values.append(
+                    [
+                        None
+                        if m is None
+                        else stand_in(m["dims"], m["strides"], "bool", device, true_count=m["true_count"])
+                        for m in masks
+                    ]
+                )
             elif kind == "tensors":
                 parts = dims[i] or []
                 part_strides = strides[i] if i < len(strides) and strides[i] else [None] * len(parts)
-                values.append([_tensor(d, s, tensor_dtype_hint, device) for d, s in zip(parts, part_strides)])
+                values.append(
+                    [stand_in(d, s, tensor_dtype_hint, device) for d, s in zip(parts, part_strides)]
+                )
             elif kind == "dtype":
                 values.append(
                     getattr(torch, SCALAR_TYPES[int(value)]) if isinstance(value, (int, float)) else None
@@ -279,6 +272,25 @@ def rebuild(record: dict, tensor_dtype_hint: str = "float16") -> Rebuilt:
         return positional, keywords
 
     return Rebuilt(name, overload, make_args)
+
+
+def _mask_indices(record: dict) -> list | None:
+    """``aten::index``'s index list from the boolean masks its children revealed (see
+    ``kineto.boolean_masks``): None for the dimensions before the masks, then the masks, which
+    cover consecutive dimensions of the indexed tensor, placed where their shapes fit it first.
+    None when the record has no masks (long index tensors leave no trace of their position)."""
+    masks = record.get("boolean_masks")
+    dims = (record.get("input_dims") or [[]])[0]
+    if not masks or not isinstance(dims, list):
+        return None
+    covered = [d for m in masks for d in m["dims"]]
+    for start in range(len(dims) - len(covered) + 1):
+        if dims[start : start + len(covered)] == covered:
+            return [None] * start + list(masks)
+    raise RebuildError(
+        f"aten::index: boolean masks of shapes {[m['dims'] for m in masks]} do not fit the indexed "
+        f"tensor's shape {dims}"
+    )
 
 
 def float_dtype_hint(records: list[dict]) -> str:

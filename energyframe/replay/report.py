@@ -1,7 +1,9 @@
 """The prediction report: the full model measured against Σ (per-call figure × count) of its
 replayed ops, for latency and energy; by tier; top kernels; coverage; and the gap analysis — how
 long the GPU sat idle between kernels in the trace, and what that idle time costs in energy —
-so that the closure gap is explained, not just printed."""
+so that the closure gap is explained, not just printed. For a trace of one rank of several, the
+collectives are their own tier, ``communication``, replayed as real collectives: the report
+gives their share of the prediction and of the traced GPU time."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from .comm import TIER_COMMUNICATION
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,31 @@ def _with_gaps(energy_j: float, busy_s: float, latency_s: float, idle_power_w: f
     return energy_j + max(0.0, latency_s - busy_s) * idle_power_w
 
 
+def kernel_gap_s(graph_latency_s: float, graph_busy_s: float, kernels: float) -> float:
+    """The launch gap per kernel in a CUDA graph: the graph's time less its kernels' busy time,
+    over its kernels. Units: s (NaN when any input is unknown)."""
+    if not (math.isfinite(graph_latency_s) and math.isfinite(graph_busy_s) and kernels and kernels > 0):
+        return math.nan
+    return (graph_latency_s - graph_busy_s) / kernels
+
+
+def with_kernel_gaps(
+    predicted_s: float, predicted_j: float, kernels: float, gap_s: float, idle_power_w: float
+) -> dict:
+    """The replayed ops' sum with ``kernels`` launch gaps of ``gap_s`` added: the time, and the
+    energy with the gaps at the ops' own mean power (a gap of a microsecond or two is far too
+    short for clocks or power to change) and, as a lower bound, at the idle baseline's power.
+    Units: s, J."""
+    gaps_s = kernels * gap_s if math.isfinite(gap_s) and kernels else math.nan
+    ops_power_w = predicted_j / predicted_s if predicted_s > 0 else math.nan
+    return {
+        "gaps_s": gaps_s,
+        "latency_s": predicted_s + gaps_s,
+        "energy_j": predicted_j + gaps_s * ops_power_w,
+        "kernel_gaps_energy_at_idle_j": predicted_j + gaps_s * idle_power_w,
+    }
+
+
 def prediction(
     ops: Sequence[OpFigures],
     kernels: Sequence[dict],
@@ -44,16 +73,37 @@ def prediction(
     graph_latency_s: float = math.nan,
     graph_energy_j: float = math.nan,
     graph_execution: str | None = None,
+    graph_kernels: float = math.nan,
+    graph_busy_s: float = math.nan,
+    kernel_gap_option_s: float | None = None,
+    collectives: Sequence[OpFigures] = (),
 ) -> dict:
     """Everything comparison_report.json holds (the earlier tool's fields, then more).
 
     ``graph_*`` are the full model run as one CUDA graph: its kernels back to back, as the
-    replayed ops run, so Σ ops predicts it without the host's launch gaps."""
+    replayed ops run, so Σ ops predicts it without the host's launch gaps. ``graph_kernels``
+    and ``graph_busy_s`` (per inference, from profiling the graph's replays) give the launch
+    gap per kernel inside the graph; ``kernel_gap_option_s`` replaces it (a gap measured on
+    another model), applied to the graph's kernels or, without a graph, to the trace's.
+    ``collectives`` are the replayed collectives (records of collectives.jsonl): tier
+    ``communication``."""
     per_step = max(1, int(iterations_per_step))
     predicted_s = predicted_j = 0.0
     tiers: dict[str, dict] = defaultdict(
         lambda: {"unique_ops": 0, "latency_s": 0.0, "energy_j": 0.0, "traced_us": 0.0}
     )
+    comm_s = comm_j = comm_calls = 0.0
+    for c in collectives:  # their own tier: communication
+        count = c.record["count_per_iteration"] / per_step
+        comm_s += count * c.latency_s
+        comm_j += count * c.energy_j
+        comm_calls += count
+        t = tiers[TIER_COMMUNICATION]
+        t["unique_ops"] += 1
+        t["latency_s"] += count * c.latency_s
+        t["energy_j"] += count * c.energy_j
+        t["traced_us"] += c.record.get("gpu_time_us", 0.0) / max(1, meta.get("iterations", 1)) / per_step
+    predicted_s, predicted_j = comm_s, comm_j
     for op in ops:
         count = op.record["count_per_iteration"] / per_step
         predicted_s += count * op.latency_s
@@ -68,14 +118,23 @@ def prediction(
             t["energy_j"] += share * count * op.energy_j
             t["traced_us"] += us / max(1, meta.get("iterations", 1)) / per_step
     traced_total_us = meta.get("gpu_time_us", 0.0)
-    replayed_us = sum(op.record.get("gpu_time_us", 0.0) for op in ops)
+    replayed_us = sum(op.record.get("gpu_time_us", 0.0) for op in [*ops, *collectives])
     coverage = 100.0 * replayed_us / traced_total_us if traced_total_us else math.nan
     iterations = max(1, meta.get("iterations", 1))
     gaps = meta.get("gaps") or {}
     idle_s = gaps.get("idle_us", math.nan) * 1e-6 / per_step
     busy_s = gaps.get("busy_us", math.nan) * 1e-6 / per_step
     span_s = gaps.get("span_us", math.nan) * 1e-6 / per_step
+    measured_gap_s = kernel_gap_s(graph_latency_s, graph_busy_s, graph_kernels)
+    gap_s = kernel_gap_option_s if kernel_gap_option_s is not None else measured_gap_s
+    graph_counted = math.isfinite(graph_kernels) and graph_kernels > 0
+    launches = graph_kernels if graph_counted else meta.get("kernel_launches", 0) / iterations / per_step
+    launches = launches or math.nan
+    gapped = with_kernel_gaps(predicted_s, predicted_j, launches, gap_s, idle_power_w)
+    traced_comm_us = (meta.get("gpu_time_by_tier_us") or {}).get(TIER_COMMUNICATION, 0.0)
     report = {
+        "rank": meta.get("rank", 0),
+        "world_size": meta.get("world_size", 1),
         "full_model_inference_us": full_latency_s * 1e6,
         "predicted_from_kernels_us": predicted_s * 1e6,
         "error_percent": _pct(predicted_s, full_latency_s),
@@ -87,6 +146,30 @@ def prediction(
         "full_model_graph_energy_j": graph_energy_j,
         "graph_energy_error_percent": _pct(predicted_j, graph_energy_j),
         "full_model_graph_execution": graph_execution,
+        "predicted_with_kernel_gaps_us": gapped["latency_s"] * 1e6,
+        "kernel_gap_error_percent": _pct(gapped["latency_s"], graph_latency_s),
+        "predicted_with_kernel_gaps_energy_j": gapped["energy_j"],
+        "kernel_gap_energy_error_percent": _pct(gapped["energy_j"], graph_energy_j),
+        "kernel_gap_model": {
+            "kernels_per_inference": launches,
+            "kernels_counted_in": "graph" if graph_counted else "trace",
+            "graph_kernel_busy_us": graph_busy_s * 1e6,
+            "measured_gap_per_kernel_us": measured_gap_s * 1e6,
+            "gap_per_kernel_us": gap_s * 1e6,
+            "gap_source": "option" if kernel_gap_option_s is not None else "graph",
+            "kernel_gaps_us": gapped["gaps_s"] * 1e6,
+            "sum_vs_graph_kernels_percent": _pct(predicted_s, graph_busy_s),
+            "kernel_gaps_energy_at_idle_j": gapped["kernel_gaps_energy_at_idle_j"],
+            "kernel_gaps_energy_at_idle_error_percent": _pct(
+                gapped["kernel_gaps_energy_at_idle_j"], graph_energy_j
+            ),
+            "explanation": (
+                "a CUDA graph starts each kernel a short time after the previous one ends; the "
+                "replayed ops' sum leaves that out. gap per kernel = (graph time - its kernels' busy "
+                "time, profiled) / its kernels; the prediction adds kernels x gap, at the ops' mean "
+                "power (kernel_gaps_energy_at_idle_j: at idle power, a lower bound)"
+            ),
+        },
         "coverage_percent_of_gpu_time": coverage,
         "tier_breakdown": {
             name: {
@@ -138,6 +221,32 @@ def prediction(
                 "(the profiler slows the host, so the traced idle time overstates it)"
             ),
         },
+        "communication": {
+            "predicted_us": comm_s * 1e6,
+            "predicted_energy_j": comm_j,
+            "share_of_predicted_percent": 100.0 * comm_s / predicted_s if predicted_s else math.nan,
+            "energy_share_of_predicted_percent": 100.0 * comm_j / predicted_j if predicted_j else math.nan,
+            "calls_per_iteration": comm_calls,
+            "traced_us": traced_comm_us / iterations / per_step,
+            "traced_share_percent_of_gpu_time": (
+                100.0 * traced_comm_us / traced_total_us if traced_total_us else math.nan
+            ),
+            "collectives": [
+                {
+                    "kind": c.record["kind"],
+                    "shapes": c.record.get("shapes"),
+                    "dtype": c.record.get("dtype"),
+                    "bytes": c.record.get("bytes"),
+                    "count": c.record["count_per_iteration"] / per_step,
+                    "latency_us": c.latency_s * 1e6,
+                    "energy_j": c.energy_j,
+                    "traced_us_per_call": (
+                        c.record.get("gpu_time_us", 0.0) / max(1, c.record.get("count", 1))
+                    ),
+                }
+                for c in collectives
+            ],
+        },
         "not_rebuilt": list(not_rebuilt),
         "not_rebuilt_share_percent_of_gpu_time": sum(r.get("share_percent", 0.0) for r in not_rebuilt),
     }
@@ -153,7 +262,12 @@ def report_png(report: dict, title: str) -> bytes:
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     tiers = report["tier_breakdown"]
-    colours = {"gemm": "#4C72B0", "memcpy/memset": "#DD8452", "other": "#55A868"}
+    colours = {
+        "gemm": "#4C72B0",
+        "memcpy/memset": "#DD8452",
+        "other": "#55A868",
+        TIER_COMMUNICATION: "#C44E52",
+    }
     for ax, (unit, measured, graph, tier_key, idle_key, scale, label) in zip(
         axes,
         [

@@ -3,6 +3,10 @@ plus the full model it came from, and the prediction report.
 
     energyframe trace --workload bloom-560m --out trace/
     energyframe run --power nvml --workload replay:trace=trace/
+
+A trace of several ranks (``trace/rank0``, ``trace/rank1``, written by ``energyframe trace``
+under torchrun) is replayed under torchrun with as many ranks: each rank replays its own trace,
+its collectives as real collectives on the process group (tier ``communication``).
 """
 
 from __future__ import annotations
@@ -10,14 +14,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import registry
-from ..errors import UsageError
+from ..errors import UsageError, WorkloadError
 from ..interfaces import DerivedTable, Phase, Workload
 from ..options import Option, parse_spec
+from ..workloads import distributed
 from ..workloads.graph import Captured, torch_device
 from ..workloads.pipeline import PIPELINE_RUN_DEFAULTS, idle_power, stage_figures
 from . import kineto
@@ -48,36 +53,86 @@ class ReplayWorkload(Workload):
             "on a GPU, also measure the full model as one CUDA graph (no host launch gaps)",
         ),
         Option("unroll", "int", 20, "calls of an op captured per CUDA graph", minimum=1),
+        Option(
+            "kernel_gap_us",
+            "float",
+            None,
+            "launch gap per kernel in a CUDA graph added to the prediction, in µs "
+            "(default: measured from the full model's graph)",
+            minimum=0,
+        ),
         Option("device", "str", "auto", "cuda, cuda:N, cpu or auto"),
         Option("limit", "int", None, "replay only the N ops with the most traced GPU time", minimum=1),
+        Option(
+            "comm",
+            "bool",
+            True,
+            "replay the trace's collectives (under torchrun with the traced number of ranks)",
+        ),
+        Option(
+            "window_s",
+            "float",
+            1.0,
+            "collectives and a full model over several ranks: the window length the ranks agree on. Units: s",
+            minimum=1e-3,
+        ),
     )
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
-        trace: Path = self.options["trace"]
-        if not (trace / "ops.jsonl").exists():
-            raise UsageError(
-                f"{trace} is not a trace directory: no ops.jsonl (write one with energyframe trace)"
-            )
+        self.world = distributed.world()
+        trace: Path = rank_trace(self.options["trace"], self.world)
+        self.trace_dir = trace
         self.meta = read_trace_meta(trace / "trace_meta.json")
         self.records = _checked(trace / "ops.jsonl", kineto.read_jsonl(trace / "ops.jsonl"), OP_FIELDS)
         kernels = trace / "kernels.jsonl"
         self.kernels = (
             _checked(kernels, kineto.read_jsonl(kernels), KERNEL_FIELDS) if kernels.exists() else []
         )
+        collectives = (
+            kineto.read_jsonl(trace / "collectives.jsonl") if (trace / "collectives.jsonl").exists() else []
+        )
+        self.collective_records = [c for c in collectives if c.get("replayed")]
+        if self.collective_records and self.options["comm"]:
+            self._check_world(trace)
         full = self.options["full"]
         self.full_spec = None if full == "none" else (full or self.meta.get("workload"))
         self.rebuilt: list[tuple[dict, Any, str]] = []
+        self.collectives: list[tuple[dict, Any, str]] = []
         self.failed: list[dict] = []
+        self._joined = False
         self.full = None
         self.full_graph = None
         self.device = None
+        #: the full model's graph under the profiler: kernels, busy time per replay
+        self.graph_kernels = None
+        self.graph_iterations = 1
+        self.full_graph_spec = None
 
     def run_defaults(self) -> Mapping[str, Any]:
         return dict(PIPELINE_RUN_DEFAULTS)
 
+    def _check_world(self, trace: Path) -> None:
+        ranks = max(int(c.get("group_size") or 1) for c in self.collective_records)
+        if self.world.world_size != ranks:
+            calls = sum(c["count_per_iteration"] for c in self.collective_records)
+            kinds = ", ".join(sorted({c["kind"] for c in self.collective_records}))
+            where = (
+                f"WORLD_SIZE is {self.world.world_size}" if self.world.launched else "WORLD_SIZE is not set"
+            )
+            raise UsageError(
+                f"{trace} holds {calls:g} collective calls per iteration ({kinds}) over {ranks} ranks, "
+                f"but {where}: replay it under torchrun --nproc-per-node {ranks}, one process per rank, "
+                "or with comm=false (and full=none) to replay its compute ops alone"
+            )
+
     def setup(self) -> None:
-        self.device = torch_device(self.options["device"])
+        if self.world.distributed:
+            self.device = distributed.rank_device(self.options["device"], self.world)
+            distributed.join(self.device)
+            self._joined = True
+        else:
+            self.device = torch_device(self.options["device"])
         hint = float_dtype_hint(self.records)
         total_us = sum(r.get("gpu_time_us", 0.0) for r in self.records) or 1.0
         records = self.records
@@ -104,14 +159,46 @@ class ReplayWorkload(Workload):
                 )
                 continue
             self.rebuilt.append((record, op, name))
+        if self.options["comm"]:
+            self._rebuild_collectives(total_us)
         if self.full_spec:
             spec = parse_spec(self.full_spec)
             self.full = registry.create(registry.WORKLOADS, spec)
             self.full.setup()
             graph = self._graph_spec(spec)
             if graph is not None:
+                self.full_graph_spec = str(graph)
                 self.full_graph = registry.create(registry.WORKLOADS, graph)
                 self.full_graph.setup()
+
+    def _rebuild_collectives(self, total_us: float) -> None:
+        """Every rank rebuilds its trace's collectives; the ranks must agree on them, or a rank
+        would wait forever for a collective its peers never run."""
+        from .collectives import rebuild_collective
+
+        for index, record in enumerate(sorted(self.collective_records, key=lambda r: r["key"])):
+            shapes = _shapes({"input_dims": record["shapes"]})
+            name = f"comm {index:02d} {record['kind']} {record['dtype']} {shapes}"
+            try:
+                self.collectives.append((record, rebuild_collective(record, self.world.world_size), name))
+            except RebuildError as e:
+                self.failed.append(
+                    {
+                        "op": record["name"],
+                        "inputs": shapes,
+                        "reason": f"RebuildError: {e}"[:300],
+                        "share_percent": 100.0 * record.get("gpu_time_us", 0.0) / total_us,
+                    }
+                )
+        if self.world.distributed:
+            mine = [(r["kind"], r["dtype"], r["shapes"], r["count"]) for r, _c, _n in self.collectives]
+            everyone = distributed.gather(mine)
+            if any(theirs != mine for theirs in everyone):
+                counts = ", ".join(f"rank {i}: {len(c)}" for i, c in enumerate(everyone))
+                raise WorkloadError(
+                    f"the ranks' traces hold different collectives ({counts} unique); replay traces "
+                    "written together by one energyframe trace under torchrun"
+                )
 
     def _graph_spec(self, spec):
         """The full model's spec with ``execution=graph``, where that means something new."""
@@ -122,56 +209,110 @@ class ReplayWorkload(Workload):
             return None
         return dataclasses.replace(spec, options={**dict(spec.options), "execution": "graph"})
 
-    def phases(self) -> Sequence[Phase]:
-        out = []
+    def phases(self) -> Iterator[Phase]:
+        # a generator: a phase over several ranks agrees its steps with the other ranks when
+        # it is prepared, just before it is measured, on every rank in the same order
         if self.full is not None:
-            out.append(dataclasses.replace(list(self.full.phases())[0], name=FULL_MODEL))
+            yield dataclasses.replace(next(iter(self.full.phases())), name=FULL_MODEL)
         if self.full_graph is not None:
-            out.append(dataclasses.replace(list(self.full_graph.phases())[0], name=FULL_MODEL_GRAPH))
+            yield self._profiled(next(iter(self.full_graph.phases())))
+        if self.collectives:
+            from .collectives import collective_phase
+
+            for _record, collective, name in self.collectives:
+                yield collective_phase(
+                    name, collective, self.device, self.options["unroll"], self.options["window_s"]
+                )
         for _record, op, name in self.rebuilt:
             captured = Captured(op.make_args, op.call, self.options["unroll"], self.device)
-            out.append(captured.phase(name))
-        return out
+            yield captured.phase(name)
+
+    def _profiled(self, phase: Phase) -> Phase:
+        """The full-model graph phase, whose set-up also profiles a few replays of the graph:
+        its kernels and their busy time give the launch gap between kernels (graphgap.py)."""
+        self.graph_iterations = phase.iterations_per_step
+
+        def setup() -> None:
+            if phase.setup is not None:
+                phase.setup()
+            captured = getattr(self.full_graph, "whole_captured", None)
+            if captured is not None and captured.on_gpu and captured.fallback is None:
+                from .graphgap import profile_replays
+
+                self.graph_kernels = profile_replays(phase.step, phase.sync)
+
+        return dataclasses.replace(phase, name=FULL_MODEL_GRAPH, setup=setup)
 
     def teardown(self) -> None:
         for full in (self.full, self.full_graph):
             if full is not None:
                 full.teardown()
+        if self._joined:
+            self._joined = False
+            distributed.leave()
 
     def _report(self, result) -> dict:
-        ops = []
+        channel = distributed.own_channel(result, self.device)  # this rank's GPU
+        ops, collectives = [], []
         for record, _op, name in self.rebuilt:
-            fig, _ = stage_figures(result, name)
+            fig, _ = stage_figures(result, name, channel=channel)
             ops.append(OpFigures(record, name, fig.latency_s, fig.energy_j))
-        full, _ = stage_figures(result, FULL_MODEL) if self.full is not None else (None, None)
-        graph, _ = stage_figures(result, FULL_MODEL_GRAPH) if self.full_graph is not None else (None, None)
+        for record, _c, name in self.collectives:
+            fig, _ = stage_figures(result, name, channel=channel)
+            collectives.append(OpFigures(record, name, fig.latency_s, fig.energy_j))
+        full, _ = (
+            stage_figures(result, FULL_MODEL, channel=channel) if self.full is not None else (None, None)
+        )
+        graph, _ = (
+            stage_figures(result, FULL_MODEL_GRAPH, channel=channel)
+            if self.full_graph is not None
+            else (None, None)
+        )
         captured = getattr(self.full_graph, "whole_captured", None)
         iterations_per_step = self.meta.get("iterations_per_step", 1)
+        gk, gap_us = self.graph_kernels, self.options["kernel_gap_us"]
         return prediction(
             ops,
             self.kernels,
             self.meta,
             full.latency_s if full else math.nan,  # per iteration, as the counts below
             full.energy_j if full else math.nan,
-            idle_power(result),
+            idle_power(result, channel),
             self.failed,
             iterations_per_step,
             graph_latency_s=graph.latency_s if graph else math.nan,
             graph_energy_j=graph.energy_j if graph else math.nan,
             graph_execution=(captured.fallback or "cuda graph") if captured is not None else None,
+            graph_kernels=gk.kernels / self.graph_iterations if gk is not None else math.nan,
+            graph_busy_s=gk.busy_s / self.graph_iterations if gk is not None else math.nan,
+            kernel_gap_option_s=gap_us * 1e-6 if gap_us is not None else None,
+            collectives=collectives,
         )
 
     def derive(self, result) -> Sequence[DerivedTable]:
         report = self._report(result)
         summary = {k: v for k, v in report.items() if not isinstance(v, (dict, list))}
         summary.update({f"gap_{k}": v for k, v in report["gap_analysis"].items() if k != "explanation"})
+        summary.update({k: v for k, v in report["kernel_gap_model"].items() if k != "explanation"})
+        comm = report["communication"]
         summary.update(
-            replayed_ops=len(self.rebuilt), not_rebuilt_ops=len(self.failed), workload=self.full_spec
+            communication_us=comm["predicted_us"],
+            communication_share_percent=comm["share_of_predicted_percent"],
+            communication_energy_share_percent=comm["energy_share_of_predicted_percent"],
+            traced_communication_share_percent=comm["traced_share_percent_of_gpu_time"],
+            replayed_collectives=len(self.collectives),
+        )
+        summary.update(
+            replayed_ops=len(self.rebuilt),
+            not_rebuilt_ops=len(self.failed),
+            workload=self.full_spec,
+            graph_workload=self.full_graph_spec,
         )
         tiers = [{"tier": k, **v} for k, v in report["tier_breakdown"].items()]
         ops = []
-        for record, _op, name in self.rebuilt:
-            fig, s = stage_figures(result, name)
+        channel = distributed.own_channel(result, self.device)
+        for record, _op, name in [*self.collectives, *self.rebuilt]:
+            fig, s = stage_figures(result, name, channel=channel)
             count = record["count_per_iteration"] / max(1, self.meta.get("iterations_per_step", 1))
             ops.append(
                 {
@@ -190,9 +331,10 @@ class ReplayWorkload(Workload):
                 "comparison",
                 "prediction: full model against the sum of its replayed ops",
                 [summary],
-                note=report["gap_analysis"]["explanation"],
+                note=report["gap_analysis"]["explanation"] + "; " + report["kernel_gap_model"]["explanation"],
                 display=(
                     "workload",
+                    "rank",
                     "full_model_inference_us",
                     "predicted_from_kernels_us",
                     "error_percent",
@@ -203,13 +345,21 @@ class ReplayWorkload(Workload):
                     "graph_error_percent",
                     "full_model_graph_energy_j",
                     "graph_energy_error_percent",
+                    "gap_per_kernel_us",
+                    "predicted_with_kernel_gaps_us",
+                    "kernel_gap_error_percent",
+                    "predicted_with_kernel_gaps_energy_j",
+                    "kernel_gap_energy_error_percent",
                     "gap_host_overhead_us",
                     "coverage_percent_of_gpu_time",
                     "gap_traced_gpu_idle_us",
                     "gap_predicted_plus_idle_error_percent",
                     "gap_idle_energy_j",
                     "gap_predicted_plus_idle_energy_error_percent",
+                    "communication_share_percent",
+                    "traced_communication_share_percent",
                     "replayed_ops",
+                    "replayed_collectives",
                     "not_rebuilt_ops",
                     "not_rebuilt_share_percent_of_gpu_time",
                 ),
@@ -246,8 +396,13 @@ class ReplayWorkload(Workload):
 
     def info(self) -> Mapping[str, Any]:
         return {
-            "trace": str(self.options["trace"]),
+            "trace": str(self.trace_dir),
+            "rank": self.world.rank,
+            "world_size": self.world.world_size,
+            "replayed_collectives": len(self.collectives),
             "full_model": self.full_spec,
+            "full_model_graph": self.full_graph_spec,
+            "graph_kernels": dataclasses.asdict(self.graph_kernels) if self.graph_kernels else None,
             "replayed_ops": len(self.rebuilt),
             "not_rebuilt": self.failed,
             "device": str(self.device),
@@ -340,3 +495,28 @@ def _shapes(record: dict) -> str:
         elif dims:
             parts.append("x".join(map(str, dims)))
     return " ".join(parts)
+
+
+def rank_trace(trace: Path, w: distributed.World) -> Path:
+    """The trace directory this process replays: ``trace`` itself, or under torchrun the
+    directory of its rank (``trace/rank<RANK>``, as ``energyframe trace`` writes them)."""
+    if (trace / "ops.jsonl").exists():
+        return trace
+    ranks = sorted(trace.glob("rank*/ops.jsonl"))
+    if not ranks:
+        raise UsageError(f"{trace} is not a trace directory: no ops.jsonl (write one with energyframe trace)")
+    n = len(ranks)
+    if not w.distributed:
+        raise UsageError(
+            f"{trace} holds one trace per rank ({n} ranks): replay them under torchrun --nproc-per-node {n}, "
+            f"one process per rank, or one rank's alone with trace={trace / distributed.rank_dir_name(0)}"
+        )
+    if w.world_size != n:
+        raise UsageError(
+            f"{trace} holds traces of {n} ranks, but WORLD_SIZE is {w.world_size}: "
+            f"replay them under torchrun --nproc-per-node {n}"
+        )
+    mine = trace / distributed.rank_dir_name(w.rank)
+    if not (mine / "ops.jsonl").exists():
+        raise UsageError(f"{trace} has no trace of rank {w.rank} ({mine} has no ops.jsonl)")
+    return mine

@@ -1,4 +1,8 @@
-"""``console``: the summary table, the run's status, warnings and where it was saved."""
+"""``console``: the summary table, the run's status, warnings and where it was saved.
+
+``energyframe show`` prints a saved run through this same reporter (with ``facts`` and, on
+request, ``windows``), so a run reads the same when it ends and when it is looked at later.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from ..display import derived_table, summary_table
-from ..interfaces import Reporter
+from ..display import derived_table, summary_table, windows_table
 from ..options import Option
-from ..results import RunResult
+from ..plugin import Reporter, RunResult
+
+#: a pipe or a file gets a table this wide rather than rich's 80 columns
+PIPE_WIDTH = 160
 
 
 class ConsoleReporter(Reporter):
@@ -20,6 +26,16 @@ class ConsoleReporter(Reporter):
     DESCRIPTION = "print the summary table (phase, time/iter, energy/iter, power, spread, trials)"
     OPTIONS = (
         Option("all_channels", "bool", False, "also show secondary channels (e.g. 1-s average power)"),
+        Option("wide", "bool", False, "every column on its own (default: fit the terminal)"),
+        Option("facts", "bool", False, "first the run's facts: status, workload, sources, times"),
+        Option("windows", "bool", False, "also every window, start relative to the first"),
+        Option(
+            "grid_g_per_kwh",
+            "float",
+            None,
+            "also show CO2e per iteration at this grid carbon intensity (yours: it is never guessed). Units: g/kWh",
+            minimum=0.0,
+        ),
     )
 
     def __init__(self, name: str | None = None, console: Console | None = None, **options) -> None:
@@ -27,10 +43,14 @@ class ConsoleReporter(Reporter):
         self.console = console
 
     def report(self, result: RunResult, run_dir: Path | None) -> None:
-        # a pipe or a file gets a wide table rather than rich's 80 columns
-        console = self.console or Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
+        console = self.console or Console(file=sys.stdout, width=None if sys.stdout.isatty() else PIPE_WIDTH)
+        if self.options["facts"]:
+            self._facts(console, result, run_dir)
         rows = list(result.summaries) if self.options["all_channels"] else result.primary_summaries()
-        console.print(summary_table(rows))
+        if rows:
+            console.print(summary_table(rows, wide=self.options["wide"] or console.width >= PIPE_WIDTH))
+        else:
+            console.print("no phase summaries (no window finished)")
         for table in result.derived:
             console.print(derived_table(table))
         for s in rows:
@@ -41,9 +61,41 @@ class ConsoleReporter(Reporter):
                         escape(f"{s.phase} [{s.channel}]: {energy / amount:.4g} J/{unit}, ")
                         + escape(f"{amount / time_s:.4g} {unit}/s")
                     )
+        grid = self.options["grid_g_per_kwh"]
+        if grid is not None:
+            for s in rows:
+                if s.channel and s.energy_per_iter_j.n:
+                    grams = s.energy_per_iter_j.median / 3.6e6 * grid
+                    console.print(escape(f"{s.phase} [{s.channel}]: {grams:.4g} g CO2e per iteration at {grid:g} g/kWh"))
+        if self.options["windows"] and not result.windows.empty:
+            primary = list(result.meta.get("primary_channels", []))
+            console.print(windows_table(result.windows, self.options["all_channels"], primary))
         for warning in result.warnings:
             console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
         if not result.complete:
             console.print(f"[red]run incomplete:[/red] {escape(str(result.reason))}")
-        if run_dir is not None:
+        if run_dir is not None and not self.options["facts"]:
             console.print(escape(f"saved in {run_dir}"))
+
+    @staticmethod
+    def _facts(console: Console, result: RunResult, run_dir: Path | None) -> None:
+        meta = result.meta
+        lines = [f"run:      {run_dir}" if run_dir is not None else None]
+        status = result.status + (f" ({result.reason})" if result.reason else "")
+        lines.append(f"status:   {status}")
+        workload = meta.get("workload") or {}
+        if isinstance(workload, dict) and workload:
+            lines.append(f"workload: {workload.get('name')} {workload.get('options', {})}")
+        sources = ", ".join(str(s.get("name")) for s in meta.get("sources", []) if isinstance(s, dict))
+        lines.append(f"power:    {sources or 'none (timing only)'}")
+        lines.append(f"started:  {meta.get('started_at')}   ended: {meta.get('ended_at') or '-'}")
+        if meta.get("exit_code") is not None:
+            lines.append(f"exit code of the measured command: {meta['exit_code']}")
+        origin = meta.get("samples_origin")
+        if origin and origin != "samples.parquet":
+            lines.append(f"samples:  {len(result.samples)} recovered from {origin} (the run did not finish)")
+        if meta.get("windows_origin"):
+            lines.append(f"windows:  {len(result.windows)} rows rebuilt from {meta['windows_origin']}")
+        for line in lines:
+            if line is not None:
+                console.print(escape(line), soft_wrap=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..interfaces import Reporter
 from ..options import Option
+from ..plugin import Reporter
 from ..results import RunResult
 from ..store import json_safe, write_csv, write_json
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..interfaces import Reporter
 from ..options import Option
+from ..plugin import Reporter
 from ..results import RunResult
 
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import EnergyFrameError, UsageError
-from .kernel import BASE_OPTIONS, CudaKernel
+from ..errors import EnergyFrameError, UsageError, WorkloadError
+from .kernel import BASE_OPTIONS, DEFAULT_BLOCK_1D, DEFAULT_BLOCK_2D, CudaKernel
 from .results import SweepResult
 from .space import as_function, expand, parse_shard
 from .workload import Config, SweepWorkload, plan
@@ -49,11 +49,24 @@ def sweep_id(kernels: Sequence[CudaKernel], params: Mapping[str, Sequence[Any]],
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _dims(block) -> str:
+    return "x".join(map(str, block))
+
+
+def _blocks(kernel: CudaKernel) -> str:
+    if kernel.blocks:
+        return ", ".join(_dims(b) for b in kernel.blocks)
+    return f"default ({_dims(DEFAULT_BLOCK_1D)} for a 1-D output, else {_dims(DEFAULT_BLOCK_2D)})"
+
+
+def config_warnings(configs: Sequence[Config]) -> list[str]:
+    """Every distinct warning of the configurations, in sweep order."""
+    return list(dict.fromkeys(w for c in configs for w in c.warnings))
+
+
 def dry_run_lines(kernels: Sequence[CudaKernel], configs: Sequence[Config], total_points: int) -> list[str]:
     lines = ["kernels:"]
-    lines += [
-        f"  {k.describe()}  blocks: {', '.join('x'.join(map(str, b)) for b in k.blocks)}" for k in kernels
-    ]
+    lines += [f"  {k.describe()}  blocks: {_blocks(k)}" for k in kernels]
     lines.append(
         f"{len(configs)} configurations ({total_points} parameter points x kernels x blocks, this shard):"
     )
@@ -65,7 +78,35 @@ def dry_run_lines(kernels: Sequence[CudaKernel], configs: Sequence[Config], tota
         grid = "x".join(map(str, c.launch.grid))
         shared = f" smem={c.launch.shared_mem_bytes}" if c.launch.shared_mem_bytes else ""
         lines.append(f"  [{c.index}] {c.phase} grid={grid}{shared}  {shapes}")
+    lines += [f"warning: {w}" for w in config_warnings(configs)]
     return lines
+
+
+def require_cuda() -> None:
+    """Refuse to start a sweep where it cannot launch a kernel (no GPU, no CuPy).
+
+    Raises:
+        WorkloadError: saying what is missing; nothing was started or written.
+    """
+    import torch
+
+    from .runtime import _cupy
+
+    if not torch.cuda.is_available():
+        raise WorkloadError(
+            "a kernel sweep needs a CUDA GPU (torch sees none): nothing was run; --dry-run shows the plan"
+        )
+    _cupy()
+
+
+def _measured_clocks(run_result) -> dict[str, float]:
+    """Median SM and memory clocks over the run's windows, where a power source recorded them."""
+    frame = getattr(run_result, "windows", None)
+    out = {}
+    for column in ("sm_clock_mhz", "mem_clock_mhz"):
+        if frame is not None and column in frame and frame[column].notna().any():
+            out[column] = float(frame[column].median())
+    return out
 
 
 def sweep(
@@ -97,22 +138,30 @@ def sweep(
         reference: a function of the inputs (float64) and scalars, by parameter name, returning
             the expected output(s); ``None``: the first kernel of each point is the reference.
         where: a constraint on a point (a function of the parameters, or ``"N == M"``).
-        check: compare outputs with the reference before measuring.
+        check: compare outputs with the reference before measuring (without a reference, the
+            first configuration of each point is checked for determinism: two launches on
+            fresh copies of its inputs must agree).
         rtol: relative error allowed (default by output dtype: 1e-4 for float32).
         flop, bytes_moved: work per launch (a function or an expression): GFLOP/s, GB/s, GFLOP/J.
         dry_run: print the signatures and configurations and return them; no GPU needed.
         profile: also collect Nsight Compute metrics (ncu) for every measured configuration.
         shard: ``"I/N"`` or (I, N): measure every N-th parameter point from the I-th.
         out: where to save (default ``runs/<UTC time>-sweep``).
-        config: a ``RunConfig`` (trials, window length...).
+        config: ``RunSettings`` (trials, window length...).
         unroll: launches per CUDA graph (default: enough for ~2 ms per replay, at most 100).
         **params: the values of each swept parameter, e.g. ``N=[512, 1024]``.
 
     Returns:
         The ``SweepResult`` (saved in ``out``), or with ``dry_run`` the planned configurations.
+
+    Raises:
+        UsageError: bad input, before anything starts.
+        WorkloadError: no CUDA GPU or no CuPy, before anything starts (nothing is written).
     """
     from .. import orchestrator
     from ..store import default_run_dir
+    from .devices import base_label
+    from .outputs import describe, write
 
     kernels = [kernels] if isinstance(kernels, CudaKernel) else list(kernels)
     if not kernels:
@@ -136,7 +185,13 @@ def sweep(
     if dry_run:
         for line in dry_run_lines(kernels, configs, len(points)):
             echo(line)
+    if configs and all(c.launch is None for c in configs):
+        raise UsageError(f"no configuration can be launched: {configs[0].error}")
+    if dry_run:
         return configs
+    require_cuda()
+    for warning in config_warnings(configs):
+        log.warning("warning: %s", warning)
 
     meta: dict[str, Any] = {
         "sweep_id": sweep_id(kernels, params, where),
@@ -151,7 +206,7 @@ def sweep(
         "shard": list(shard_t) if shard_t else None,
         "baseline": labels[0],
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "configurations_in_sweep": len(points) * sum(len(k.blocks) for k in kernels),
+        "configurations_in_sweep": len(points) * sum(len(k.blocks) or 1 for k in kernels),
     }
     workload = SweepWorkload(
         "sweep", configs, reference=reference, check=check, rtol=rtol, unroll=unroll, seed=seed
@@ -164,18 +219,21 @@ def sweep(
         )
     except EnergyFrameError as e:
         run_result, error = getattr(e, "result", None), e
+    device: dict[str, Any] = {}
     if run_result is not None:
         info = run_result.meta.get("workload", {}).get("info", {})
         meta["gpu"] = info.get("gpu")
         meta["power"] = list(run_result.meta.get("primary_channels", []))
         meta["runs"] = [str(out)]
-    result = SweepResult(tuple(workload.results(run_result)), meta)
+        device = {**(info.get("device") or {}), **_measured_clocks(run_result)}
+    label = base_label(device) if "error" not in device else None
+    meta["device"] = device or None
+    meta["devices"] = {label: device} if label is not None else {}
+    stopped = f"{type(error).__name__}: {error}" if error is not None else ""
+    result = SweepResult(tuple(workload.results(run_result, stopped=stopped, device=label or "")), meta)
     if profile and error is None:
         result = _with_ncu(result, configs)
-    result.save(out)
-    echo(
-        f"sweep results: {out / 'benchmark_results.json'}, {out / 'benchmark_report.txt'} and plots in {out}"
-    )
+    echo(describe(write(result, out), out, complete=error is None))
     if error is not None:
         raise error
     return result
@@ -192,6 +250,7 @@ def _with_ncu(result: SweepResult, configs: Sequence[Config]) -> SweepResult:
             "kernel": c.kernel.name,
             "options": list(c.kernel.compile_options[len(BASE_OPTIONS) :]),
             "outputs": list(c.kernel.output_names),
+            "inouts": list(c.kernel.inout_names),
             **c.launch.to_json(),
         }
         for c in chosen

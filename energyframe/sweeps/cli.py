@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import os
 from pathlib import Path
 
 import click
@@ -60,7 +60,7 @@ def _reference(spec: str | None):
     "blocks",
     multiple=True,
     metavar="X,Y,Z",
-    help="Threads per block, repeatable (swept). Default 16,16,1.",
+    help="Threads per block, repeatable (swept). Default: 256 for a 1-D output, else 16,16,1.",
 )
 @click.option(
     "--grid",
@@ -82,6 +82,13 @@ def _reference(spec: str | None):
     help="A pointer the kernel writes (default: non-const ones).",
 )
 @click.option(
+    "--inout",
+    "inouts",
+    multiple=True,
+    metavar="ARG",
+    help="An output the kernel also reads (y = a*x + y): random, not poisoned. Repeatable.",
+)
+@click.option(
     "-X", "--nvrtc-option", "options", multiple=True, metavar="OPT", help="Compiler option, e.g. -DTILE=32."
 )
 @click.option("--flop", metavar="EXPR", help="FLOP per launch, e.g. '2*N*M*K' (GFLOP/s, GFLOP/J).")
@@ -99,6 +106,11 @@ def _reference(spec: str | None):
 )
 @click.option("--dry-run", is_flag=True, help="Print signatures and configurations; run nothing.")
 @click.option("--shard", metavar="I/N", help="Measure every N-th parameter point from the I-th (0-based).")
+@click.option(
+    "--devices",
+    metavar="0,1,...",
+    help="Run one shard per GPU in parallel (one process each) and merge them into --out.",
+)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Result directory.")
 @click.option(
     "--trials", type=click.IntRange(min=1), default=None, help="Windows per configuration. Default 5."
@@ -112,7 +124,9 @@ def _reference(spec: str | None):
     default=None,
     help="Launches per CUDA graph. Default: ~2 ms of launches.",
 )
+@click.pass_context
 def sweep(
+    ctx: click.Context,
     source,
     kernel_names,
     params,
@@ -123,6 +137,7 @@ def sweep(
     shared_mem,
     args,
     outputs,
+    inouts,
     options,
     flop,
     bytes_moved,
@@ -133,6 +148,7 @@ def sweep(
     ncu,
     dry_run,
     shard,
+    devices,
     out,
     trials,
     min_window,
@@ -145,34 +161,37 @@ def sweep(
         -p N=512..4096 -p M=512..4096 -p K=1024 --shape a=N,K --shape b=K,M --shape res=N,M \\
         --flop '2*N*M*K' --power nvml --ncu
     """
+    from ..config import RunSettings
     from ..registry import power_from_cli
-    from ..orchestrator import RunConfig
     from .api import sweep as run_sweep
     from .kernel import load_kernel, parse_dim3
-    from .space import evaluate, parse_values
+    from .space import constant, parse_values
 
     if not params:
         raise UsageError("give at least one swept parameter: -p N=512,1024")
     values = dict(parse_values(p) for p in params)
-    fixed = {k: evaluate(v, {}) for k, v in _pairs(args, "--arg").items()}
+    fixed = {k: constant(v, f"--arg {k}={v}") for k, v in _pairs(args, "--arg").items()}
     shape_specs = {k: tuple(d.strip() for d in v.split(",")) for k, v in _pairs(shapes, "--shape").items()}
-    block_list = [parse_dim3(b) for b in blocks] or [(16, 16, 1)]
+    block_list = [parse_dim3(b) for b in blocks] or None
     kernels = []
     for name in kernel_names:  # a --shape or --output for an argument only some kernels have is fine
-        kernel = load_kernel(
-            source, name, block=block_list, grid=grid, shared_mem=shared_mem, args=fixed, options=options
-        )
-        pointers = {p.name for p in kernel.signature.pointers}
+        pointers = {p.name for p in load_kernel(source, name).signature.pointers}
+        mine = [a for a in inouts if a in pointers]
         kernels.append(
-            replace(
-                kernel,
+            load_kernel(
+                source,
+                name,
+                block=block_list,
+                grid=grid,
                 shapes={a: d for a, d in shape_specs.items() if a in pointers} or None,
-                output_names=tuple(o for o in outputs if o in pointers),
+                shared_mem=shared_mem,
+                args=fixed,
+                outputs=[o for o in outputs if o in pointers],
+                options=options,
+                inouts=mine,
             )
         )
-    config = RunConfig(trials=trials, min_window_s=min_window)
-    run_sweep(
-        kernels,
+    settings = dict(
         power=power_from_cli(power),
         reference=_reference(reference),
         where=where,
@@ -180,15 +199,73 @@ def sweep(
         rtol=rtol,
         flop=flop,
         bytes_moved=bytes_moved,
-        dry_run=dry_run,
         profile=ncu,
-        shard=shard,
-        out=out,
-        config=config,
+        config=RunSettings(trials=trials, min_window_s=min_window),
         unroll=unroll,
-        echo=click.echo,
         **values,
     )
+    if devices is not None:
+        _on_devices(ctx, kernels, settings, devices, shard, dry_run, out)
+        return
+    run_sweep(kernels, dry_run=dry_run, shard=shard, out=out, echo=click.echo, **settings)
+
+
+def _child_argv(ctx: click.Context) -> list[str]:
+    """This command's own arguments, as given, without --devices, --shard and --out (a child
+    of ``--devices`` gets its own), preceded by the group's --debug / -q."""
+    argv = []
+    group = ctx.parent.params if ctx.parent is not None else {}
+    if group.get("debug"):
+        argv.append("--debug")
+    if group.get("quiet"):
+        argv.append("--quiet")
+    argv.append(ctx.info_name or "sweep")
+    for param in ctx.command.params:
+        if param.name in ("devices", "shard", "out", "dry_run"):
+            continue
+        value = ctx.params.get(param.name)
+        if isinstance(param, click.Argument):
+            argv.append(str(value))
+            continue
+        option = max(param.opts, key=len)
+        if getattr(param, "is_flag", False):
+            if value:
+                argv.append(option)
+        elif param.multiple:
+            argv += [f"{option}={v}" for v in value]
+        elif value is not None:
+            argv.append(f"{option}={value}")
+    return argv
+
+
+def _on_devices(ctx, kernels, settings, devices, shard, dry_run, out) -> None:
+    """``--devices``: a child process per GPU, each measuring one shard, merged into --out."""
+    from ..store import default_run_dir
+    from .api import sweep as run_sweep
+    from .parallel import parse_devices, sweep_on_devices
+    from .space import in_shard
+
+    if shard is not None:
+        raise UsageError("--devices splits the sweep into shards itself: drop --shard")
+    chosen = parse_devices(devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    for spec in settings["power"] if isinstance(settings["power"], list) else []:
+        if "gpus=" in spec.replace(" ", ""):
+            raise UsageError(
+                f"--power {spec!r}: with --devices each child measures the one GPU it sees; drop gpus="
+            )
+    count = len(chosen)
+    # the whole plan, checked here before any child starts; each shard's part of it
+    configs = run_sweep(
+        kernels, dry_run=True, echo=click.echo if dry_run else (lambda line: None), **settings
+    )
+    plans = {i: [c for c in configs if in_shard(c.point_index, (i, count))] for i in range(count)}
+    if dry_run:
+        for i, (label, _visible) in enumerate(chosen):
+            indices = ", ".join(str(c.index) for c in plans[i]) or "none"
+            click.echo(f"GPU {label} (shard {i}/{count}): {len(plans[i])} configurations: {indices}")
+        return
+    out = Path(out) if out is not None else default_run_dir("sweep")
+    sweep_on_devices(_child_argv(ctx), chosen, out, plans, echo=lambda line: click.echo(line, err=True))
 
 
 @click.command(context_settings=CONTEXT)
@@ -198,15 +275,21 @@ def sweep(
 )
 def merge(results, out) -> None:
     """Join the shards of one sweep (their directories or benchmark_results.json files)."""
+    from .outputs import write
     from .results import SweepResult
     from .results import merge as merge_results
 
     merged = merge_results([SweepResult.load(r) for r in results])
-    merged.save(out)
+    files = write(merged, out)
     missing = merged.meta.get("missing_shards")
-    click.echo(f"merged {len(results)} shard(s), {len(merged.results)} configurations, into {out}")
+    click.echo(
+        f"merged {len(results)} shard(s), {len(merged.results)} configurations, into {out}: "
+        f"{', '.join(f.name for f in files)}"
+    )
     if missing:
         click.echo(f"warning: shards {missing} are missing", err=True)
+    for warning in merged.meta.get("warnings") or []:
+        click.echo(f"warning: {warning}", err=True)
 
 
 def register_commands(cli: click.Group) -> None:

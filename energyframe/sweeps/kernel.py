@@ -20,6 +20,16 @@ from .space import as_function
 Dim3 = tuple[int, int, int]
 #: compiler options every kernel gets (the user's are added after them)
 BASE_OPTIONS = ("-std=c++17",)
+#: the default block by the rank of the first output: 1-D outputs get a 1-D block (a 2-D block
+#: would have threads along y with no elements there: each element computed by 16 threads)
+DEFAULT_BLOCK_1D: Dim3 = (256, 1, 1)
+DEFAULT_BLOCK_2D: Dim3 = (16, 16, 1)
+#: CUDA's largest grid, blocks along x, y, z (every GPU since compute capability 3.0)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+#: a configuration whose arrays take more than this is probably a typo (warned, before allocating)
+LARGE_ARRAYS_BYTES = 32 * 2**30
+#: a grid of more blocks than this is probably a typo (warned)
+LARGE_GRID_BLOCKS = 2**31
 
 
 def dim3(value: Any, what: str) -> Dim3:
@@ -56,6 +66,10 @@ class Launch:
     shared_mem_bytes: int
     shapes: Mapping[str, tuple[int, ...]]
     scalars: Mapping[str, Any]
+    #: what looks wrong about this launch, found before anything is allocated
+    warnings: tuple[str, ...] = ()
+    #: bytes of every pointer argument together
+    array_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,7 +86,8 @@ class CudaKernel:
     """A ``__global__`` function of a CUDA source file, with how to launch it.
 
     Build it with ``load_kernel``. ``label`` names it in results (the kernel's name unless two
-    loaded kernels share it).
+    loaded kernels share it). ``blocks`` empty: the default block, chosen by the rank of the
+    first output (``DEFAULT_BLOCK_1D`` for a 1-D output, else ``DEFAULT_BLOCK_2D``).
     """
 
     source_path: Path
@@ -84,6 +99,7 @@ class CudaKernel:
     shared_mem: Any = 0
     args: Mapping[str, Any] = field(default_factory=dict)
     output_names: tuple[str, ...] = ()
+    inout_names: tuple[str, ...] = ()
     compile_options: tuple[str, ...] = BASE_OPTIONS
     label: str = ""
     inputs: Callable[..., Mapping[str, Any]] | None = None
@@ -102,12 +118,36 @@ class CudaKernel:
         return self.signature.outputs or pointers[-1:]
 
     @property
+    def inouts(self) -> tuple[Param, ...]:
+        """Outputs the kernel also reads (``y = a*x + y``): random like inputs, not poisoned, and
+        given to the reference as inputs (their values before the launch)."""
+        return tuple(p for p in self.outputs if p.name in self.inout_names)
+
+    def blocks_for(self, point: Mapping[str, Any]) -> tuple[Dim3, ...]:
+        """The blocks swept at ``point``: those given, else the default for the output's rank."""
+        if self.blocks:
+            return self.blocks
+        return (self.default_block(point),)
+
+    def default_block(self, point: Mapping[str, Any]) -> Dim3:
+        """``DEFAULT_BLOCK_1D`` when the first output is one-dimensional, else ``DEFAULT_BLOCK_2D``."""
+        outputs = self.outputs
+        if not outputs:
+            return DEFAULT_BLOCK_2D
+        try:
+            shape = self._shapes({**self.args, **point})[outputs[0].name]
+        except UsageError:
+            return DEFAULT_BLOCK_2D  # configure() reports the error
+        return DEFAULT_BLOCK_1D if len(shape) <= 1 else DEFAULT_BLOCK_2D
+
+    @property
     def size_names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.signature.scalars if not p.floating)
 
     def describe(self) -> str:
         """The parsed signature with what is taken as output, one line."""
-        outs = ", ".join(p.name for p in self.outputs) or "none"
+        inouts = {p.name for p in self.inouts}
+        outs = ", ".join(p.name + (" (in-out)" if p.name in inouts else "") for p in self.outputs) or "none"
         return f"{self.label}: {self.signature}  [outputs: {outs}]"
 
     # -- one configuration --------------------------------------------------------------------
@@ -189,18 +229,64 @@ class CudaKernel:
         """The launch of this kernel at ``point`` with ``block``.
 
         Raises:
-            UsageError: a scalar without a value, a shape or grid that cannot be computed.
+            UsageError: a scalar without a value, a shape or grid that cannot be computed, a grid
+                over CUDA's limits.
         """
         values = {**self.args, **point}
         scalars = self.scalar_values(point)
         shapes = self._shapes(values)
         grid = self._grid(values, block, shapes)
+        if any(g > m for g, m in zip(grid, MAX_GRID)):
+            raise UsageError(
+                f"{self.label}: grid {'x'.join(map(str, grid))} exceeds CUDA's limit of "
+                f"{'x'.join(map(str, MAX_GRID))} blocks"
+            )
         shared = self.shared_mem
         if callable(shared) or isinstance(shared, str):
             shared = as_function(shared)({**values, "block": block})
         if int(shared) < 0:
             raise UsageError(f"{self.label}: shared memory must not be negative, got {shared}")
-        return Launch(grid, block, int(shared), shapes, scalars)
+        sizes = {p.name: math.prod(shapes[p.name]) * p.itemsize for p in self.signature.pointers}
+        warnings = self._idle_threads(block, grid, shapes) + _too_large(self.label, grid, sizes)
+        return Launch(grid, block, int(shared), shapes, scalars, tuple(warnings), sum(sizes.values()))
+
+    def _idle_threads(self, block: Dim3, grid: Dim3, shapes) -> list[str]:
+        """A block dimension with threads but no grid extent and no output extent behind it: the
+        kernel likely computes each element once per thread along it."""
+        outputs = self.outputs
+        if not outputs or block[1:] == (1, 1):
+            return []
+        name = outputs[0].name
+        shape = shapes[name]
+        if block[2] == 1:
+            extents = (shape[-1], math.prod(shape[:-1]), 1)
+        else:
+            extents = (shape[-1], shape[-2] if len(shape) > 1 else 1, math.prod(shape[:-2]))
+        out = []
+        for axis, b, g, e in zip("xyz", block, grid, extents):
+            if b > 1 and g == 1 and e == 1:
+                hint = f"; use a 1-D block (--block {math.prod(block)})" if len(shape) == 1 else ""
+                out.append(
+                    f"{self.label}: block {'x'.join(map(str, block))} has {b} threads along {axis}, but "
+                    f"neither the grid nor the output {name}{list(shape)} extends along {axis}: each "
+                    f"element may be computed {b} times ({b}x the work, a race if the kernel reads what "
+                    f"it writes){hint}"
+                )
+        return out
+
+
+def _too_large(label: str, grid: Dim3, sizes: Mapping[str, int]) -> list[str]:
+    out = []
+    blocks = math.prod(grid)
+    if blocks > LARGE_GRID_BLOCKS:
+        out.append(f"{label}: grid {'x'.join(map(str, grid))} is {blocks:.3g} blocks: is a size wrong?")
+    total = sum(sizes.values())
+    if total > LARGE_ARRAYS_BYTES:
+        largest = ", ".join(
+            f"{k} {v / 2**30:.3g} GiB" for k, v in sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+        )
+        out.append(f"{label}: the arguments take {total / 2**30:.3g} GiB ({largest}): is a size wrong?")
+    return out
 
 
 def _value(dim: Any, values: Mapping[str, Any]) -> Any:
@@ -212,7 +298,7 @@ def _value(dim: Any, values: Mapping[str, Any]) -> Any:
 def load_kernel(
     source: str | Path,
     name: str,
-    block: Sequence[int] | Sequence[Sequence[int]] | int = (16, 16, 1),
+    block: Sequence[int] | Sequence[Sequence[int]] | int | None = None,
     grid: Any = None,
     shapes: Any = None,
     shared_mem: Any = 0,
@@ -221,6 +307,7 @@ def load_kernel(
     options: Sequence[str] = (),
     label: str | None = None,
     inputs: Callable[..., Mapping[str, Any]] | None = None,
+    inouts: Sequence[str] = (),
 ) -> CudaKernel:
     """Load the ``__global__`` function ``name`` of a ``.cu`` file (read now, compiled on first
     launch, with the compiled binary cached on disk).
@@ -228,7 +315,8 @@ def load_kernel(
     Args:
         source: path of the ``.cu`` file.
         name: the kernel's name; templates are refused (wrap an instantiation in a plain kernel).
-        block: threads per block, (x, y, z); a list of blocks sweeps them.
+        block: threads per block, (x, y, z); a list of blocks sweeps them. Default: 256 threads
+            along x for a one-dimensional output, 16 x 16 otherwise.
         grid: blocks per grid: a tuple, a function of the sweep's parameters (and ``block``,
             ``bx``, ``by``, ``bz``), or an expression such as ``"cdiv(M, bx), cdiv(N, by)"``.
             Default: one thread per element of the first output, x along its last dimension.
@@ -242,23 +330,35 @@ def load_kernel(
         label: the name in results (default: ``name``).
         inputs: a function of the parameters (and ``device``) returning tensors for some or all
             pointer parameters, replacing the random default inputs.
+        inouts: outputs the kernel also reads (``y[i] = a*x[i] + y[i]``): filled with random
+            values instead of poison, and given to the reference as inputs.
     """
     path = Path(source)
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as e:
         raise UsageError(f"cannot read the kernel source {str(path)!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            f"the kernel source {str(path)!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+            f"{e.start}); save it as UTF-8"
+        ) from None
     signature = parse_signature(text, name)
-    if isinstance(block, int) or (block and isinstance(block[0], int)):
-        blocks: tuple[Dim3, ...] = (dim3(block, f"{name}: block"),)
+    if block is None:
+        blocks: tuple[Dim3, ...] = ()
+    elif isinstance(block, int) or (block and isinstance(block[0], int)):
+        blocks = (dim3(block, f"{name}: block"),)
     else:
         blocks = tuple(dim3(b, f"{name}: block") for b in block)
-    if not blocks:
-        raise UsageError(f"{name}: give at least one block")
+        if not blocks:
+            raise UsageError(f"{name}: give at least one block")
     unknown = set(outputs) - {p.name for p in signature.pointers}
     if unknown:
         raise UsageError(f"{name}: outputs {sorted(unknown)} are not pointer parameters of {signature}")
-    return CudaKernel(
+    unknown = set(inouts) - {p.name for p in signature.pointers}
+    if unknown:
+        raise UsageError(f"{name}: inouts {sorted(unknown)} are not pointer parameters of {signature}")
+    kernel = CudaKernel(
         source_path=path,
         source=text,
         signature=signature,
@@ -267,8 +367,16 @@ def load_kernel(
         shapes=shapes,
         shared_mem=shared_mem,
         args=dict(args or {}),
-        output_names=tuple(outputs),
+        output_names=tuple(dict.fromkeys([*outputs, *inouts])) if outputs else (),
+        inout_names=tuple(inouts),
         compile_options=BASE_OPTIONS + tuple(options),
         label=label or name,
         inputs=inputs,
     )
+    written = {p.name for p in kernel.outputs}
+    if not set(inouts) <= written:
+        raise UsageError(
+            f"{name}: inouts {sorted(set(inouts) - written)} are not outputs (outputs: "
+            f"{', '.join(sorted(written)) or 'none'}); a const pointer cannot be written"
+        )
+    return kernel

@@ -153,7 +153,11 @@ def _launch_all(spec_path: str) -> None:
 
     for item in json.loads(Path(spec_path).read_text()):
         kernel = load_kernel(
-            item["source"], item["kernel"], options=item.get("options", ()), outputs=item.get("outputs", ())
+            item["source"],
+            item["kernel"],
+            options=item.get("options", ()),
+            outputs=item.get("outputs", ()),
+            inouts=item.get("inouts", ()),
         )
         launch = Launch(
             tuple(item["grid"]),

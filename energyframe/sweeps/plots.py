@@ -8,11 +8,19 @@ matplotlib is imported when a plot is drawn.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 
 from ..plots import PALETTE
 from .results import KernelResult, SweepResult
+
+
+def safe_name(text: str, limit: int = 80) -> str:
+    """``text`` as a plain file name: letters, digits, ``_``, ``-`` and ``.`` only, no leading dot,
+    no separators (a name from a results file never leaves the directory it is written into)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", str(text)).lstrip(".")[:limit]
+    return name or "_"
 
 
 def _series(r: KernelResult, multi_block: set[str]) -> str:
@@ -192,7 +200,7 @@ def draw_all(sweep: SweepResult, directory: Path | str, baseline: str | None = N
     if len(axes) >= 2:
         drawn.append(heatmap(sweep, directory / "heatmap.png", axes[0], axes[1]))
     if axes:
-        drawn.append(_lines(sweep, directory / f"time_vs_{axes[0]}.png", axes[0], None))
+        drawn.append(_lines(sweep, directory / safe_name(f"time_vs_{axes[0]}.png"), axes[0], None))
         if len({r.kernel for r in results}) > 1:
             drawn.append(_lines(sweep, directory / "speedup.png", axes[0], baseline))
     drawn.append(energy_latency(sweep, directory / "energy_vs_latency.png"))

@@ -11,13 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from .. import store
-from ..errors import StoreError
+from ..errors import StoreError, UsageError
+from .devices import differences, label_devices
 
 RESULTS_JSON = "benchmark_results.json"
 REPORT_TXT = "benchmark_report.txt"
 # History of benchmark_results.json:
 #   1 - first version (2026-11).
-RESULTS_VERSION = 1
+#   2 - per configuration ``warnings`` and ``device``; check statuses ``deterministic`` and
+#       ``nondeterministic``; ``sweep.devices`` and ``sweep.warnings`` (2026-11). Version 1 reads.
+RESULTS_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 OK, MISMATCH, ERROR, NOT_RUN = "ok", "mismatch", "error", "not run"
 #: ncu metric -> our field
@@ -43,7 +47,9 @@ class KernelResult:
 
     ``latency_s`` and ``energy_j`` are medians over ``trials`` windows; ``*_iqr_*`` their
     interquartile range, ``*_cv`` their coefficient of variation. ``flags`` carry the window
-    flags (``short`` when a window was under the power source's resolution, ``noisy``).
+    flags (``short`` when a window was under the power source's resolution, ``noisy``);
+    ``warnings`` what looked wrong about the launch before it ran; ``device`` the label (in the
+    sweep's ``devices``) of the GPU that measured it.
     """
 
     index: int
@@ -70,6 +76,8 @@ class KernelResult:
     flop: float = math.nan
     bytes: float = math.nan
     ncu: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    device: str = ""
 
     # -- derived figures ----------------------------------------------------------------------
     @property
@@ -106,6 +114,7 @@ class KernelResult:
         data = asdict(self)
         data["block"], data["grid"] = list(self.block), list(self.grid)
         data["flags"] = list(self.flags)
+        data["warnings"] = list(self.warnings)
         data["execution_time_ms"] = self.latency_s * 1e3  # the earlier tool's field
         for name in ("gflops", "gbps", "gflop_per_j", "ncu_diff_pct"):
             data[name] = getattr(self, name)
@@ -122,6 +131,7 @@ class KernelResult:
             if key in values:
                 values[key] = tuple(values[key])
         values["flags"] = tuple(values.get("flags", ()))
+        values["warnings"] = tuple(values.get("warnings", ()))
         for key, f in cls.__dataclass_fields__.items():
             if f.type == "float" and key in values:
                 values[key] = _nan(values[key])
@@ -168,31 +178,60 @@ class SweepResult:
         }
 
     def save(self, directory: Path | str) -> Path:
-        """benchmark_results.json, benchmark_report.txt and the plots, into ``directory``."""
-        from .plots import draw_all
-        from .report import text_report
-
+        """``benchmark_results.json`` into ``directory``; returns its path. The report and the
+        plots are written by ``energyframe.sweeps.outputs.write`` (which calls this)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        store.write_json(directory / RESULTS_JSON, self.to_json())
-        store.write_bytes(directory / REPORT_TXT, text_report(self).encode())
-        draw_all(self, directory)
-        return directory
+        path = directory / RESULTS_JSON
+        store.write_json(path, self.to_json())
+        return path
 
     @classmethod
     def load(cls, path: Path | str) -> SweepResult:
+        """Read ``benchmark_results.json`` (or the directory holding it).
+
+        Raises:
+            StoreError: missing or unreadable, or of an unknown format version.
+            UsageError: not a sweep's results, or parameter names that are not identifiers
+                (file names of plots are made from them).
+        """
         path = Path(path)
         if path.is_dir():
             path = path / RESULTS_JSON
-        data = store.read_json(path)
+        try:
+            data = store.read_json(path)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise UsageError(f"{path} is not a sweep's results ({e})") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"{path} is not a sweep's results (a JSON object is expected)")
         version = data.get("format_version")
-        if version != RESULTS_VERSION:
+        if version not in READABLE_VERSIONS:
             raise StoreError(f"{path}: unknown benchmark_results.json format {version!r}")
-        return cls(tuple(KernelResult.from_json(b) for b in data["benchmarks"]), data.get("sweep", {}))
+        meta = data.get("sweep", {})
+        try:
+            results = tuple(KernelResult.from_json(b) for b in data["benchmarks"])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise UsageError(f"{path} is not a sweep's results ({type(e).__name__}: {e})") from None
+        if not isinstance(meta, dict):
+            raise UsageError(f"{path} is not a sweep's results ('sweep' is not an object)")
+        names = [str(n) for r in results for n in r.parameters] + [
+            str(n) for n in meta.get("parameters") or {}
+        ]
+        bad = sorted({n for n in names if not n.isidentifier()})
+        if bad:
+            raise UsageError(
+                f"{path}: parameter names {bad} are not identifiers (letters, digits and _): refused"
+            )
+        return cls(results, meta)
 
 
-def merge(parts: Sequence[SweepResult]) -> SweepResult:
-    """Shards of one sweep as one result.
+def merge(parts: Sequence[SweepResult], labels: Sequence[str | None] | None = None) -> SweepResult:
+    """Shards of one sweep as one result, each configuration labelled with the GPU that
+    measured it (``sweep.devices``: label -> what was recorded about that GPU).
+
+    Args:
+        labels: per part, the label of its GPU (``energyframe sweep --devices`` gives the device
+            it chose); default: from each part's recorded device.
 
     Raises:
         StoreError: the parts come from different sweeps, overlap, or a shard is missing.
@@ -211,7 +250,25 @@ def merge(parts: Sequence[SweepResult]) -> SweepResult:
     if len(set(seen)) != len(seen):
         raise StoreError(f"a shard was given twice: {seen}")
     missing = sorted(set(range(count)) - set(seen))
-    results = sorted((r for p in parts for r in p.results), key=lambda r: r.index)
+    names = label_devices([p.meta.get("device") or {} for p in parts], shards, labels)
+    devices: dict[str, Any] = {}
+    results = []
+    for part, shard, name in zip(parts, shards, names):
+        if name is not None:
+            entry = devices.setdefault(name, {**(part.meta.get("device") or {}), "shards": []})
+            entry["shards"].append(list(shard))
+        results += [
+            replace(r, device=name) if name is not None and r.status != NOT_RUN else r for r in part.results
+        ]
+    results.sort(key=lambda r: r.index)
+    warnings = [w for p in parts for w in p.meta.get("warnings") or [] if w]
+    warnings += differences(devices)
     meta = {**parts[0].meta, "shard": None, "merged_shards": seen, "missing_shards": missing}
+    meta.pop("device", None)
+    meta["devices"] = devices
+    names_seen = [info.get("name") for info in devices.values() if info.get("name")]
+    if names_seen:
+        meta["gpu"] = ", ".join(dict.fromkeys(names_seen))
+    meta["warnings"] = list(dict.fromkeys(warnings))
     meta["runs"] = [run for p in parts for run in (p.meta.get("runs") or [])]
     return SweepResult(tuple(results), meta)

@@ -45,30 +45,93 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
 }
 
 
+#: the largest magnitude an expression may reach (sizes, grids and work counts are far below it)
+MAX_MAGNITUDE = 2**64
+#: the largest exponent of ``**`` and shift of ``<<``
+MAX_EXPONENT = 64
+#: the longest expression text (deeper nesting than this is a typo, not a grid)
+MAX_LENGTH = 500
+
+
+def _number(value: Any, text: str, what: str) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{text!r}: {what} needs numbers, got {value!r}")
+    return value
+
+
+def _bounded(value: Any, text: str) -> Any:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) and math.isnan(value):
+            raise UsageError(f"{text!r}: the result is not a number")
+        if abs(value) > MAX_MAGNITUDE:
+            raise UsageError(
+                f"{text!r}: a value of the expression exceeds 2**64 (got {_short(value)}); "
+                "sizes, grids and work counts are far smaller"
+            )
+    return value
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return f"~1e{len(str(abs(value))) - 1}" if abs(value) >= 10**12 else str(value)
+
+
+def _binary(op: ast.operator, left: Any, right: Any, text: str) -> Any:
+    name = type(op).__name__.lower()
+    _number(left, text, f"'{name}'")
+    _number(right, text, f"'{name}'")
+    if isinstance(op, ast.Pow) and abs(right) > MAX_EXPONENT:
+        raise UsageError(f"{text!r}: exponent {_short(right)} is too large (at most {MAX_EXPONENT})")
+    if isinstance(op, (ast.LShift, ast.RShift)) and not 0 <= right <= MAX_EXPONENT:
+        raise UsageError(f"{text!r}: shift by {_short(right)}: shifts go from 0 to {MAX_EXPONENT}")
+    try:
+        return _BINARY[type(op)](left, right)
+    except ZeroDivisionError:
+        raise UsageError(f"{text!r}: division by zero") from None
+    except (OverflowError, TypeError, ValueError) as e:
+        raise UsageError(f"{text!r}: {e}") from None
+
+
 def evaluate(text: str, names: Mapping[str, Any]) -> Any:
     """Evaluate an arithmetic expression over ``names`` (numbers, + - * / // % ** << >>,
-    comparisons, and/or/not, and ``cdiv ceil floor min max abs log2``); nothing else runs."""
+    comparisons, and/or/not, and ``cdiv ceil floor min max abs log2``); nothing else runs.
+
+    Bounded: exponents and shifts up to 64, every intermediate value within 2**64, the text
+    at most 500 characters; anything else is a ``UsageError`` (``10**10**10`` does not hang).
+    """
+    text = str(text)
+    if len(text) > MAX_LENGTH:
+        raise UsageError(f"expression {text[:40]!r}... is longer than {MAX_LENGTH} characters")
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as e:
         raise UsageError(f"cannot parse the expression {text!r}: {e.msg}") from None
+    except (RecursionError, MemoryError, ValueError):
+        raise UsageError(f"cannot parse the expression {text!r}: nested too deeply") from None
 
     def ev(node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):
             return ev(node.body)
         if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool)):
-            return node.value
+            return _bounded(node.value, text)
         if isinstance(node, ast.Name):
             if node.id not in names:
+                if not names:
+                    raise UsageError(
+                        f"{text!r}: {node.id!r} is not a number (only numbers and arithmetic are "
+                        "allowed here, e.g. 512 or 2**10)"
+                    )
                 raise UsageError(f"{text!r}: unknown name {node.id!r}; known: {', '.join(sorted(names))}")
             return names[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            return _BINARY[type(node.op)](ev(node.left), ev(node.right))
+            return _bounded(_binary(node.op, ev(node.left), ev(node.right), text), text)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd, ast.Not)):
             value = ev(node.operand)
-            if isinstance(node.op, ast.USub):
-                return -value
-            return not value if isinstance(node.op, ast.Not) else value
+            if isinstance(node.op, ast.Not):
+                return not value
+            _number(value, text, "a sign")
+            return -value if isinstance(node.op, ast.USub) else value
         if isinstance(node, ast.BoolOp):
             values = [ev(v) for v in node.values]
             return all(values) if isinstance(node.op, ast.And) else any(values)
@@ -76,19 +139,31 @@ def evaluate(text: str, names: Mapping[str, Any]) -> Any:
             left = ev(node.left)
             for op, right_node in zip(node.ops, node.comparators):
                 right = ev(right_node)
-                if not _COMPARE[type(op)](left, right):
-                    return False
+                try:
+                    if not _COMPARE[type(op)](left, right):
+                        return False
+                except TypeError as e:
+                    raise UsageError(f"{text!r}: {e}") from None
                 left = right
             return True
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS:
             if node.keywords:
                 raise UsageError(f"{text!r}: {node.func.id}() takes positional arguments only")
-            return FUNCTIONS[node.func.id](*(ev(a) for a in node.args))
+            args = [ev(a) for a in node.args]
+            try:
+                return _bounded(FUNCTIONS[node.func.id](*args), text)
+            except ZeroDivisionError:
+                raise UsageError(f"{text!r}: division by zero") from None
+            except (OverflowError, TypeError, ValueError) as e:
+                raise UsageError(f"{text!r}: {node.func.id}(): {e}") from None
         if isinstance(node, ast.Tuple):
             return tuple(ev(e) for e in node.elts)
         raise UsageError(f"{text!r}: {ast.unparse(node)!r} is not allowed in an expression")
 
-    return ev(tree)
+    try:
+        return ev(tree)
+    except RecursionError:
+        raise UsageError(f"expression {text[:40]!r} is nested too deeply") from None
 
 
 def call_with(fn: Callable[..., Any], values: Mapping[str, Any]) -> Any:
@@ -130,10 +205,11 @@ def parse_values(text: str) -> tuple[str, list[Any]]:
     """``N=512,1024,2048`` -> ("N", [512, 1024, 2048]); ``N=2**9..2**12`` doubles from 512 to 4096."""
     name, sep, rest = text.partition("=")
     name = name.strip()
+    usage = "expected NAME=V1,V2,... (numbers, or arithmetic such as 2**10) or NAME=LO..HI (powers of two)"
     if not sep or not name.isidentifier() or not rest.strip():
-        raise UsageError(f"-p {text!r}: expected NAME=V1,V2,... (or NAME=LO..HI for powers of two)")
+        raise UsageError(f"-p {text!r}: {usage}")
     if ".." in rest:
-        lo, hi = (evaluate(part, {}) for part in rest.split("..", 1))
+        lo, hi = (constant(part, f"-p {text!r}") for part in rest.split("..", 1))
         if not (isinstance(lo, int) and isinstance(hi, int) and 0 < lo <= hi):
             raise UsageError(f"-p {text!r}: LO..HI needs integers 0 < LO <= HI")
         values, v = [], lo
@@ -141,7 +217,24 @@ def parse_values(text: str) -> tuple[str, list[Any]]:
             values.append(v)
             v *= 2
         return name, values
-    return name, [evaluate(part, {}) for part in rest.split(",") if part.strip()]
+    return name, [constant(part, f"-p {text!r}") for part in rest.split(",") if part.strip()]
+
+
+def constant(text: str, what: str) -> Any:
+    """A number written as a number or as arithmetic of numbers (``512``, ``2**10``, ``0.5``).
+
+    Raises:
+        UsageError: naming ``what`` (the option and its text), the bad part and what is expected.
+    """
+    try:
+        value = evaluate(text, {})
+    except UsageError as e:
+        message = str(e)
+        message = message[len(f"{text!r}: ") :] if message.startswith(f"{text!r}: ") else message
+        raise UsageError(f"{what}: {message}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{what}: {text.strip()!r} is not a number")
+    return value
 
 
 def expand(

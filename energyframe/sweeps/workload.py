@@ -1,8 +1,9 @@
 """The measured part of a sweep: one phase per configuration, each a CUDA graph of launches.
 
 Each configuration is prepared just before it is measured (``phases`` is a generator): its
-arguments are allocated, one launch is checked against the reference, one is timed to choose how
-many launches a graph holds, and the graph is captured. A configuration that fails to compile,
+arguments are allocated, one launch is checked against the reference (or, with nothing to
+compare against, for determinism on a second fresh copy of its arguments), three are timed to
+choose how many launches a graph holds, and the graph is captured. A configuration that fails to compile,
 launch or allocate is recorded with its error and the sweep goes on; after an error that leaves
 the CUDA context unusable (an illegal address), the remaining configurations are marked not run.
 """
@@ -18,8 +19,7 @@ from typing import Any
 from ..errors import WorkloadError
 from ..interfaces import DerivedTable, Phase, Workload
 from ..workloads.graph import Captured, torch_device
-from .check import MISMATCH as CHECK_MISMATCH
-from .check import UNCHECKED, Check, allocate, compare, reference_outputs
+from .check import UNCHECKED, WRONG, Check, allocate, compare, determinism, reference_outputs
 from .kernel import CudaKernel, Dim3, Launch
 from .results import ERROR, MISMATCH, NOT_RUN, OK, KernelResult
 from .runtime import kernel_args, launcher
@@ -57,6 +57,10 @@ class Config:
     extra: dict = field(default_factory=dict)
 
     @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.launch.warnings if self.launch is not None else ()
+
+    @property
     def phase(self) -> str:
         params = " ".join(f"{k}={v}" for k, v in self.point.items())
         return f"{self.kernel.label} {params} block={'x'.join(map(str, self.block))}"
@@ -72,7 +76,7 @@ def plan(
     configs, index = [], 0
     for point_index, point in enumerate(points):
         for kernel in kernels:
-            for block in kernel.blocks:
+            for block in kernel.blocks_for(point):
                 config = Config(index, point_index, kernel, dict(point), block)
                 index += 1
                 if not in_shard(point_index, shard):
@@ -136,7 +140,7 @@ class SweepWorkload(Workload):
             except Exception as e:
                 self._failed(config, e)
                 continue
-            config.status = MISMATCH if config.check and config.check.status == CHECK_MISMATCH else OK
+            config.status = MISMATCH if config.check and config.check.status in WRONG else OK
             yield captured.phase(config.phase, self._work(config))
             self._expected = {k: v for k, v in self._expected.items() if k >= config.point_index}
 
@@ -167,12 +171,20 @@ class SweepWorkload(Workload):
 
         kernel, launch = config.kernel, config.launch
         assert launch is not None
+        _, total_b = torch.cuda.mem_get_info(self.device)
+        if launch.array_bytes > total_b:
+            raise WorkloadError(
+                f"the arguments need {launch.array_bytes / 2**30:.3g} GiB; the GPU has "
+                f"{total_b / 2**30:.3g} GiB (nothing was allocated)"
+            )
         tensors = allocate(kernel, launch, config.point, self.device, self.seed + config.point_index)
+        before = {p.name: tensors[p.name].clone() for p in kernel.inouts} if self.check else {}
         args = kernel_args(kernel.signature, tensors, launch.scalars)
         go = launcher(kernel, launch, args)
         go()
         torch.cuda.synchronize(self.device)
-        config.check = self._check(config, tensors)
+        config.check = self._check(config, tensors, before)
+        before.clear()
         # time a few launches to choose the graph's size
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -188,36 +200,61 @@ class SweepWorkload(Workload):
             lambda device: tensors, lambda state: go(), config.unroll, self.device, warmup_calls=1
         )
 
-    def _check(self, config: Config, tensors: Mapping[str, Any]) -> Check:
+    def _check(self, config: Config, tensors: Mapping[str, Any], before: Mapping[str, Any]) -> Check:
         if not self.check:
             return Check(UNCHECKED, detail="checking was turned off")
         kernel, launch = config.kernel, config.launch
         assert launch is not None
         if self.reference is not None:
-            expected = reference_outputs(kernel, self.reference, tensors, launch.scalars, config.point)
-            result = compare(kernel, tensors, expected, "reference", self.rtol)
-        elif config.point_index not in self._expected:
-            # the first kernel of a point is the reference of the others
-            self._expected[config.point_index] = (
-                config.phase,
-                {p.name: tensors[p.name].clone() for p in kernel.outputs},
+            expected = reference_outputs(
+                kernel, self.reference, tensors, launch.scalars, config.point, before
             )
-            result = Check(UNCHECKED, detail="this is the reference kernel of its parameter point")
-        else:
+            return compare(kernel, tensors, expected, "reference", self.rtol)
+        if config.point_index in self._expected:
             against, expected = self._expected[config.point_index]
-            result = compare(kernel, tensors, expected, against, self.rtol, slack=2.0)
-        return result
+            return compare(kernel, tensors, expected, against, self.rtol, slack=2.0)
+        # the first configuration of a point is the reference of the others
+        self._expected[config.point_index] = (
+            config.phase,
+            {p.name: tensors[p.name].clone() for p in kernel.outputs},
+        )
+        return self._determinism(config, tensors)
+
+    def _determinism(self, config: Config, tensors: Mapping[str, Any]) -> Check:
+        """A second launch on a fresh allocation of the same inputs, compared with the first."""
+        import torch
+
+        kernel, launch = config.kernel, config.launch
+        assert launch is not None
+        free_b, _ = torch.cuda.mem_get_info(self.device)
+        if launch.array_bytes > free_b:
+            return Check(UNCHECKED, detail="no GPU memory left for the determinism check's second copy")
+        twin = allocate(kernel, launch, config.point, self.device, self.seed + config.point_index)
+        try:
+            launcher(kernel, launch, kernel_args(kernel.signature, twin, launch.scalars))()
+            torch.cuda.synchronize(self.device)
+            return determinism(kernel, tensors, twin, self.rtol)
+        finally:
+            twin.clear()
 
     # -- results ------------------------------------------------------------------------------
-    def results(self, run_result) -> list[KernelResult]:
-        """Every configuration with its measured figures (from ``run_result``'s summaries)."""
+    def results(self, run_result, stopped: str = "", device: str = "") -> list[KernelResult]:
+        """Every configuration with its measured figures (from ``run_result``'s summaries).
+
+        Args:
+            stopped: why the run ended early (the reason given to configurations not run).
+            device: which GPU measured the configurations (a label of ``sweep.devices``).
+        """
         summaries = {s.phase: s for s in run_result.primary_summaries()} if run_result is not None else {}
+        why = f"not measured: the run stopped before it ({stopped})" if stopped else ""
         out = []
         for c in self.configs:
             s = summaries.get(c.phase)
             status = c.status
             if status in (OK, MISMATCH) and s is None:
-                status, error = NOT_RUN, c.error or "not measured (the run stopped before it)"
+                status, error = NOT_RUN, c.error or why or "not measured (the run stopped before it)"
+            elif status == NOT_RUN:
+                error = c.error or why or "not measured (the run stopped before it)"
             else:
                 error = c.error
             figures: dict[str, Any] = {}
@@ -249,6 +286,8 @@ class SweepWorkload(Workload):
                     check=c.check.to_json() if c.check else {},
                     flop=c.extra.get("flop", math.nan),
                     bytes=c.extra.get("bytes", math.nan),
+                    warnings=c.warnings,
+                    device=device if status != NOT_RUN else "",
                     **figures,
                 )
             )
@@ -280,7 +319,8 @@ class SweepWorkload(Workload):
                 "sweep",
                 f"{self.name}: per launch (median over trials)",
                 rows,
-                note="check: each kernel's output against the reference on fresh random inputs; "
+                note="check: each kernel's output against the reference on fresh random inputs "
+                "(deterministic: two launches on fresh copies agreed, when there is no reference); "
                 "cv: coefficient of variation over trials",
             )
         ]
@@ -290,8 +330,14 @@ class SweepWorkload(Workload):
 
         out: dict[str, Any] = {"configurations": len(self.configs), "torch": torch.__version__}
         if self.device is not None and self.device.type == "cuda":
+            from .devices import describe
+
             out["gpu"] = torch.cuda.get_device_name(self.device)
             out["execution"] = "cuda graph"
+            try:
+                out["device"] = describe(self.device)
+            except Exception as e:  # what identifies the GPU is useful, not essential
+                out["device"] = {"error": f"{type(e).__name__}: {e}"}
         try:
             import cupy
 

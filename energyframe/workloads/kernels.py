@@ -8,14 +8,21 @@ P x Q output size, R x S filter, HS x WS strides; padding is R//2 x S//2, so the
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import OptionError
 from ..options import Option
-from .graph import GRAPH_OPTIONS, GraphKernelWorkload, torch_dtype
+from .graph import GRAPH_OPTIONS, GraphKernelWorkload, torch_device, torch_dtype
+
+log = logging.getLogger("energyframe")
 
 DTYPE = Option("dtype", "choice", "fp16", "element type", choices=("fp16", "bf16", "fp32"))
+#: matmul's defaults by device: on a CPU, fp16 and bf16 products are far slower than fp32 (a
+#: 512^3 fp16 product takes ~50x an fp32 one), and the calls run eagerly, so unrolling only
+#: lengthens each step
+MATMUL_DEFAULTS = {"cuda": {"dtype": "fp16", "unroll": 100}, "cpu": {"dtype": "fp32", "unroll": 1}}
 
 
 def _randn(shape, dtype, device):
@@ -25,20 +32,59 @@ def _randn(shape, dtype, device):
 
 
 class MatmulKernel(GraphKernelWorkload):
-    """out[M, N] = A[M, K] @ B[K, N]."""
+    """out[M, N] = A[M, K] @ B[K, N]. Defaults by device: fp16 and 100 calls per CUDA graph on a
+    GPU; fp32 and one call per step on the CPU (``MATMUL_DEFAULTS``)."""
 
     DESCRIPTION = "matrix product out[M,N] = A[M,K] @ B[K,N]"
     OPTIONS = (
         Option("M", "int", 4096, "rows of A and out", minimum=1),
         Option("K", "int", 4096, "columns of A, rows of B", minimum=1),
         Option("N", "int", 4096, "columns of B and out", minimum=1),
-        DTYPE,
-        *GRAPH_OPTIONS,
+        Option(
+            "dtype",
+            "choice",
+            None,
+            "element type (default: fp16 on a GPU, fp32 on the CPU)",
+            choices=DTYPE.choices,
+        ),
+        *(
+            Option(
+                "unroll",
+                "int",
+                None,
+                "calls captured per CUDA graph, one replay per step (default: 100 on a GPU, 1 on the CPU)",
+                minimum=1,
+            )
+            if o.name == "unroll"
+            else o
+            for o in GRAPH_OPTIONS
+        ),
     )
+
+    def setup(self) -> None:
+        super().setup()
+        self._defaults(self.device)
+
+    def _defaults(self, device) -> None:
+        """Fill ``dtype`` and ``unroll`` left unset with the defaults of ``device``'s kind."""
+        kind = "cuda" if device.type == "cuda" else "cpu"
+        given = {k for k in ("dtype", "unroll") if self.options[k] is not None}
+        for key, value in MATMUL_DEFAULTS[kind].items():
+            if self.options[key] is None:
+                self.options[key] = value
+        if kind == "cpu" and "dtype" in given and self.options["dtype"] != "fp32":
+            log.warning(
+                "%s: %s matrix products on a CPU are emulated and far slower than fp32 (~50x for "
+                "512^3); dtype=fp32 measures what a CPU does well",
+                self.name,
+                self.options["dtype"],
+            )
 
     def make_state(self, device):
         import torch
 
+        if self.options["dtype"] is None or self.options["unroll"] is None:
+            self._defaults(torch_device(str(device)))
         o, dtype = self.options, torch_dtype(self.options["dtype"])
         a, b = _randn((o["M"], o["K"]), dtype, device), _randn((o["K"], o["N"]), dtype, device)
         return a, b, torch.empty((o["M"], o["N"]), dtype=dtype, device=device)

@@ -19,40 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-#: aten ops that launch no kernel of their own (metadata, aliasing)
-FREE_OPS = {
-    "aten.detach",
-    "aten.alias",
-    "aten.lift_fresh",
-    "aten._unsafe_view",
-    "aten.view",
-    "aten.reshape",
-    "aten.expand",
-    "aten.t",
-    "aten.transpose",
-    "aten.permute",
-    "aten.unsqueeze",
-    "aten.squeeze",
-    "aten.slice",
-    "aten.select",
-    "aten.split",
-    "aten.split_with_sizes",
-    "aten.chunk",
-    "aten.unbind",
-    "aten.as_strided",
-    "aten.flatten",
-    "aten.unflatten",
-    "aten.size",
-    "aten.stride",
-    "aten.dim",
-    "aten.sym_size",
-    "aten.sym_stride",
-    "aten.is_contiguous",
-    "aten.empty",
-    "aten.empty_strided",
-    "aten._local_scalar_dense",
-    "aten.numel",
-}
+from .torchops import SHORT_DTYPES, is_free, stand_in
 
 
 @dataclass(frozen=True)
@@ -64,21 +31,21 @@ class TensorMeta:
     dtype: str
     low: float | None = None  # value range of integer tensors (indices stay in range)
     high: float | None = None
+    true_count: int | None = None  # True values of a boolean tensor (a mask's selection size)
 
     @classmethod
     def of(cls, t) -> TensorMeta:
         import torch
 
-        low = high = None
-        if (
-            not t.is_floating_point()
-            and not t.is_complex()
-            and t.dtype != torch.bool
-            and t.device.type != "meta"
-            and t.numel()
-        ):
+        low = high = true_count = None
+        real = t.device.type != "meta" and t.numel()
+        if real and t.dtype == torch.bool:
+            true_count = int(t.sum())
+        elif real and not t.is_floating_point() and not t.is_complex():
             low, high = float(t.min()), float(t.max())
-        return cls(tuple(t.shape), tuple(t.stride()), str(t.dtype).replace("torch.", ""), low, high)
+        return cls(
+            tuple(t.shape), tuple(t.stride()), str(t.dtype).replace("torch.", ""), low, high, true_count
+        )
 
     @property
     def nbytes(self) -> int:
@@ -88,49 +55,23 @@ class TensorMeta:
 
     def describe(self) -> str:
         """``1x64x56x56 fp16 NHWC``: shape, short dtype, and the memory format when not plain."""
-        short = {
-            "float16": "fp16",
-            "bfloat16": "bf16",
-            "float32": "fp32",
-            "float64": "fp64",
-            "int64": "i64",
-            "int32": "i32",
-            "bool": "bool",
-        }.get(self.dtype, self.dtype)
+        short = SHORT_DTYPES.get(self.dtype, self.dtype)
         text = "x".join(str(s) for s in self.shape) + f" {short}"
         if len(self.shape) == 4 and self.stride[1] == 1 and self.shape[1] > 1:
             text += " NHWC"
         return text
 
     def make(self, device, dtype_override: str | None = None):
-        """A tensor with this shape, stride and dtype (random values; integer values in range)."""
+        """A tensor with this shape, stride and dtype (random values; integer values in the
+        recorded range, boolean tensors with the recorded number of True values)."""
         import torch
 
         dtype = getattr(torch, self.dtype)
         if dtype.is_floating_point and dtype_override is not None:
             dtype = getattr(torch, dtype_override)
-        storage = (
-            1 + sum((size - 1) * step for size, step in zip(self.shape, self.stride))
-            if all(self.shape)
-            else 0
-        )
-        if dtype.is_floating_point or dtype.is_complex:
-            base = (
-                torch.randn(storage, dtype=dtype, device=device)
-                if device.type != "meta"
-                else torch.empty(storage, dtype=dtype, device=device)
-            )
-        elif dtype == torch.bool:
-            base = torch.zeros(storage, dtype=dtype, device=device)
-        else:
-            low = int(self.low) if self.low is not None else 0
-            high = int(self.high) if self.high is not None else 1
-            base = (
-                torch.randint(low, high + 1, (storage,), dtype=dtype, device=device)
-                if device.type != "meta"
-                else torch.empty(storage, dtype=dtype, device=device)
-            )
-        return torch.as_strided(base, self.shape, self.stride)
+        high = int(self.high) + 1 if self.high is not None else None  # recorded max is inclusive
+        low = int(self.low) if self.low is not None else None
+        return stand_in(self.shape, self.stride, dtype, device, low, high, self.true_count)
 
 
 def encode(value: Any) -> Any:
@@ -360,7 +301,7 @@ def decompose(
             k = k or {}
             out = func(*a, **k)
             name = str(func.overloadpacket)
-            free = name in FREE_OPS or getattr(func, "is_view", False)
+            free = is_free(name) or getattr(func, "is_view", False)
             if inside_unit[0] and not free:
                 open_unit[-1].kernels += 1
             if inside_unit[0] == 0 and not free:

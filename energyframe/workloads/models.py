@@ -1,25 +1,27 @@
-"""Named models: a whole forward pass, or (``per_layer=true``, ``--per-layer``) a per-layer
-pipeline derived from the model with its exact layer inputs.
+"""Named models: a whole forward pass, or (through the ``per-layer`` wrapper, ``--per-layer``)
+a per-layer pipeline derived from the model with its exact layer inputs.
 
 Vision models come from torchvision with random weights (no downloads); RepLKNet-31B and the
-OPT-66B layer are implemented in ``nets/``. ``weights=PATH`` loads a local state dict.
+OPT-66B layer are implemented in ``nets/``. ``weights=PATH`` loads a local state dict. The named
+models are rows of tables (``VISION_MODELS``, ``OPT66B_MODES``; ``lm.LANGUAGE_MODELS``): each row
+becomes the class its entry point names.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+import importlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..errors import OptionError, WorkloadError
 from ..interfaces import DerivedTable, Phase, Workload
 from ..options import Option
 from .graph import Captured, device_sync, l2_cache_bytes, torch_device, torch_dtype
-from .pipeline import PIPELINE_RUN_DEFAULTS, Pipeline, Stage
+from .perlayer import GRANULARITY, L2, UNROLL, VALIDATE
 
-#: rotate at most this many copies of a layer's weights, and at most this many bytes of them
-MAX_COPIES = 64
-MAX_COPY_BYTES = 4 << 30
+log = logging.getLogger("energyframe")
 
 COMMON_OPTIONS = (
     Option("batch", "int", 1, "batch size", minimum=1),
@@ -30,24 +32,16 @@ COMMON_OPTIONS = (
         "element type (auto: fp16 on a GPU, fp32 on the CPU)",
         choices=("auto", "fp16", "bf16", "fp32"),
     ),
-    Option("per_layer", "bool", False, "measure layer by layer (a per-layer pipeline) instead of whole"),
     Option(
-        "granularity",
-        "choice",
-        "leaf",
-        "per-layer units: leaf modules, or the model's blocks",
-        choices=("leaf", "block"),
+        "per_layer",
+        "bool",
+        False,
+        "deprecated: use the per-layer workload (per-layer:model=NAME); measure layer by layer",
     ),
-    Option("validate", "bool", False, "per-layer: also measure the whole model and compare"),
-    Option(
-        "l2",
-        "choice",
-        "rotate",
-        "per-layer: rotate copies of each layer's weights (more than the L2) so "
-        "they come from memory as in the model, or keep one copy (warm)",
-        choices=("rotate", "warm"),
-    ),
-    Option("unroll", "int", 100, "per-layer: calls captured per CUDA graph", minimum=1),
+    GRANULARITY,
+    VALIDATE,
+    L2,
+    UNROLL,
     Option(
         "whole_unroll", "int", 10, "forward passes captured per CUDA graph for the whole model", minimum=1
     ),
@@ -68,11 +62,51 @@ VISION_OPTIONS = (
 )
 
 
+@dataclass(frozen=True)
+class ModelRow:
+    """One named model: the name users type, the class it becomes, and the class attributes
+    that set it apart from its base (``FACTORY``, ``BLOCKS``, ``OPTIONS``, ``SIZE`` ...)."""
+
+    entry: str
+    class_name: str
+    description: str
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+def define_models(base: type, rows: Iterable[ModelRow], namespace: dict) -> dict[str, type]:
+    """One subclass of ``base`` per row, put into ``namespace`` (a module's globals) under its
+    class name, which the entry point in pyproject.toml names. Returns them by entry name."""
+    made = {}
+    for row in rows:
+        cls = type(
+            row.class_name,
+            (base,),
+            {
+                "__module__": namespace["__name__"],
+                "__qualname__": row.class_name,
+                "__doc__": row.description,
+                "DESCRIPTION": row.description,
+                **row.attributes,
+            },
+        )
+        namespace[row.class_name] = cls
+        made[row.entry] = cls
+    return made
+
+
+def import_object(path: str) -> Any:
+    """``module:attribute`` (a relative module is taken from this package)."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module, __package__), attribute)
+
+
 class ModelWorkload(Workload):
-    """Base of the named models: builds the model, then one whole phase or one phase per unit."""
+    """Base of the named models: builds the model and measures its whole forward pass."""
 
     BLOCKS: ClassVar[tuple[str, ...]] = ()
     OPTIONS = COMMON_OPTIONS
+    #: the model can be decomposed into layers (the ``per-layer`` wrapper takes it)
+    PER_LAYER: ClassVar[bool] = True
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
@@ -87,16 +121,25 @@ class ModelWorkload(Workload):
             self.options.setdefault(key, default)  # models without a per-layer mode lack these
         if self.options["validate"] and not self.options["per_layer"]:
             raise OptionError(
-                f"{self.name}: validate compares a per-layer run with the whole model; set per_layer=true"
+                f"{self.name}: validate compares a per-layer run with the whole model; "
+                f"use per-layer:model={self.name},validate=true"
             )
         self.device = None
-        self.decomposition = None
-        self._pipeline: Pipeline | None = None
-        self._phase_of: dict[int, str] = {}
-        self._copies: dict[int, int] = {}
-        self._captured: dict[int, Captured] = {}
         #: the whole model's CUDA graph (execution=graph), once phases() made it
         self.whole_captured: Captured | None = None
+        #: the deprecated ``per_layer=true``: the per-layer wrapper around this model
+        self.per_layer = None
+        if self.options["per_layer"]:
+            from .perlayer import PerLayerWorkload
+
+            log.warning(
+                "%s:per_layer=true is deprecated; use per-layer:model=%s (the same run)", self.name, self.name
+            )
+            self.per_layer = PerLayerWorkload(
+                name=self.name,
+                model=self,
+                **{k: self.options[k] for k in ("granularity", "validate", "l2", "unroll")},
+            )
 
     # -- what subclasses provide --------------------------------------------------------------
     def build(self, device, dtype) -> tuple[Any, tuple, dict]:
@@ -115,7 +158,7 @@ class ModelWorkload(Workload):
 
     # -- workload -----------------------------------------------------------------------------
     def run_defaults(self) -> Mapping[str, Any]:
-        return dict(PIPELINE_RUN_DEFAULTS) if self.options["per_layer"] else {}
+        return self.per_layer.run_defaults() if self.per_layer is not None else {}
 
     def dtype_name(self) -> str:
         name = self.options["dtype"]
@@ -124,6 +167,13 @@ class ModelWorkload(Workload):
         return name
 
     def setup(self) -> None:
+        if self.per_layer is not None:
+            self.per_layer.setup()  # builds this model, then decomposes it
+        else:
+            self.build_model()
+
+    def build_model(self) -> None:
+        """Build the model and its example inputs on the device; load ``weights``."""
         import torch
 
         self.device = torch_device(self.options["device"])
@@ -139,32 +189,23 @@ class ModelWorkload(Workload):
                 raise WorkloadError(
                     f"weights {self.options['weights']}: missing {missing[:3]}, unexpected {unexpected[:3]}"
                 )
-        if self.options["per_layer"]:
-            from .layers import decompose
-
-            self.decomposition = decompose(
-                self.model, self.args, self.kwargs, self.options["granularity"], self.BLOCKS
-            )
-            self.finish_decomposition(self.decomposition)
 
     def _forward(self, state) -> None:
         self.model(*self.args, **self.kwargs)
 
-    def _whole(self) -> Captured:
+    def whole_graph(self) -> Captured:
+        """``whole_unroll`` forward passes, captured as one CUDA graph on a GPU."""
         return Captured(lambda device: None, self._forward, self.options["whole_unroll"], self.device)
 
     def phases(self) -> Sequence[Phase]:
-        if not self.options["per_layer"]:
-            return [self._whole_phase()]
-        phases = [self._unit_phase(unit) for unit in self.decomposition.units]
-        if self.options["validate"]:
-            phases.append(self._whole().phase("(whole model)", self.work()))
-        return phases
+        if self.per_layer is not None:
+            return self.per_layer.phases()
+        return [self._whole_phase()]
 
     def _whole_phase(self) -> Phase:
         execution = self.options["execution"]
         if execution == "graph":
-            self.whole_captured = self._whole()
+            self.whole_captured = self.whole_graph()
             return self.whole_captured.phase("forward", self.work())
         model = self.model
         if execution == "compile":
@@ -180,100 +221,8 @@ class ModelWorkload(Workload):
 
         return Phase("forward", step=step, sync=device_sync(self.device), work=self.work(), note=execution)
 
-    def _unit_phase(self, unit) -> Phase:
-        copies = 1
-        if (
-            self.options["l2"] == "rotate"
-            and unit.kind == "module"
-            and unit.params_bytes
-            and self.device.type == "cuda"
-        ):
-            l2 = l2_cache_bytes(self.device)
-            copies = max(
-                1, min(MAX_COPIES, math.ceil(2 * l2 / unit.params_bytes), MAX_COPY_BYTES // unit.params_bytes)
-            )
-        self._copies[id(unit)] = copies
-        make_state, call = unit.call_factory(self.device, copies)
-        name = self._unique_name(unit)
-        self._phase_of[id(unit)] = name
-        captured = Captured(make_state, call, self.options["unroll"], self.device)
-        self._captured[id(unit)] = captured
-        return captured.phase(name)
-
-    def _unique_name(self, unit) -> str:
-        taken = set(self._phase_of.values())
-        name, n = unit.path, 1
-        while name in taken:
-            n += 1
-            name = f"{unit.path} ({n})"
-        return name
-
     def derive(self, result) -> Sequence[DerivedTable]:
-        if not self.options["per_layer"] or self.decomposition is None:
-            return ()
-        stages, pairs, in_forward = [], [], []
-        for unit in self.decomposition.units:
-            in_forward.append(unit.measured_calls)
-            stage = Stage(
-                self._phase_of.get(id(unit), unit.path),
-                None,
-                unit.count,
-                {
-                    "type": unit.type_name,
-                    "inputs": unit.inputs(),
-                    "weight_copies": self._copies.get(id(unit), 1),
-                    "execution": self._execution(unit),
-                },
-            )
-            stages.append(stage)
-            pairs.append((stage, stage.name))
-        pipeline = Pipeline(name=self.pipeline_name())
-        extra: dict[str, Any] = {
-            "granularity": self.decomposition.granularity,
-            "unique_units": len(self.decomposition.units),
-            "deduplicated_calls": self.decomposition.deduplicated,
-            "l2": self.options["l2"],
-        }
-        if self.options["validate"]:
-            from .pipeline import pipeline_totals, stage_figures
-
-            whole, _ = stage_figures(result, "(whole model)")
-            # like with like: each unit as often as it ran in the forward pass that was measured
-            figures = [stage_figures(result, name, n)[0] for (s, name), n in zip(pairs, in_forward)]
-            totals = pipeline_totals(figures, math.nan)
-            extra.update(
-                whole_latency_s=whole.latency_s,
-                whole_energy_j=whole.energy_j,
-                latency_diff_pct=100 * (totals["sum_latency_s"] / whole.latency_s - 1),
-                energy_diff_pct=100 * (totals["sum_energy_j"] / whole.energy_j - 1),
-                validated_against=self.whole_note(),
-            )
-        tables = pipeline.pipeline_tables(result, pairs, extra)
-        tables[0] = DerivedTable(
-            "layers",
-            f"{self.pipeline_name()}: per layer, per call",
-            tables[0].rows,
-            note=f"{self.decomposition.deduplicated} of {self.decomposition.calls} calls were identical to "
-            "another and measured once (count); layers.csv has every column",
-            display=(
-                "stage",
-                "type",
-                "inputs",
-                "count",
-                "latency_s",
-                "energy_j",
-                "power_w",
-                "total_energy_j",
-                "share_of_latency_pct",
-            ),
-        )
-        return tables
-
-    def _execution(self, unit) -> str:
-        captured = self._captured.get(id(unit))
-        if captured is None or not captured.on_gpu:
-            return "cpu eager"
-        return captured.fallback or "cuda graph"
+        return self.per_layer.derive(result) if self.per_layer is not None else ()
 
     def pipeline_name(self) -> str:
         return f"{self.name}_b{self.options['batch']}_{self.dtype_name()}"
@@ -281,6 +230,8 @@ class ModelWorkload(Workload):
     def info(self) -> Mapping[str, Any]:
         import torch
 
+        if self.per_layer is not None and self.per_layer.decomposition is not None:
+            return self.per_layer.info()  # this model's info and the decomposition's
         out: dict[str, Any] = {"model": self.name, "dtype": self.dtype_name(), "torch": torch.__version__}
         if self.device is not None:
             out["device"] = str(self.device)
@@ -291,26 +242,26 @@ class ModelWorkload(Workload):
                 out["execution_note"] = "cpu, eager: no CUDA graph"
         if self.whole_captured is not None and self.whole_captured.on_gpu:
             out["execution"] = self.whole_captured.fallback or "cuda graph"
-        if self.decomposition is not None:
-            out["units"] = len(self.decomposition.units)
-            out["calls"] = self.decomposition.calls
-            out["deduplicated_calls"] = self.decomposition.deduplicated
-            out["calls_without_kernels"] = self.decomposition.without_kernels
         if hasattr(self, "model"):
             out["parameters"] = sum(p.numel() for p in self.model.parameters())
         return out
 
 
 class VisionModel(ModelWorkload):
-    """A torchvision image classifier with random weights."""
+    """An image classifier with random weights, made by ``FACTORY`` (``module:function``)."""
 
-    TORCHVISION: ClassVar[str] = ""
+    #: the function that makes the model, as ``module:function``
+    FACTORY: ClassVar[str] = ""
+    #: options passed to ``FACTORY`` by name (ViT takes its image size)
+    FACTORY_OPTIONS: ClassVar[tuple[str, ...]] = ()
     OPTIONS = COMMON_OPTIONS + VISION_OPTIONS
 
     def make_model(self):
-        import torchvision
-
-        return getattr(torchvision.models, self.TORCHVISION)(weights=None)
+        factory = import_object(self.FACTORY)
+        kwargs = {name: self.options[name] for name in self.FACTORY_OPTIONS}
+        if self.FACTORY.startswith("torchvision."):
+            kwargs["weights"] = None
+        return factory(**kwargs)
 
     def build(self, device, dtype):
         import torch
@@ -329,53 +280,62 @@ class VisionModel(ModelWorkload):
         return {"images": float(self.options["batch"])}
 
 
-class ResNet18(VisionModel):
-    DESCRIPTION = "ResNet-18 (torchvision, random weights)"
-    TORCHVISION = "resnet18"
-    BLOCKS = ("BasicBlock",)
+def _vision(entry, class_name, description, factory, blocks, **more) -> ModelRow:
+    return ModelRow(entry, class_name, description, {"FACTORY": factory, "BLOCKS": blocks, **more})
 
 
-class ResNet50(VisionModel):
-    DESCRIPTION = "ResNet-50 (torchvision, random weights)"
-    TORCHVISION = "resnet50"
-    BLOCKS = ("Bottleneck",)
-
-
-class MobileNetV3Small(VisionModel):
-    DESCRIPTION = "MobileNetV3-Small (torchvision, random weights)"
-    TORCHVISION = "mobilenet_v3_small"
-    BLOCKS = ("InvertedResidual",)
-
-
-class EfficientNetB0(VisionModel):
-    DESCRIPTION = "EfficientNet-B0 (torchvision, random weights)"
-    TORCHVISION = "efficientnet_b0"
-    BLOCKS = ("MBConv",)
-
-
-class ViTB16(VisionModel):
-    DESCRIPTION = "ViT-B/16 (torchvision, random weights)"
-    TORCHVISION = "vit_b_16"
-    BLOCKS = ("EncoderBlock",)
-    OPTIONS = COMMON_OPTIONS + (
-        Option("image_size", "int", 224, "input height and width (a multiple of 16)", minimum=32),
-        Option("channels_last", "bool", False, "NHWC memory format for the input"),
-    )
-
-    def make_model(self):
-        import torchvision
-
-        return torchvision.models.vit_b_16(weights=None, image_size=self.options["image_size"])
-
-
-class RepLKNet31B(VisionModel):
-    DESCRIPTION = "RepLKNet-31B (inference form, kernels 31/29/27/13; implemented here)"
-    BLOCKS = ("RepLKBlock", "ConvFFN")
-
-    def make_model(self):
-        from .nets.replknet import replknet31b
-
-        return replknet31b()
+VIT_OPTIONS = COMMON_OPTIONS + (
+    Option("image_size", "int", 224, "input height and width (a multiple of 16)", minimum=32),
+    Option("channels_last", "bool", False, "NHWC memory format for the input"),
+)
+#: the vision models: entry name, class, description, factory, blocks (for granularity=block)
+VISION_MODELS = (
+    _vision(
+        "resnet18",
+        "ResNet18",
+        "ResNet-18 (torchvision, random weights)",
+        "torchvision.models:resnet18",
+        ("BasicBlock",),
+    ),
+    _vision(
+        "resnet50",
+        "ResNet50",
+        "ResNet-50 (torchvision, random weights)",
+        "torchvision.models:resnet50",
+        ("Bottleneck",),
+    ),
+    _vision(
+        "mobilenet_v3_small",
+        "MobileNetV3Small",
+        "MobileNetV3-Small (torchvision, random weights)",
+        "torchvision.models:mobilenet_v3_small",
+        ("InvertedResidual",),
+    ),
+    _vision(
+        "efficientnet_b0",
+        "EfficientNetB0",
+        "EfficientNet-B0 (torchvision, random weights)",
+        "torchvision.models:efficientnet_b0",
+        ("MBConv",),
+    ),
+    _vision(
+        "vit_b_16",
+        "ViTB16",
+        "ViT-B/16 (torchvision, random weights)",
+        "torchvision.models:vit_b_16",
+        ("EncoderBlock",),
+        FACTORY_OPTIONS=("image_size",),
+        OPTIONS=VIT_OPTIONS,
+    ),
+    _vision(
+        "replknet31b",
+        "RepLKNet31B",
+        "RepLKNet-31B (inference form, kernels 31/29/27/13; implemented here)",
+        ".nets.replknet:replknet31b",
+        ("RepLKBlock", "ConvFFN"),
+    ),
+)
+VISION_CLASSES = define_models(VisionModel, VISION_MODELS, globals())
 
 
 class OPT66B(ModelWorkload):
@@ -412,11 +372,19 @@ class OPT66B(ModelWorkload):
         return "embeddings + one decoder layer + LM head (the per-layer sum counted once)"
 
 
-class OPT66BPrefill(OPT66B):
-    DESCRIPTION = "OPT-66B prefill per layer (hidden 9216, 72 heads, FFN 36864, 64 layers)"
-    MODE = "prefill"
-
-
-class OPT66BDecode(OPT66B):
-    DESCRIPTION = "OPT-66B decode per layer: one new token against a kv_len key/value cache"
-    MODE = "decode"
+#: OPT-66B's two modes, one layer each
+OPT66B_MODES = (
+    ModelRow(
+        "opt-66b-prefill",
+        "OPT66BPrefill",
+        "OPT-66B prefill per layer (hidden 9216, 72 heads, FFN 36864, 64 layers)",
+        {"MODE": "prefill"},
+    ),
+    ModelRow(
+        "opt-66b-decode",
+        "OPT66BDecode",
+        "OPT-66B decode per layer: one new token against a kv_len key/value cache",
+        {"MODE": "decode"},
+    ),
+)
+OPT66B_CLASSES = define_models(OPT66B, OPT66B_MODES, globals())

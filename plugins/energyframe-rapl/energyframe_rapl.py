@@ -1,32 +1,23 @@
 """``rapl``: CPU package and DRAM energy from Linux powercap (Intel RAPL; AMD exposes the same).
 
 Each zone's ``energy_uj`` is a cumulative counter in µJ that wraps at ``max_energy_range_uj``.
-A thread polls every zone every ``interval_ms`` and hands over (monotonic time, J) samples
-with the wraps undone; energyframe interpolates the counter at window edges.
+The polling base (``energyframe.polling``) reads every zone every ``interval_ms`` in a thread and
+stamps each reading at the middle of the poll; the wraps are undone here. energyframe
+interpolates the counter at window edges.
 """
 
 from __future__ import annotations
 
 import re
-import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from energyframe.errors import PowerSourceError
-from energyframe.interfaces import (
-    Channel,
-    ClockBase,
-    Detection,
-    PowerSource,
-    Quantity,
-    Sample,
-    Scope,
-    SourceContext,
-)
+from energyframe.interfaces import Channel, ClockBase, Detection, Quantity, Scope, Timing
 from energyframe.options import Option
+from energyframe.polling import PollingSource
 
 DEFAULT_ROOT = Path("/sys/class/powercap")
 _ZONE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")
@@ -72,6 +63,7 @@ def _channel_for(package: int, sub: int | None, name: str, resolution_s: float) 
             resolution_s,
             ClockBase.MONOTONIC,
             description="RAPL platform (psys) energy",
+            timing=Timing.EXACT,
         )
     if sub is None:
         return Channel(
@@ -81,6 +73,7 @@ def _channel_for(package: int, sub: int | None, name: str, resolution_s: float) 
             resolution_s,
             ClockBase.MONOTONIC,
             description=f"RAPL {name} energy",
+            timing=Timing.EXACT,
         )
     scope = Scope.DRAM if name == "dram" else Scope.CPU
     return Channel(
@@ -91,6 +84,7 @@ def _channel_for(package: int, sub: int | None, name: str, resolution_s: float) 
         ClockBase.MONOTONIC,
         primary=name == "dram",
         description=f"RAPL {name} energy of package {package}",
+        timing=Timing.EXACT,
     )
 
 
@@ -110,7 +104,7 @@ def find_zones(root: Path) -> list[tuple[Path, int, int | None, str]]:
     return found
 
 
-class RAPLPowerSource(PowerSource):
+class RAPLPowerSource(PollingSource):
     """CPU package and DRAM energy counters from Linux powercap."""
 
     DESCRIPTION = "CPU package and DRAM energy from Linux powercap (RAPL)"
@@ -125,11 +119,6 @@ class RAPLPowerSource(PowerSource):
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
         self._zones: list[_Zone] = []
-        self._samples: list[Sample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._error: PowerSourceError | None = None
 
     @classmethod
     def detect(cls) -> Detection:
@@ -142,7 +131,7 @@ class RAPLPowerSource(PowerSource):
             return Detection(False, str(e))
         return Detection(True, f"{len(zones)} RAPL zone(s)")
 
-    def start(self, context: SourceContext) -> Sequence[Channel]:
+    def open(self) -> Sequence[Channel]:
         root: Path = self.options["root"]
         wanted = self.options["zones"]
         zones = find_zones(root)
@@ -169,42 +158,14 @@ class RAPLPowerSource(PowerSource):
             )
             for path, package, sub, name in zones
         ]
-        self._poll()  # fails here, before the run starts, when the counters are unreadable
-        self._thread = threading.Thread(target=self._loop, name="energyframe-rapl", daemon=True)
-        self._thread.start()
+        self.poll()  # fails here, before the run starts, when the counters are unreadable
         return [z.channel for z in self._zones]
 
-    def _poll(self) -> None:
+    def poll(self) -> dict[str, float]:
         root = self.options["root"]
-        batch = []
-        for zone in self._zones:
-            raw = _read_int(zone.path / "energy_uj", root)
-            batch.append(Sample(zone.channel.name, time.monotonic(), zone.energy_j(raw)))
-        with self._lock:
-            self._samples.extend(batch)
+        return {z.channel.name: z.energy_j(_read_int(z.path / "energy_uj", root)) for z in self._zones}
 
-    def _loop(self) -> None:
-        interval = self.options["interval_ms"] / 1e3
-        while not self._stop.wait(interval):
-            try:
-                self._poll()
-            except PowerSourceError as e:
-                self._error = e
-                return
-
-    def read(self) -> list[Sample]:
-        with self._lock:
-            out, self._samples = self._samples, []
-        if not out and self._error is not None:
-            raise self._error
-        return out
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def info(self) -> Mapping[str, Any]:
+    def describe(self) -> Mapping[str, Any]:
         return {
             "root": str(self.options["root"]),
             "zones": {

@@ -4,7 +4,8 @@ signatures (tests/test_nvml.py checks them against the real module), driven by a
 The scenario is a JSON file named by ``FAKE_NVML_SCENARIO`` so that the sampler process (a real
 child process in the tests) reads the same one. Per GPU it describes the power over time, the
 counter's ticks (synthetic, or a sequence recorded on a real GPU and replayed), and faults:
-a counter reset, a lost GPU, no energy counter (pre-Volta), MIG mode, no permission.
+a counter reset, a lost GPU (both timed from the process's first ``nvmlInit``), no energy
+counter (pre-Volta), MIG mode, no permission.
 """
 
 import bisect
@@ -32,8 +33,33 @@ NVML_TOTAL_POWER_SAMPLES = 0
 NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
 NVML_TEMPERATURE_GPU = 0
+NVML_VALUE_TYPE_DOUBLE = 0
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
+NVML_VALUE_TYPE_UNSIGNED_LONG = 2
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4
+NVML_VALUE_TYPE_SIGNED_INT = 5
+NVML_VALUE_TYPE_UNSIGNED_SHORT = 6
+
+# clock-event reasons (and their deprecated "throttle" names), as nvml.h defines the bits
+nvmlClocksEventReasonGpuIdle = 0x1
+nvmlClocksEventReasonApplicationsClocksSetting = 0x2
+nvmlClocksEventReasonSwPowerCap = 0x4
+nvmlClocksEventReasonHwSlowdown = 0x8
+nvmlClocksEventReasonSyncBoost = 0x10
+nvmlClocksEventReasonSwThermalSlowdown = 0x20
+nvmlClocksEventReasonHwThermalSlowdown = 0x40
+nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
+nvmlClocksEventReasonDisplayClockSetting = 0x100
+nvmlClocksThrottleReasonGpuIdle = nvmlClocksEventReasonGpuIdle
+nvmlClocksThrottleReasonApplicationsClocksSetting = nvmlClocksEventReasonApplicationsClocksSetting
+nvmlClocksThrottleReasonSwPowerCap = nvmlClocksEventReasonSwPowerCap
+nvmlClocksThrottleReasonHwSlowdown = nvmlClocksEventReasonHwSlowdown
+nvmlClocksThrottleReasonSyncBoost = nvmlClocksEventReasonSyncBoost
+nvmlClocksThrottleReasonSwThermalSlowdown = nvmlClocksEventReasonSwThermalSlowdown
+nvmlClocksThrottleReasonHwThermalSlowdown = nvmlClocksEventReasonHwThermalSlowdown
+nvmlClocksThrottleReasonHwPowerBrakeSlowdown = nvmlClocksEventReasonHwPowerBrakeSlowdown
+nvmlClocksThrottleReasonDisplayClockSetting = nvmlClocksEventReasonDisplayClockSetting
 
 _NAMES = {
     1: "Uninitialized",
@@ -56,7 +82,9 @@ class NVMLError(Exception):
         return _NAMES.get(self.value, f"NVML Error with code {self.value}")
 
 
-_state = SimpleNamespace(scenario=None, initialised=0, lock=threading.Lock())
+# opened: when this process first initialised NVML; faults (lost_after_s, reset_after_s) count
+# from there, so that a sampler process that starts slowly still sees them mid-run
+_state = SimpleNamespace(scenario=None, initialised=0, opened=None, lock=threading.Lock())
 
 
 def _scenario():
@@ -119,13 +147,13 @@ class _GPU:
             k = int((t - self.t0) // self.period)
             value = self.start_mj + self.energy_j(self.t0 + k * self.period) * 1e3
         reset = self.spec.get("reset_after_s")
-        if reset is not None and t - self.t0 >= reset:
-            value -= self.start_mj + self.energy_j(self.t0 + reset) * 1e3
+        if reset is not None and t - _state.opened >= reset:
+            value -= self.start_mj + self.energy_j(_state.opened + reset) * 1e3
         return int(value)
 
     def check(self, t):
         lost = self.spec.get("lost_after_s")
-        if lost is not None and t - self.t0 >= lost:
+        if lost is not None and t - _state.opened >= lost:
             raise NVMLError(NVML_ERROR_GPU_IS_LOST)
 
 
@@ -142,6 +170,8 @@ def nvmlInit():
     with _state.lock:
         _state.initialised += 1
         _state.gpus = _gpus()
+        if _state.opened is None:
+            _state.opened = time.time()
 
 
 def nvmlShutdown():
@@ -275,13 +305,17 @@ def nvmlDeviceGetCurrentClocksEventReasons(handle):
     return handle.spec.get("clock_events", 0)
 
 
+def nvmlDeviceGetCurrentClocksThrottleReasons(handle):
+    return handle.spec.get("clock_events", 0)
+
+
 def nvmlDeviceGetMigMode(device):
     mig = 1 if device.spec.get("mig") else 0
     return [mig, mig]
 
 
 def nvmlDeviceGetPowerManagementLimit(handle):
-    return 700000
+    return int(handle.spec.get("power_limit_w", 700) * 1000)
 
 
 def nvmlDeviceGetPowerUsage(handle):

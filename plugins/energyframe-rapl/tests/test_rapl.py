@@ -194,4 +194,14 @@ def test_a_real_pip_install_makes_it_appear_in_energyframe_list(tmp_path):
     env["PYTHONPATH"] = str(target)
     listing = _listing(env)
     assert "rapl  [energyframe-rapl 0.1.0]  CPU package and DRAM energy from Linux powercap (RAPL)" in listing
-    assert "interval_ms (float, default 10.0): polling period. Units: ms" in listing
+    assert "interval_ms (float, default 10): polling period. Units: ms" in listing
+
+
+def test_the_plugin_imports_only_the_stable_plugin_api():
+    import ast
+
+    tree = ast.parse((PLUGIN_DIR / "energyframe_rapl.py").read_text())
+    used = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    used |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    ours = {m for m in used if m.split(".")[0] == "energyframe"}
+    assert ours == {"energyframe.errors", "energyframe.interfaces", "energyframe.options", "energyframe.polling"}

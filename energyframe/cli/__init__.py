@@ -1,0 +1,87 @@
+"""The ``energyframe`` command. Thin: parse, call the library, print.
+
+The group and the three core commands (``run``, ``show``, ``list``) live here; every other
+command registers itself through the ``energyframe.commands`` entry-point group, as a third
+party's would (``register_commands(cli)``, simonw/llm's hook). Imports stay inside the commands
+so that ``energyframe --help`` starts fast and never imports torch
+(benchmarks/startup_time.py measures it).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from ..errors import EnergyFrameError
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("energyframe")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class _Group(click.Group):
+    """Turns library errors into ``Error: <message>`` and their exit code; with ``--debug`` the
+    traceback is shown instead."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except EnergyFrameError as e:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"Error: {e}", err=True)
+            sys.exit(e.exit_code)
+
+
+@click.group(cls=_Group, context_settings=CONTEXT)
+@click.version_option(_version(), "--version", prog_name="energyframe")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug messages.")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr; no progress, no table.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool, quiet: bool) -> None:
+    """Measure the latency and the energy of GPU work, or of any command."""
+    ctx.obj = {"debug": debug, "quiet": quiet}
+    logger = logging.getLogger("energyframe")
+    if not any(getattr(h, "_energyframe_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._energyframe_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if debug else logging.WARNING if quiet else logging.INFO)
+    logger.propagate = False
+
+
+def _register_commands(group: click.Group) -> None:
+    """Commands that features and third-party packages register (group ``energyframe.commands``).
+
+    A hook that fails to load or to register is reported on stderr and skipped: one broken
+    plugin must not take the whole command line down (``energyframe list`` shows it too)."""
+    from ..registry import command_hooks
+
+    for name, hook, error in command_hooks():
+        if error is None:
+            try:
+                hook(group)
+                continue
+            except Exception as e:  # a third party's bug, reported, never fatal
+                error = f"{type(e).__name__}: {e}"
+        click.echo(f"warning: command plugin {name!r} failed to load: {error}", err=True)
+
+
+from .listing import list_plugins  # noqa: E402
+from .run import run  # noqa: E402
+from .show import show  # noqa: E402
+
+main.add_command(run)
+main.add_command(show)
+main.add_command(list_plugins)
+_register_commands(main)

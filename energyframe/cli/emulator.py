@@ -1,0 +1,54 @@
+"""``energyframe wattsup-emulator``: WattsUp? meters on pseudo-terminals."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import UsageError
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+@click.command("wattsup-emulator", context_settings=CONTEXT)
+@click.option(
+    "--profile",
+    default="constant:200",
+    show_default=True,
+    help="constant:W, square:LOW,HIGH,PERIOD, csv:FILE (time_s,power_w) or nvml:BASELINE[,gpu=N].",
+)
+@click.option("--meters", type=click.IntRange(min=1), default=1, show_default=True, help="Emulated meters.")
+@click.option("--lag", type=float, default=0.0, show_default=True, help="Seconds each record reports late.")
+@click.option("--drift", type=float, default=0.0, show_default=True, help="Meter clock drift (0.003: 0.3 %).")
+@click.option("--noise", type=float, default=0.0, show_default=True, help="Gaussian noise per record (W).")
+@click.option("--seconds", type=float, default=None, help="Stop after this long (default: until Ctrl-C).")
+def wattsup_emulator(profile, meters, lag, drift, noise, seconds) -> None:
+    """Emulate WattsUp? meters on pseudo-terminals (prints their ports)."""
+    import time
+
+    from ..power.wattsup_emulator import WattsUpEmulator, parse_profile
+
+    try:
+        shape = parse_profile(profile)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    emulators = [
+        WattsUpEmulator(shape, lag_s=lag, drift=drift, noise_w=noise, seed=i).start() for i in range(meters)
+    ]
+    ports = ",".join(e.port for e in emulators)
+    click.echo(f"emulating {meters} WattsUp? meter(s) on {ports}")
+    click.echo(f"measure with: energyframe run --power wattsup:ports={ports} ...", err=True)
+    try:
+        end = time.monotonic() + seconds if seconds else None
+        while end is None or time.monotonic() < end:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for emulator in emulators:
+            emulator.stop()
+        click.echo(f"sent {sum(em.records_sent for em in emulators)} records", err=True)
+
+
+def register_commands(cli: click.Group) -> None:
+    """The ``energyframe.commands`` hook."""
+    cli.add_command(wattsup_emulator)

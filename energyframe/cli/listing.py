@@ -1,0 +1,58 @@
+"""``energyframe list``: installed plugins by kind, their options as users type them, and
+which failed to load (a broken plugin is shown, never hidden)."""
+
+from __future__ import annotations
+
+import click
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+KINDS = ["power", "workloads", "reporters", "commands"]
+
+
+@click.command("list", context_settings=CONTEXT)
+@click.argument("kind", required=False, type=click.Choice(KINDS))
+def list_plugins(kind: str | None) -> None:
+    """List installed plugins by kind, with version, options and load errors."""
+    from .. import registry
+
+    kinds = [kind] if kind else KINDS
+    for k in kinds:
+        if k == "commands":
+            _list_commands()
+            continue
+        click.secho(f"{registry.LABELS[k]}s ({registry.GROUPS[k]}):", bold=True)
+        entries = registry.entries(k)
+        if not entries:
+            click.echo("  (none installed)")
+        for entry in entries:
+            where = f"{entry.distribution} {entry.version}" if entry.distribution else entry.target
+            if entry.error or entry.cls is None:
+                click.echo(f"  {entry.name}  [{where}]  ", nl=False)
+                click.secho(f"FAILED TO LOAD: {entry.error}", fg="red")
+                continue
+            click.echo(f"  {entry.name}  [{where}]  {entry.cls.DESCRIPTION}")
+            if k == registry.POWER:
+                priority = getattr(entry.cls, "AUTO_PRIORITY", None)
+                click.echo(
+                    "      auto-detected: "
+                    + ("never (needs options)" if priority is None else f"yes, priority {priority}")
+                )
+            for option in entry.cls.OPTIONS:
+                click.echo(
+                    f"      {option.name} ({option.describe_type()}, {option.describe_default()}): {option.help}"
+                )
+
+
+def _list_commands() -> None:
+    from .. import registry
+
+    click.secho(f"commands ({registry.COMMANDS_GROUP}):", bold=True)
+    hooks = registry.command_hooks()
+    if not hooks:
+        click.echo("  (none installed)")
+    for name, hook, error in hooks:
+        if error is not None:
+            click.echo(f"  {name}  ", nl=False)
+            click.secho(f"FAILED TO LOAD: {error}", fg="red")
+        else:
+            click.echo(f"  {name}  [{hook.__module__}]")

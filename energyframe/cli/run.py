@@ -1,0 +1,168 @@
+"""``energyframe run``: measure a workload or a command. Its run settings are generated from
+``energyframe.config`` (one source for names, defaults, ranges and help)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..config import SETTINGS, RunSettings, check_setting, default_of
+from ..errors import UsageError
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback that refuses a value the run could only fail on later (exit 2)."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        try:
+            check_setting(name, value)
+        except UsageError as e:
+            raise click.BadParameter(str(e).replace(f"{name} must", "must")) from e
+        return value
+
+    return callback
+
+
+def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add one click option per run setting that has a flag (``RunConfig``'s metadata)."""
+    for f in reversed(SETTINGS):
+        meta = f.metadata
+        flag = meta["flag"]
+        if flag is None:
+            continue
+        default = default_of(f.name)
+        unit = " s" if meta["seconds"] else ""
+        help_text = meta["help"] + (
+            "" if default is None or "Default" in meta["help"] else f" Default {default:g}{unit}."
+        )
+        if meta["kind"] is bool:
+            option = click.option(flag, f.name, is_flag=True, default=None, help=meta["help"])
+        else:
+            option = click.option(
+                flag,
+                f.name,
+                type=meta["kind"],
+                default=None,
+                callback=_checked(f.name),
+                help=help_text,
+            )
+        command = option(command)
+    return command
+
+
+def reporter_specs(given: tuple[str, ...], quiet: bool, grid_g_per_kwh: float | None = None) -> list[str]:
+    """The console summary always, unless ``-q`` or ``--reporter none``; then the ones asked for."""
+    if any(r.strip().lower() == "none" for r in given):
+        if len(given) > 1:
+            raise UsageError("--reporter none cannot be combined with other reporters")
+        return []
+    specs = list(given)
+    has_console = any(r.split(":", 1)[0].strip() == "console" for r in specs)
+    if not quiet and not has_console:
+        specs.insert(0, "console")
+    if grid_g_per_kwh is not None:
+        specs = [f"{s},grid_g_per_kwh={grid_g_per_kwh:g}" if s.startswith("console:") else
+                 f"console:grid_g_per_kwh={grid_g_per_kwh:g}" if s == "console" else s for s in specs]
+    return specs
+
+
+@click.command(context_settings={**CONTEXT, "ignore_unknown_options": False})
+@click.option(
+    "--power",
+    "power",
+    multiple=True,
+    metavar="SPEC",
+    help="Power source spec, repeatable (nvml, nvml:gpus=0,1, replay:file=x.csv). "
+    "Omitted: auto-detect. 'none': timing only.",
+)
+@click.option("--workload", "workload", metavar="SPEC", help="Workload spec, e.g. cpu-matmul:sizes=512.")
+@click.option(
+    "--reporter",
+    "reporters",
+    multiple=True,
+    metavar="SPEC",
+    help="Reporter spec, repeatable (console, csv, json, plot, ...). The console summary is always "
+    "printed unless -q or --reporter none.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Run directory. Default: runs/<UTC time>-<workload>.",
+)
+@settings_options
+@click.option("--no-align", is_flag=True, help="Keep wall meters' timestamps as recorded (no lag estimate).")
+@click.option("--per-layer", is_flag=True, help="Measure a model layer by layer (a per-layer pipeline).")
+@click.option("--validate", is_flag=True, help="With --per-layer: also measure the whole model and compare.")
+@click.option(
+    "--grid-intensity",
+    type=click.FloatRange(min=0, max=5000),
+    default=None,
+    metavar="G_PER_KWH",
+    help="Also show CO2e per iteration at this grid carbon intensity (g/kWh; never guessed).",
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def run(
+    ctx: click.Context,
+    power: tuple[str, ...],
+    workload: str | None,
+    reporters: tuple[str, ...],
+    out: Path | None,
+    no_align: bool,
+    per_layer: bool,
+    validate: bool,
+    grid_intensity: float | None,
+    command: tuple[str, ...],
+    **settings: Any,
+) -> None:
+    """Measure a workload, or a command given after --.
+
+    \b
+    energyframe run --power nvml --workload cpu-matmul:sizes=1024
+    energyframe run --power nvml -- python train.py --epochs 1
+    """
+    from .. import orchestrator
+    from ..registry import power_from_cli
+    from ..store import default_run_dir
+    from ..workloads.command import CommandWorkload
+
+    if command and workload:
+        raise UsageError("give either --workload or a command after --, not both")
+    if not command and not workload:
+        raise UsageError("nothing to measure: give --workload SPEC or a command after --")
+    if validate and not per_layer:
+        raise UsageError("--validate compares a per-layer run with the whole model: add --per-layer")
+    if per_layer:
+        from ..workloads.perlayer import per_layer_spec
+
+        workload = per_layer_spec(workload, validate)
+    if out is not None and str(out).strip() == "":
+        raise UsageError("--out is empty; give a directory for the run")
+    the_workload: str | CommandWorkload = CommandWorkload(name="command", argv=list(command)) if command else str(workload)
+    name = "command" if command else run_name(str(workload))
+    result = orchestrator.run(
+        the_workload,
+        power=power_from_cli(power),
+        reporters=reporter_specs(reporters, bool(ctx.obj and ctx.obj.get("quiet")), grid_intensity),
+        out=out or default_run_dir(name),
+        settings=RunSettings(**{k: v for k, v in settings.items() if v is not None}),
+        align=not no_align,
+    )
+    code = result.meta.get("exit_code")
+    if code:
+        sys.exit(code)
+
+
+def run_name(spec: str) -> str:
+    """What the default run directory is named after: the workload, or the wrapped model."""
+    from ..options import parse_spec
+
+    parsed = parse_spec(spec)
+    model = parsed.options.get("model")
+    return f"{parsed.name}-{model}" if parsed.name == "per-layer" and model else parsed.name

@@ -1,0 +1,239 @@
+"""The data every part of energyframe shares: channels, samples, phases, annotations, tables.
+
+Plain values only, no behaviour that needs a plugin or a run: the plugin contract
+(``energyframe.plugin``), the window maths (``energy``, ``windows``) and the results
+(``results``) all build on these. Nothing here imports another energyframe module.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+
+class Quantity(str, enum.Enum):
+    """What a channel's values are."""
+
+    ENERGY = "energy"  # cumulative energy in J (a counter); window energy = E(end) - E(start)
+    POWER = "power"  # power in W; window energy = integral of the piecewise-linear signal
+    STATE = "state"  # anything else (clocks, temperature, flag bits); summarised, not integrated
+
+
+class Scope(str, enum.Enum):
+    """What a channel measures the energy of."""
+
+    GPU = "gpu"
+    CPU = "cpu"
+    DRAM = "dram"
+    SYSTEM_WALL = "system-wall"
+    OTHER = "other"
+
+
+class ClockBase(str, enum.Enum):
+    """Which clock a channel's timestamps are in."""
+
+    MONOTONIC = "monotonic"  # time.monotonic() seconds (system-wide on Linux)
+    WALL = "wall"  # Unix seconds (time.time())
+
+
+class Timing(str, enum.Enum):
+    """What a sample's timestamp means: this decides how samples are placed before integrating.
+
+    Separate from ``Scope``: a wall meter and a PDU both measure the system, but only the one
+    whose records arrive late by an unknown amount needs its lag estimated.
+    """
+
+    #: the value was true at the timestamp (a counter tick, an instant reading). Used as stamped.
+    EXACT = "exact"
+    #: the value is the average over the ``averaging_s`` before the timestamp (a 1-s average
+    #: power reading, a meter record stamped when its period closed). Placed at the middle of
+    #: its period, a fixed and documented shift of ``averaging_s / 2``.
+    PERIOD_END = "period-end"
+    #: the value averages ``averaging_s`` and arrives late by an amount nobody knows (a serial
+    #: wall meter stamped on arrival): the lag is estimated after the run by cross-correlation
+    #: against a finer channel (``energyframe.align``), and the run waits longer for its samples.
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One stream of samples a power source produces.
+
+    Args:
+        name: unique within the run, e.g. ``gpu0``, ``gpu0.power_instant``, ``meter1``, ``wall``.
+        quantity: ENERGY (cumulative J), POWER (W) or STATE.
+        scope: what is measured (gpu, cpu, system-wall, ...).
+        resolution_s: how often the reading changes (update period). Units: s.
+        clock: the clock of the timestamps the source reports.
+        unit: ``J`` for ENERGY, ``W`` for POWER; free text for STATE (``MHz``, ``C``).
+        primary: shown in summary tables; secondary channels are kept in windows.csv.
+        description: one line for humans (what the reading is, known caveats).
+        timing: what a sample's timestamp means (``Timing``); exact by default.
+        averaging_s: the period a reading averages over, for ``PERIOD_END`` and ``UNKNOWN``
+            timing (0 for instant readings). Units: s.
+    """
+
+    name: str
+    quantity: Quantity
+    scope: Scope = Scope.OTHER
+    resolution_s: float = 0.0
+    clock: ClockBase = ClockBase.MONOTONIC
+    unit: str = ""
+    primary: bool = True
+    description: str = ""
+    timing: Timing = Timing.EXACT
+    averaging_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.unit:
+            default = {Quantity.ENERGY: "J", Quantity.POWER: "W"}.get(self.quantity, "")
+            object.__setattr__(self, "unit", default)
+
+    @property
+    def integrable(self) -> bool:
+        return self.quantity in (Quantity.ENERGY, Quantity.POWER)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "quantity": self.quantity.value,
+            "scope": self.scope.value,
+            "unit": self.unit,
+            "resolution_s": self.resolution_s,
+            "clock": self.clock.value,
+            "primary": self.primary,
+            "description": self.description,
+            "timing": self.timing.value,
+            "averaging_s": self.averaging_s,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Channel:
+        return cls(
+            name=data["name"],
+            quantity=Quantity(data["quantity"]),
+            scope=Scope(data.get("scope", Scope.OTHER.value)),
+            resolution_s=float(data.get("resolution_s", 0.0)),
+            clock=ClockBase(data.get("clock", ClockBase.MONOTONIC.value)),
+            unit=data.get("unit", ""),
+            primary=bool(data.get("primary", True)),
+            description=data.get("description", ""),
+            timing=Timing(data.get("timing", Timing.EXACT.value)),
+            averaging_s=float(data.get("averaging_s", 0.0)),
+        )
+
+
+class Sample(NamedTuple):
+    """One reading: ``value`` of ``channel`` at ``time_s`` on the channel's clock."""
+
+    channel: str
+    time_s: float
+    value: float
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What a power source is given when it starts.
+
+    Args:
+        raw_dir: a folder of the run directory where the source may keep raw logs (its own
+            format) that survive a crash; create it if you use it. ``None`` when the run is
+            not saved.
+        warn: report a problem that does not stop the run (kept in run.json's warnings).
+    """
+
+    raw_dir: Path | None = None
+    warn: Callable[[str], None] = print
+
+
+@dataclass(frozen=True)
+class Detection:
+    """Whether a source can run on this machine, and why (shown when auto-detecting)."""
+
+    available: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class WindowAnnotation:
+    """What a source adds to one window of one of its channels: extra columns and flags."""
+
+    columns: Mapping[str, Any] = field(default_factory=dict)
+    flags: Sequence[str] = ()
+
+
+def no_sync() -> None:
+    """Nothing to wait for (CPU work, or a subprocess that has exited)."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A named piece of work the orchestrator repeats and measures.
+
+    Args:
+        name: shown in tables and used as ``phase`` in windows.csv.
+        step: runs one iteration; the orchestrator decides how many per window.
+        sync: waits until the device has finished all queued work (e.g.
+            ``torch.cuda.synchronize``); called before a window opens and before it closes.
+        iterations: a fixed count per window; ``None`` lets the orchestrator calibrate it.
+        warmup: iterations before measuring; ``None`` uses the run's setting.
+        trials: windows to measure; ``None`` uses the run's setting.
+        work: work per iteration by unit, e.g. ``{"tokens": 5}``, for per-unit figures.
+        setup: called once before the phase's warm-up; teardown once after its last window.
+        iterations_per_step: iterations one call of ``step`` runs (a CUDA graph of 100
+            unrolled kernel calls: 100); per-iteration figures divide by steps times this.
+        note: how the phase runs, shown with its results (e.g. "cpu, eager: no CUDA graph").
+    """
+
+    name: str
+    step: Callable[[], Any]
+    sync: Callable[[], None] = no_sync
+    iterations: int | None = None
+    warmup: int | None = None
+    trials: int | None = None
+    work: Mapping[str, float] = field(default_factory=dict)
+    setup: Callable[[], None] | None = None
+    teardown: Callable[[], None] | None = None
+    iterations_per_step: int = 1
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class DerivedTable:
+    """Figures a workload computes from the measured phases (pipeline totals, predictions).
+
+    Args:
+        name: file stem (``<name>.csv`` in the run directory) and key in run.json's ``derived``.
+        title: one line shown above the table.
+        rows: one mapping per row, SI units in the column names.
+        note: a sentence shown under the table (how it was computed, what it misses).
+        display: the columns the console shows (all when empty); saved files keep every column.
+    """
+
+    name: str
+    title: str
+    rows: Sequence[Mapping[str, Any]]
+    note: str = ""
+    display: Sequence[str] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "rows": [dict(r) for r in self.rows],
+            "note": self.note,
+            "display": list(self.display),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DerivedTable:
+        return cls(
+            data["name"],
+            data.get("title", data["name"]),
+            list(data.get("rows", [])),
+            data.get("note", ""),
+            tuple(data.get("display", ())),
+        )

@@ -1,0 +1,199 @@
+"""``nvml``: GPU energy from NVML's total-energy counter, interpolated between its ticks.
+
+Sampling runs in a separate process by default (``mode=process``): one counter read blocks for
+~3 ms in the driver, and polling it from the measured process would compete with it.
+``mode=thread`` samples in a thread of the measured process instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...errors import OptionError, PowerSourceError
+from ...interfaces import Channel, Detection, Quantity, Scope, WindowAnnotation
+from ...options import Option
+from ...polling import Dedup, Poller, PollingSource, mode_option
+from .device import (
+    GPU,
+    bindings_version,
+    load_pynvml,
+    nvml_error_message,
+    nvml_errors,
+    probe,
+    select_gpus,
+    text,
+)
+from .poller import (
+    CHANNEL_KINDS,
+    STATE_INTERVAL_S,
+    THROTTLING,
+    FieldPoller,
+    SlowPoller,
+    clock_event_bits,
+    gpu_channels,
+)
+
+
+def cuda_visible_devices() -> str | None:
+    """``CUDA_VISIBLE_DEVICES`` as UUIDs when torch has already initialised CUDA in this process
+    (exact), else as set in the environment (indices are then read in PCI order)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    torch = sys.modules.get("torch")
+    if torch is not None and value is not None:
+        try:
+            if torch.cuda.is_initialized():
+                uuids = []
+                for i in range(torch.cuda.device_count()):
+                    uuids.append("GPU-" + str(torch.cuda.get_device_properties(i).uuid))
+                return ",".join(uuids)
+        except Exception:  # older torch without .uuid: fall back to the variable
+            pass
+    return value
+
+
+class NVMLPowerSource(PollingSource):
+    """NVIDIA GPUs through NVML (nvidia-ml-py)."""
+
+    DESCRIPTION = "NVIDIA GPU energy: NVML counter interpolated between ticks, plus power and clocks"
+    OPTIONS = (
+        Option("gpus", "list", None, "NVML indices or UUIDs (default: the GPUs CUDA sees, else all)"),
+        Option(
+            "interval_ms",
+            "float",
+            1.0,
+            "pause between two counter polls (a poll takes ~3 ms). Units: ms",
+            minimum=0.0,
+        ),
+        Option(
+            "channels",
+            "list",
+            CHANNEL_KINDS,
+            "what to record besides the counter: instant, average, samples, state",
+        ),
+        mode_option("process"),
+    )
+    AUTO_PRIORITY = 100
+    AUTO_SCOPE = Scope.GPU
+    PROCESS_LABEL = "NVML sampler"
+    PROCESS_LOG = "nvml-sampler"
+
+    def __init__(self, name: str | None = None, **options: Any) -> None:
+        super().__init__(name, **options)
+        unknown = set(self.options["channels"]) - set(CHANNEL_KINDS)
+        if unknown:
+            raise OptionError(
+                f"option 'channels' of power source {self.name!r} has unknown kind(s) {sorted(unknown)}; "
+                f"valid: {', '.join(CHANNEL_KINDS)}"
+            )
+        self._nvml = None
+        self._gpus: list[GPU] = []
+        self._driver: str | None = None
+        self._bits: dict[str, int] | None = None
+
+    @classmethod
+    def detect(cls) -> Detection:
+        try:
+            nvml = load_pynvml()
+        except PowerSourceError as e:
+            return Detection(False, str(e))
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as e:
+            return Detection(False, nvml_error_message(nvml, e, "start"))
+        try:
+            count = nvml.nvmlDeviceGetCount()
+            names = sorted(
+                {text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)}
+            )
+        except nvml.NVMLError as e:
+            return Detection(False, nvml_error_message(nvml, e, "list the GPUs"))
+        finally:
+            nvml.nvmlShutdown()
+        if count == 0:
+            return Detection(False, "NVML sees no GPU")
+        return Detection(True, f"{count} GPU(s): {', '.join(names)}")
+
+    # -- acquisition (in the sampler process by default) -------------------------------------
+    def prepare(self) -> Mapping[str, Any]:
+        return {"cuda_visible": cuda_visible_devices()}
+
+    def open(self) -> Sequence[Channel]:
+        nvml = load_pynvml()
+        kinds = list(self.options["channels"])
+        requested = list(self.options["gpus"]) if self.options["gpus"] else None
+        with nvml_errors(nvml, "start"):
+            nvml.nvmlInit()
+            self._nvml = nvml
+            self._gpus, notes = select_gpus(nvml, requested, self.prepared.get("cuda_visible"))
+            for gpu in self._gpus:
+                notes += probe(gpu)
+            self._driver = text(nvml.nvmlSystemGetDriverVersion())
+        for note in notes:
+            self.warn(note)
+        return [c for gpu in self._gpus for c in gpu_channels(gpu, kinds)]
+
+    def tasks(self) -> Sequence[Poller]:
+        kinds = list(self.options["channels"])
+        interval_s = self.options["interval_ms"] / 1e3
+        pollers = [
+            Poller(FieldPoller(gpu, kinds), interval_s, name=f"nvml-gpu{gpu.index}") for gpu in self._gpus
+        ]
+        pollers.append(Poller(SlowPoller(self._gpus, kinds, self.warn), STATE_INTERVAL_S, name="nvml-slow"))
+        return pollers
+
+    def dedup(self, channel: Channel) -> Dedup:
+        # the counter's ticks, and power fields that update every ~100 ms, polled every ~1 ms
+        return Dedup.TICKS if channel.quantity == Quantity.ENERGY else Dedup.CHANGES
+
+    def close(self) -> None:
+        nvml, self._nvml = self._nvml, None
+        if nvml is not None:
+            try:
+                nvml.nvmlShutdown()
+            except Exception:  # shutting down a lost GPU's library must not hide the first error
+                pass
+
+    def describe(self) -> Mapping[str, Any]:
+        if not self._gpus:
+            return {}
+        return {
+            "driver_version": self._driver,
+            "nvml_bindings": bindings_version(),
+            "poll_interval_s": self.options["interval_ms"] / 1e3,
+            "gpus": [g.public() for g in self._gpus],
+            "clock_event_bits": clock_event_bits(self._gpus[0].nvml),
+        }
+
+    # -- per-window annotations (in the measured process) -----------------------------------------
+    def annotate(self, channel, start_s, end_s, series) -> WindowAnnotation:
+        gpu = channel.name.split(".")[0]
+        columns: dict[str, Any] = {}
+        flags: list[str] = []
+        for suffix, column, how in (
+            ("sm_clock", "sm_clock_mhz", np.mean),
+            ("mem_clock", "mem_clock_mhz", np.mean),
+            ("temperature", "temperature_c", np.max),
+        ):
+            s = series.get(f"{gpu}.{suffix}")
+            if s is not None:
+                inside = s.between(start_s, end_s)
+                if len(inside):
+                    columns[column] = float(how(inside.values))
+        events = series.get(f"{gpu}.clock_events")
+        if events is not None:
+            inside = events.between(start_s, end_s)
+            if len(inside):
+                bits = 0
+                for value in inside.values:
+                    bits |= int(value)
+                columns["clock_event_reasons"] = f"0x{bits:x}"
+                if self._bits is None:
+                    self._bits = dict(self.info().get("clock_event_bits", {}))
+                active = [name for name, bit in self._bits.items() if bits & bit]
+                flags += [f"throttled:{name}" for name in active if name in THROTTLING]
+        return WindowAnnotation(columns, tuple(flags))

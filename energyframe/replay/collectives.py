@@ -1,0 +1,112 @@
+"""Replaying a trace's collectives: each one a real collective of the recorded kind, size and
+element type, on the process group of the ranks replaying their traces together.
+
+A collective needs its peers: the replay of one rank's trace runs under ``torchrun`` with the
+traced world size, every rank replaying its own trace, and the ranks run each collective phase
+together — the same collectives in the same order, the same steps per window (calibrated on the
+slowest rank), each window opened and closed at a barrier. Collectives run eagerly, ``unroll``
+calls back to back per step (NCCL queues them on its stream). The values are random and are
+not kept bounded (a repeated sum grows): a collective's time does not depend on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..interfaces import Phase
+from ..workloads import distributed
+from .rebuild import RebuildError
+
+#: the kinds rebuilt, and how the output relates to the input
+REPLAYED = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast", "all_to_all_single")
+
+
+@dataclass
+class Collective:
+    """A rebuilt collective: makes its tensors on a device, and runs once on them."""
+
+    record: dict
+    make_state: Callable[[Any], dict]
+    call: Callable[[dict], None]
+
+
+def rebuild_collective(record: dict, world_size: int) -> Collective:
+    """A collective from one collectives.jsonl record. Raises RebuildError with the reason."""
+    kind, group = record.get("kind"), int(record.get("group_size") or 0)
+    if kind not in REPLAYED:
+        raise RebuildError(f"{record.get('name')} ({kind}) is not replayed; replayed: {', '.join(REPLAYED)}")
+    if group != world_size:
+        raise RebuildError(
+            f"{record.get('name')} ran over {group} ranks and this replay has {world_size}: "
+            "collectives over a subgroup are not replayed"
+        )
+    shapes = record.get("shapes") or []
+    if len(shapes) != 1:
+        raise RebuildError(f"{record.get('name')} has {len(shapes)} recorded tensors; one is replayed")
+    shape = [int(d) for d in shapes[0]]
+    if kind in ("reduce_scatter_tensor", "all_to_all_single") and (not shape or shape[0] % world_size):
+        raise RebuildError(f"{kind} of {shape}: the first dimension does not split over {world_size} ranks")
+    dtype_name = record.get("dtype") or "float32"
+
+    def make_state(device) -> dict:
+        import torch
+
+        dtype = getattr(torch, dtype_name)
+        if dtype.is_floating_point:
+            data = torch.randn(shape, device=device, dtype=dtype)
+        else:
+            data = torch.zeros(shape, device=device, dtype=dtype)
+        state = {"input": data}
+        if kind == "all_gather_into_tensor":
+            state["output"] = torch.empty([world_size * shape[0], *shape[1:]], device=device, dtype=dtype)
+        elif kind == "reduce_scatter_tensor":
+            state["output"] = torch.empty([shape[0] // world_size, *shape[1:]], device=device, dtype=dtype)
+        elif kind == "all_to_all_single":
+            state["output"] = torch.empty_like(data)
+        return state
+
+    def call(state: dict) -> None:
+        import torch.distributed as dist
+
+        if kind == "all_reduce":
+            dist.all_reduce(state["input"])
+        elif kind == "all_gather_into_tensor":
+            dist.all_gather_into_tensor(state["output"], state["input"])
+        elif kind == "reduce_scatter_tensor":
+            dist.reduce_scatter_tensor(state["output"], state["input"])
+        elif kind == "broadcast":
+            dist.broadcast(state["input"], src=0)
+        else:
+            dist.all_to_all_single(state["output"], state["input"])
+
+    return Collective(record, make_state, call)
+
+
+def collective_phase(name: str, collective: Collective, device, unroll: int, window_s: float) -> Phase:
+    """A phase of ``unroll`` calls per step, its tensors made and its steps per window agreed
+    with the other ranks now (call it on every rank, in the same order)."""
+    holder = {"state": collective.make_state(device)}
+    sync = distributed.barrier_sync(device)
+
+    def step() -> None:
+        state = holder["state"]
+        for _ in range(unroll):
+            collective.call(state)
+
+    steps, _ = distributed.agreed_steps(step, sync, window_s)
+
+    def teardown() -> None:
+        holder["state"] = None
+
+    w = distributed.world()
+    return Phase(
+        name,
+        step=step,
+        sync=sync,
+        iterations=steps,
+        iterations_per_step=unroll,
+        teardown=teardown,
+        note=f"eager collective on {w.world_size} ranks; {steps} steps per window on every rank",
+    )

@@ -1,0 +1,364 @@
+"""The polling base (energyframe.polling) and its process mode (energyframe.sampler): one drain
+per read, dedup, error latching, the watchdog, reaping, a child that outlives its parent; and the
+HTTP PDU example against a local http.server."""
+
+import importlib.util
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+import energyframe as ef
+from energyframe.errors import PowerSourceError
+from energyframe.interfaces import Channel, ClockBase, Quantity, Sample, Scope, SourceContext
+from energyframe.polling import Dedup, PollingSource, Stream
+from tests.fakes import SignalSource
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def read_until_error(source, timeout_s=10.0):
+    """Every sample ``read`` hands over until it raises; returns (samples, error)."""
+    samples = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            samples += source.read()
+        except PowerSourceError as e:
+            return samples, e
+        time.sleep(0.02)
+    raise AssertionError(f"no error within {timeout_s} s")
+
+
+# -- dedup ----------------------------------------------------------------------------------------
+
+
+class Scripted(PollingSource):
+    CHANNELS = [
+        Channel("keep", Quantity.ENERGY, resolution_s=0.1),
+        Channel("ticks", Quantity.ENERGY, resolution_s=0.1),
+        Channel("changes", Quantity.POWER, resolution_s=0.1),
+    ]
+
+    def open(self):
+        return self.CHANNELS
+
+    def dedup(self, channel):
+        return {"keep": Dedup.KEEP, "ticks": Dedup.TICKS, "changes": Dedup.CHANGES}[channel.name]
+
+
+def test_dedup_stamps_changes_between_polls_and_repeats_steady_values_once_per_period():
+    source = Scripted(name="s")
+    source._open_here()
+    polls = [(1.00, 5.0), (1.04, 5.0), (1.08, 6.0), (1.12, 6.0), (1.17, 6.0), (1.21, 6.0), (1.25, 7.0)]
+    out, prev = [], None
+    for mid, value in polls:
+        out += source._stamp({"keep": value, "ticks": value, "changes": value}, mid, prev)
+        prev = mid
+    by = {
+        name: [(round(s.time_s, 3), s.value) for s in out if s.channel == name]
+        for name in ("keep", "ticks", "changes")
+    }
+    assert by["keep"] == [(mid, v) for mid, v in polls]
+    # a counter's first value is not a tick; each change lies midway between the two polls
+    assert by["ticks"] == [(1.06, 6.0), (1.23, 7.0)]
+    # power: the first value, the change, the unchanged value again once 0.1 s after the change
+    assert by["changes"] == [(1.0, 5.0), (1.06, 6.0), (1.17, 6.0), (1.23, 7.0)]
+
+
+def test_readings_for_undeclared_channels_fail_the_source():
+    class Wrong(Scripted):
+        def poll(self):
+            return {"gpu7": 1.0}
+
+    source = Wrong(name="wrong")
+    source.start(SourceContext())
+    samples, error = read_until_error(source)
+    source.stop()
+    assert samples == []
+    assert (
+        str(error)
+        == "power source 'wrong' produced a sample for channel 'gpu7', which open() did not declare"
+    )
+
+
+# -- one drain per read, latching, stop ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_read_hands_over_what_accumulated_and_then_nothing(mode):
+    source = SignalSource(name="sig", period_s=0.005, mode=mode)
+    source.start(SourceContext())
+    time.sleep(0.3)
+    source.stop()
+    first = source.read()
+    assert len(first) > 20 and {s.channel for s in first} == {"sig", "sig.power", "sig.clock"}
+    assert source.read() == []
+    assert source.read() == []
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_a_failure_is_raised_once_after_the_samples_before_it(mode):
+    source = SignalSource(name="sig", watts=100.0, period_s=0.005, fail_after_s=0.3, mode=mode)
+    source.start(SourceContext())
+    samples, error = read_until_error(source)
+    assert str(error) == "meter unplugged (test)"
+    counter = [s.value for s in samples if s.channel == "sig"]
+    assert len(counter) > 10
+    assert max(counter) <= 100.0 * 0.3  # every sample was taken before the failing poll
+    assert counter == sorted(counter)
+    assert source.read() == []  # raised once: the run already knows
+    source.stop()
+    assert source.read() == []
+
+
+def test_process_mode_runs_in_a_child_that_is_reaped_on_stop(tmp_path):
+    source = SignalSource(name="sig", period_s=0.005, mode="process")
+    source.start(SourceContext(raw_dir=tmp_path / "raw"))
+    proc = source.sampler_process
+    assert proc.pid != os.getpid() and proc.poll() is None
+    time.sleep(0.2)
+    assert source.read()
+    source.stop()
+    assert proc.returncode == 0
+    log = (tmp_path / "raw" / "sampler.log").read_text().splitlines()
+    assert log[0].startswith("C,") and log[-1].startswith("Q,")
+    assert source.info() == {"mode": "process"}
+
+
+def test_process_mode_start_errors_come_back_as_they_are():
+    with pytest.raises(PowerSourceError) as e:
+        SignalSource(name="sig", fail_on_start=True, mode="process").start(SourceContext())
+    assert str(e.value) == "no such meter (test)"
+
+
+def test_process_mode_needs_a_class_importable_by_name():
+    class Local(Scripted):
+        OPTIONS = SignalSource.OPTIONS
+
+    with pytest.raises(PowerSourceError) as e:
+        Local(name="local", mode="process").start(SourceContext())
+    assert str(e.value) == (
+        "power source 'local' cannot run in a separate process: its class "
+        "test_process_mode_needs_a_class_importable_by_name.<locals>.Local is not importable by name "
+        "(define it in a module, or use mode=thread)"
+    )
+
+
+def test_the_child_exits_when_its_parent_dies(tmp_path):
+    script = textwrap.dedent(
+        """
+        import os, sys, time
+        sys.path.insert(0, sys.argv[1])
+        from energyframe.interfaces import SourceContext
+        from tests.fakes import SignalSource
+        source = SignalSource(name="sig", mode="process")
+        source.start(SourceContext())
+        print(source.sampler_process.pid, flush=True)
+        os._exit(0)  # dies without stopping its source
+        """
+    )
+    parent = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT)], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert parent.returncode == 0, parent.stderr
+    child = int(parent.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)
+
+
+def alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in state  # a zombie has exited; only its parent's wait is missing
+
+
+# -- the watchdog and streams -------------------------------------------------------------------
+
+
+class Hanging(Scripted):
+    """Polls once, then hangs in the driver."""
+
+    def tasks(self):
+        from energyframe.polling import Poller
+
+        return [Poller(self._poll, 0.01, name="hanging", silent_after_s=0.3, on_silence=self._silence)]
+
+    def _poll(self):
+        if getattr(self, "_polled", False):
+            self._poll_stop.wait(30)
+        self._polled = True
+        return {"keep": 1.0}
+
+    def _silence(self, quiet_s):
+        return f"the driver has not answered for {quiet_s:.0f}+ s"
+
+
+def test_a_loop_that_stops_coming_round_fails_the_source():
+    source = Hanging(name="h")
+    source.start(SourceContext())
+    samples, error = read_until_error(source)
+    source.stop()
+    assert [s.value for s in samples] == [1.0]
+    assert str(error) == "the driver has not answered for 0+ s"
+
+
+class Lines(PollingSource):
+    """A stream over a child's stdout: one sample per line, the child started through spawn."""
+
+    def open(self):
+        code = "import sys, time\nfor i in range(30):\n print(i, flush=True); time.sleep(0.01)\nsys.exit(3)"
+        self.proc = self.spawn([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        return [Channel("n", Quantity.STATE, Scope.OTHER, 0.01, ClockBase.MONOTONIC)]
+
+    def tasks(self):
+        return [Stream(self._lines, name="lines")]
+
+    def _lines(self):
+        for line in self.proc.stdout:
+            yield [Sample("n", time.monotonic(), float(line))]
+        if not self.stopping:
+            raise PowerSourceError(f"the child exited with code {self.proc.wait()}")
+
+
+def test_a_stream_ending_fails_the_source_after_its_samples():
+    source = Lines(name="lines")
+    source.start(SourceContext())
+    samples, error = read_until_error(source)
+    source.stop()
+    assert [s.value for s in samples] == [float(i) for i in range(30)]
+    assert str(error) == "the child exited with code 3"
+
+
+def test_stop_reaps_what_the_source_spawned():
+    source = Lines(name="lines")
+    source.start(SourceContext())
+    source.stop()
+    assert source.proc.returncode is not None
+    assert source.read() is not None  # readable after stop, and no error: the end was asked for
+
+
+def test_a_source_that_floods_fails_instead_of_eating_memory():
+    class Flood(Scripted):
+        MAX_PENDING = 1000
+
+        def poll(self):
+            return {"keep": 1.0}
+
+        def poll_interval_s(self):
+            return 0.0
+
+    source = Flood(name="flood")
+    source.start(SourceContext())
+    samples, error = read_until_error(source)
+    source.stop()
+    assert len(samples) > 1000
+    assert str(error) == (
+        "power source 'flood' holds more than 1000 samples nobody read: it produces far more than its "
+        "channels' update periods allow"
+    )
+
+
+# -- the HTTP PDU example -----------------------------------------------------------------------
+
+
+def load_example():
+    path = ROOT / "examples" / "http_pdu_source.py"
+    spec = importlib.util.spec_from_file_location("http_pdu_source", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["http_pdu_source"] = module
+    spec.loader.exec_module(module)
+    return module, path
+
+
+class PDU:
+    """A PDU on 127.0.0.1 serving ``{"watts": W}``; ``body`` may be set to break it."""
+
+    def __init__(self, watts):
+        self.watts = watts
+        self.body = None
+        pdu = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = pdu.body if pdu.body is not None else json.dumps({"watts": pdu.watts}).encode()
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/outlet/3"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def pdu():
+    server = PDU(231.5)
+    yield server
+    server.close()
+
+
+def test_the_http_pdu_example_is_under_40_lines():
+    _, path = load_example()
+    text = path.read_text()
+    code = text[text.index("import json") : text.index('if __name__ == "__main__":')]
+    assert len([line for line in code.splitlines() if line.strip()]) <= 40
+
+
+def test_the_http_pdu_example_measures_what_the_pdu_serves(pdu):
+    module, _ = load_example()
+    source = module.HTTPPDUPowerSource(name="pdu", url=pdu.url, interval_s=0.05, averaging_s=0.05)
+    channels = source.start(SourceContext())
+    time.sleep(0.5)
+    pdu.watts = 300.0
+    time.sleep(0.3)
+    source.stop()
+    samples = source.read()
+    assert [c.name for c in channels] == ["pdu"] and channels[0].scope == Scope.SYSTEM_WALL
+    values = [s.value for s in samples]
+    assert len(values) > 5 and values[0] == 231.5 and values[-1] == 300.0
+    assert [s.time_s for s in samples] == sorted(s.time_s for s in samples)
+
+
+def test_the_http_pdu_example_fails_clearly(pdu):
+    module, _ = load_example()
+    with pytest.raises(PowerSourceError, match="cannot read the PDU at http://127.0.0.1:1/x: URLError"):
+        module.HTTPPDUPowerSource(name="pdu", url="http://127.0.0.1:1/x").start(SourceContext())
+    source = module.HTTPPDUPowerSource(name="pdu", url=pdu.url, interval_s=0.05)
+    source.start(SourceContext())
+    time.sleep(0.2)
+    pdu.body = b"<html>maintenance</html>"
+    samples, error = read_until_error(source)
+    source.stop()
+    assert samples and all(s.value == 231.5 for s in samples)
+    assert str(error).startswith(f"cannot read the PDU at {pdu.url}: JSONDecodeError")
+
+
+def test_the_http_pdu_example_in_a_run(pdu):
+    module, _ = load_example()
+    source = module.HTTPPDUPowerSource(name="pdu", url=pdu.url, interval_s=0.05, averaging_s=0.05)
+    with ef.measure(power=[source], sync=None) as m:
+        with m.window("w"):
+            time.sleep(0.5)
+    row = m.result.windows.iloc[0]
+    assert row["channel"] == "pdu" and row["mean_power_w"] == pytest.approx(231.5)
+    assert inspect.getsource(module.HTTPPDUPowerSource).count("\n") < 40
