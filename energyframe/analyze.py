@@ -26,24 +26,29 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .assemble import Recording, place_samples
 from .clock import ChannelTimeMap, ClockModel, ClockPair
+from .energy import INVALID_READING
 from .errors import EnergyFrameError, UsageError
 from .interfaces import Channel, Quantity, Scope, Timing, WindowAnnotation
 from .logs import (  # noqa: F401  (parse_time, zone: the analyze API users know)
+    IMPLAUSIBLE,
+    MISSING,
     MISSING_POWER,
-    NEGATIVE_POWER,
     SAMPLES,
     PowerLog,
-    Rejected,
     parse_time,
     plausible,
     read_log,
     zone,
 )
 from .power.wattsup import MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
-from .samples import SampleSeries
+from .samples import NEGATIVE, NOT_FINITE, SampleSeries
 from .store import json_safe, write_csv, write_json
-from .windows import WINDOW_COLUMNS, IdleBaseline, WindowRecord, compute_windows
+from .windows import REJECTION_FLAGS, WINDOW_COLUMNS, IdleBaseline, WindowRecord, compute_windows
+
+#: the window flag of each reason a row was left out (the core's, and the offline reader's two)
+FLAG_OF = {**REJECTION_FLAGS, IMPLAUSIBLE: INVALID_READING, MISSING: MISSING_POWER}
 
 #: how the energy is computed (energy_report.json says it)
 METHOD = "piecewise-linear power integrated over the window, edges interpolated"
@@ -157,14 +162,6 @@ def window_from_text(text: str, tz: str | None = None) -> Window:
 # -- placing samples in time -----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Placement:
-    """How one channel's samples are moved before integrating (on the offline timeline)."""
-
-    time_map: ChannelTimeMap
-    how: str
-
-
 class _Run:
     """The run directory given with ``--run``: its clock, samples and descriptions, read once."""
 
@@ -205,38 +202,46 @@ def _half(channel: Channel) -> float:
 
 def _placements(
     log: PowerLog, channels: Mapping[str, Channel], ref_s: float, lag_s: float, run: _Run | None
-) -> tuple[dict[str, _Placement], dict | None, list[str]]:
-    """Every integrable channel's placement, the alignment (if one was estimated), warnings."""
-    out: dict[str, _Placement] = {}
+) -> tuple[dict[str, ChannelTimeMap], dict[str, str], dict | None, list[str]]:
+    """How each channel's samples move beyond what its timing implies (the core's
+    ``assemble.timing_maps``): a stated lag, the run's own time maps, a meter's alignment.
+
+    Returns:
+        the time maps that override the timing's, how every channel is placed (for the
+        report), the alignment (if one was estimated), and warnings.
+    """
+    maps: dict[str, ChannelTimeMap] = {}
+    how: dict[str, str] = {}
     warnings: list[str] = []
     alignment = None
     recorded_maps = (log.run_meta or {}).get("time_maps") if log.kind == SAMPLES else None
     for name, channel in channels.items():
         half = _half(channel)
         if lag_s:
-            out[name] = _Placement(ChannelTimeMap(lag_s + half), f"--lag {lag_s:g} s" + _half_text(half))
+            maps[name] = ChannelTimeMap(lag_s + half)
+            how[name] = f"--lag {lag_s:g} s" + _half_text(half)
         elif isinstance(recorded_maps, dict) and isinstance(recorded_maps.get(name), dict):
-            out[name] = _recorded(recorded_maps[name], log.run_meta, ref_s, name)
+            maps[name] = _recorded(recorded_maps[name], log.run_meta, ref_s, name)
+            how[name] = "the run's own time map"
         elif channel.timing == Timing.UNKNOWN:
-            out[name] = _Placement(
-                ChannelTimeMap(),
-                "as recorded: a wall meter's lag is unknown (--run estimates it, --lag states it)",
-            )
+            maps[name] = ChannelTimeMap()
+            how[name] = "as recorded: a wall meter's lag is unknown (--run estimates it, --lag states it)"
         else:
-            out[name] = _Placement(ChannelTimeMap(half), "as recorded" if not half else _half_text(half)[2:])
+            how[name] = "as recorded" if not half else _half_text(half)[2:]
     unknown = [n for n, c in channels.items() if c.timing == Timing.UNKNOWN and not lag_s]
     if run is not None and unknown and log.kind != SAMPLES:
-        alignment, maps, note = _align(log, channels, unknown, ref_s, run)
-        out.update(maps)
+        alignment, aligned, text, note = _align(log, channels, unknown, ref_s, run)
+        maps.update(aligned)
+        how.update({n: text for n in aligned})
         warnings += note
-    return out, alignment, warnings
+    return maps, how, alignment, warnings
 
 
 def _half_text(half: float) -> str:
     return f", + {half:g} s: a reading placed at the middle of the {2 * half:g} s it averages" if half else ""
 
 
-def _recorded(data: Mapping, meta: Mapping | None, ref_s: float, name: str) -> _Placement:
+def _recorded(data: Mapping, meta: Mapping | None, ref_s: float, name: str) -> ChannelTimeMap:
     """The time map a run applied to its own channel, moved onto the offline timeline."""
     try:
         lag = float(data.get("lag_s") or 0.0)
@@ -245,13 +250,12 @@ def _recorded(data: Mapping, meta: Mapping | None, ref_s: float, name: str) -> _
         clock = ClockModel.from_json(dict((meta or {}).get("clock") or {}))
     except (KeyError, TypeError, ValueError) as e:
         raise UsageError(f"run.json's time map of {name} or its clock is damaged ({e})") from e
-    reference_unix = clock.to_unix(reference)
-    return _Placement(ChannelTimeMap(lag, drift, reference_unix - ref_s), "the run's own time map")
+    return ChannelTimeMap(lag, drift, clock.to_unix(reference) - ref_s)
 
 
 def _align(
     log: PowerLog, channels: Mapping[str, Channel], unknown: list[str], ref_s: float, run: _Run
-) -> tuple[dict, dict[str, _Placement], list[str]]:
+) -> tuple[dict, dict[str, ChannelTimeMap], str, list[str]]:
     """A wall-meter log's lag (and drift) against the run's finest GPU or CPU channel."""
     from .align import USABLE, estimate_lag_and_drift, pick_reference, reference_signal
 
@@ -264,12 +268,12 @@ def _align(
         why = f"{run.directory} has no samples.parquet"
     if samples is None:
         reason = why
-        return {"applied": False, "reason": reason}, _unaligned(channels, unknown), [f"{where} ({reason})"]
+        return {"applied": False, "reason": reason}, *_unaligned(channels, unknown), [f"{where} ({reason})"]
     kept = {n: plausible(samples, n)[0] for n, c in samples.channels.items() if c.integrable}
     reference = pick_reference({n: samples.channels[n] for n in kept}, kept)
     if reference is None:
         reason = f"{run.directory} has no GPU or CPU power channel to align against"
-        return {"applied": False, "reason": reason}, _unaligned(channels, unknown), [f"{where} ({reason})"]
+        return {"applied": False, "reason": reason}, *_unaligned(channels, unknown), [f"{where} ({reason})"]
     ref_t, ref_p = reference_signal(samples.channels[reference], kept[reference])
     meter = log.primary if log.primary in unknown else unknown[0]
     series = plausible(log, meter)[0]
@@ -297,24 +301,21 @@ def _align(
         if applied
         else f"moved by half its {interval:g}-s interval only (correlation with {reference} too low)"
     )
-    maps = {
-        n: _Placement(ChannelTimeMap(lag + (channels[n].averaging_s or interval) / 2, drift, start), how)
-        for n in unknown
-    }
+    maps = {n: ChannelTimeMap(lag + (channels[n].averaging_s or interval) / 2, drift, start) for n in unknown}
     warnings = []
     if not applied:
         warnings.append(
             f"{where} (correlation {estimate.correlation:.2f} with {reference}); its samples are only moved to "
             "the middle of their intervals: give --lag S if you know the lag"
         )
-    return alignment, maps, warnings
+    return alignment, maps, how, warnings
 
 
-def _unaligned(channels: Mapping[str, Channel], unknown: list[str]) -> dict[str, _Placement]:
-    return {
-        n: _Placement(ChannelTimeMap(_half(channels[n])), "moved by half its interval only (not aligned)")
-        for n in unknown
-    }
+def _unaligned(channels: Mapping[str, Channel], unknown: list[str]) -> tuple[dict[str, ChannelTimeMap], str]:
+    return (
+        {n: ChannelTimeMap(_half(channels[n])) for n in unknown},
+        "moved by half its interval only (not aligned)",
+    )
 
 
 # -- integrating -------------------------------------------------------------------------------
@@ -322,63 +323,102 @@ def _unaligned(channels: Mapping[str, Channel], unknown: list[str]) -> dict[str,
 
 @dataclass(frozen=True)
 class _Channel:
-    """One integrable channel of a log on the offline timeline: kept samples and what was left out."""
+    """One integrable channel of a log, placed on the offline timeline."""
 
     channel: Channel
-    series: SampleSeries
-    rejected: Rejected  # times on the offline timeline
+    series: SampleSeries  # the samples integrated
+    rejected: Mapping[str, np.ndarray]  # per reason, when the rows left out were (placed)
+    first_rejected: Mapping[str, tuple[float, float]]  # per reason, the first row (Unix s, value)
     raw_span: tuple[float, float] | None  # every numeric row, placed
+    time_map: ChannelTimeMap
 
 
-def _prepare(log: PowerLog, placements: Mapping[str, _Placement], ref_s: float) -> dict[str, _Channel]:
-    out = {}
+def _prepare(
+    log: PowerLog, maps: Mapping[str, ChannelTimeMap], ref_s: float, clock: ClockModel, records, warn
+) -> dict[str, _Channel]:
+    """Every integrable channel placed as a live run places it (``assemble.place_samples``):
+    its timing's fixed shift, unless a stated lag, the run's own map or an alignment says more."""
+    kept, rejected = {}, {}
     for name, channel in log.channels.items():
-        if not channel.integrable:
-            continue
-        kept, rejected = plausible(log, name)
-        time_map = placements[name].time_map
+        if channel.integrable:
+            series, left_out = plausible(log, name)
+            kept[name] = SampleSeries(series.times_s - ref_s, series.values)
+            rejected[name] = left_out
+    channels = {n: log.channels[n] for n in kept}
+    recording = Recording(
+        clock=clock,
+        channels=channels,
+        channel_source={n: log.path.name for n in kept},
+        series=kept,
+        samples=pd.DataFrame(),
+        records=records,
+    )
+    placement = place_samples(recording, lambda _channels, _series, _records: dict(maps), warn)
+    out = {}
+    for name, channel in channels.items():
+        time_map = placement.time_maps.get(name, ChannelTimeMap())
         raw = log.series[name].times_s
         out[name] = _Channel(
             channel,
-            SampleSeries(time_map.apply(kept.times_s - ref_s), kept.values),
-            Rejected(
-                time_map.apply(rejected.implausible_s - ref_s),
-                time_map.apply(rejected.missing_s - ref_s),
-                rejected.implausible_values,
-            ),
+            placement.series[name],
+            {r: np.sort(time_map.apply(t - ref_s)) for r, t in rejected[name].times_s.items() if t.size},
+            {
+                r: (float(t[0]), float(rejected[name].values[r][0]))
+                for r, t in rejected[name].times_s.items()
+                if t.size
+            },
             (float(time_map.apply(raw[0] - ref_s)), float(time_map.apply(raw[-1] - ref_s)))
             if raw.size
             else None,
+            time_map,
         )
     return out
 
 
-def _affected(rejected_s: np.ndarray, series: SampleSeries, start_s: float, end_s: float) -> int:
-    """Rejected rows the window's integration bridged: between the samples that bracket it."""
-    if rejected_s.size == 0:
-        return 0
-    t = series.times_s
-    lo_index = int(np.searchsorted(t, start_s, side="right")) - 1
-    hi_index = int(np.searchsorted(t, end_s, side="left"))
-    lo = t[lo_index] if 0 <= lo_index < t.size else -math.inf
-    hi = t[hi_index] if hi_index < t.size else math.inf
-    lo, hi = min(lo, start_s), max(hi, end_s)
-    return int(np.count_nonzero((rejected_s >= lo) & (rejected_s <= hi)))
+def _core_reasons(entry: _Channel) -> dict[str, np.ndarray]:
+    """The rows the core flags (``negative_power``, ``invalid_reading``) under the core's reason
+    names: a power above ``MAX_POWER_W`` is no reading, as a NaN is; missing rows are flagged here."""
+    out = {r: t for r, t in entry.rejected.items() if r in (NEGATIVE, NOT_FINITE)}
+    if IMPLAUSIBLE in entry.rejected:
+        out[NOT_FINITE] = np.sort(
+            np.concatenate([out.get(NOT_FINITE, np.array([])), entry.rejected[IMPLAUSIBLE]])
+        )
+    return out
+
+
+def _near(channel: Channel, times: np.ndarray, start_s: float, end_s: float) -> int:
+    """Rows within one update period of the window: those its integration may have bridged
+    (the core's rule for flagging rejected readings, ``windows.rejection_flags``)."""
+    margin = max(channel.resolution_s, 1e-6)
+    lo = int(np.searchsorted(times, start_s - margin, side="left"))
+    hi = int(np.searchsorted(times, end_s + margin, side="right"))
+    return max(0, hi - lo)
 
 
 def _annotator(prepared: Mapping[str, _Channel]):
+    """What the core does not flag offline: rows with no value, and a meter's short windows."""
+
     def annotate(channel: Channel, start_s: float, end_s: float) -> WindowAnnotation:
         entry = prepared[channel.name]
         flags = []
-        if _affected(entry.rejected.implausible_s, entry.series, start_s, end_s):
-            flags.append(NEGATIVE_POWER)
-        if _affected(entry.rejected.missing_s, entry.series, start_s, end_s):
+        if MISSING in entry.rejected and _near(channel, entry.rejected[MISSING], start_s, end_s):
             flags.append(MISSING_POWER)
         if channel.scope == Scope.SYSTEM_WALL and end_s - start_s < MLPERF_MIN_WINDOW_S:
             flags.append(SHORT_FOR_METER)  # as the wattsup source flags a live meter's windows
         return WindowAnnotation(flags=tuple(flags))
 
     return annotate
+
+
+def _counts(entry: _Channel, start_s: float, end_s: float) -> dict[str, int]:
+    """Rows left out near one window, by the flag they give it."""
+    out: dict[str, int] = {}
+    for reason, times in entry.rejected.items():
+        n = _near(entry.channel, times, start_s, end_s)
+        if n:
+            flag = FLAG_OF.get(reason, INVALID_READING)
+            out[flag] = out.get(flag, 0) + n
+    return out
 
 
 def _idle(log: PowerLog, run: _Run | None, names: Sequence[str]) -> dict[str, IdleBaseline]:
@@ -486,15 +526,16 @@ def analyze(
         integrable = {n: c for n, c in log.channels.items() if c.integrable}
         if not integrable:
             raise UsageError(f"{log.path} holds no power or energy channel")
-        placements, alignment, notes = _placements(log, integrable, ref_s, lag_s, run)
+        maps, how, alignment, notes = _placements(log, integrable, ref_s, lag_s, run)
         warnings += notes
-        prepared = _prepare(log, placements, ref_s)
+        prepared = _prepare(log, maps, ref_s, clock, records, warnings.append)
         primary = prepared[log.primary] if log.primary in prepared else next(iter(prepared.values()))
         _check_covered(log, primary, windows, ref_s)
         warnings += _rejection_warnings(log, prepared)
-        counts = {n: e.rejected.count() for n, e in prepared.items() if sum(e.rejected.count().values())}
+        counts = {n: _by_flag(e) for n, e in prepared.items() if e.rejected}
         if counts:
             rejected_rows[label] = counts
+        core_reasons = {n: _core_reasons(e) for n, e in prepared.items()}
         frame = compute_windows(
             records,
             integrable,
@@ -502,22 +543,13 @@ def analyze(
             clock,
             _idle(log, run, list(integrable)),
             _annotator(prepared),
+            {n: r for n, r in core_reasons.items() if r},
         )
         frame["log"] = label
         frames.append(frame)
         rows = frame[frame["channel"] == primary.channel.name]
         for window, record, row in zip(windows, records, rows.itertuples()):
-            energy = float(row.energy_j)
-            report = _report_fields(primary, window, record.start_s, record.end_s, energy)
-            entry_rejected = {
-                NEGATIVE_POWER: _affected(
-                    primary.rejected.implausible_s, primary.series, record.start_s, record.end_s
-                ),
-                MISSING_POWER: _affected(
-                    primary.rejected.missing_s, primary.series, record.start_s, record.end_s
-                ),
-            }
-            placement = placements[primary.channel.name]
+            report = _report_fields(primary, window, record.start_s, record.end_s, float(row.energy_j))
             report["energyframe"] = {
                 "log": str(log.path),
                 "channel": primary.channel.name,
@@ -529,11 +561,11 @@ def analyze(
                 "flags": [f for f in str(row.flags).split(";") if f],
                 "method": METHOD,
                 "timing": primary.channel.timing.value,
-                "placement": placement.how,
-                "shift_s": placement.time_map.lag_s,
-                "drift": placement.time_map.drift,
+                "placement": how[primary.channel.name],
+                "shift_s": primary.time_map.lag_s,
+                "drift": primary.time_map.drift,
                 "alignment": alignment,
-                "rejected_rows": entry_rejected,
+                "rejected_rows": _counts(primary, record.start_s, record.end_s),
             }
             reports.append(report)
     document = dict(reports[0]) if len(reports) == 1 else {"windows": reports}
@@ -553,23 +585,35 @@ def analyze(
     return document
 
 
+def _by_flag(entry: _Channel) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for reason, times in entry.rejected.items():
+        flag = FLAG_OF.get(reason, INVALID_READING)
+        out[flag] = out.get(flag, 0) + int(times.size)
+    return out
+
+
+_WHAT = {
+    NEGATIVE: "negative power",
+    NOT_FINITE: "NaN or infinite readings",
+    IMPLAUSIBLE: f"power above {1e6:g} W (a sensor's error value)",
+    MISSING: "no value ([N/A] or empty)",
+}
+
+
 def _rejection_warnings(log: PowerLog, prepared: Mapping[str, _Channel]) -> list[str]:
     out = []
     for name, entry in prepared.items():
-        bad = entry.rejected
-        if bad.implausible_s.size:
-            _kept, raw = plausible(log, name)  # the recorded times and values, for the message
+        for reason, times in entry.rejected.items():
+            t, value = entry.first_rejected[reason]
             first = (
-                f"{raw.implausible_values[0]:g} {entry.channel.unit} at {_iso(float(raw.implausible_s[0]))}"
+                f"first at {_iso(t)}"
+                if reason == MISSING
+                else f"first: {value:g} {entry.channel.unit} at {_iso(t)}"
             )
             out.append(
-                f"{log.path.name}: {bad.implausible_s.size} row(s) of {name} with negative, NaN or impossible "
-                f"power (first: {first}) were left out; the windows around them are flagged {NEGATIVE_POWER}"
-            )
-        if bad.missing_s.size:
-            out.append(
-                f"{log.path.name}: {bad.missing_s.size} row(s) of {name} without a value ([N/A] or empty) "
-                f"were left out; the windows around them are flagged {MISSING_POWER}"
+                f"{log.path.name}: {times.size} row(s) of {name} with {_WHAT.get(reason, reason)} ({first}) were "
+                f"left out; the windows around them are flagged {FLAG_OF.get(reason, INVALID_READING)}"
             )
     return out
 

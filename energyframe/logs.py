@@ -34,7 +34,7 @@ import numpy as np
 
 from .errors import UsageError
 from .interfaces import Channel, ClockBase, Quantity, Scope, Timing
-from .samples import SampleSeries
+from .samples import NEGATIVE, NOT_FINITE, SampleSeries
 
 #: log kinds
 SAMPLES = "samples"
@@ -42,9 +42,14 @@ POWER_CSV = "power-csv"
 WATTSUP_CSV = "wattsup-csv"
 NVIDIA_SMI = "nvidia-smi"
 
-#: window flags of the offline path (docs/result-format.md)
-NEGATIVE_POWER = "negative_power"  # a negative, NaN or impossible power reading was left out
-MISSING_POWER = "missing_power"  # a row without a power value ([N/A], empty, text) was left out
+#: why a row is left out of integration, beside the core's ``samples.NEGATIVE`` and
+#: ``samples.NOT_FINITE``: a power no sensor reports, and a row with no value at all
+IMPLAUSIBLE = "implausible"
+MISSING = "missing"
+#: window flag of the offline path (docs/result-format.md): a row without a power value
+#: ([N/A], empty, text) near the window was left out; the core's ``negative_power`` and
+#: ``invalid_reading`` (energy.py) flag the rest
+MISSING_POWER = "missing_power"
 
 #: no channel energyframe reads can report more than this; above it a reading is a sensor's
 #: error value (0xFFFFFFFF mW is 4.3 MW), never power. Units: W.
@@ -60,9 +65,6 @@ MISSING_TEXT = {
     "unknown error",
     "-",
 }
-#: nvidia-smi's 1-s averages (Ampere and newer): the value averages the second before its stamp
-NVIDIA_SMI_AVERAGING_S = 1.0
-
 _OFFSET = re.compile(r"(Z|[+-]\d{2}:?\d{2})$")
 _FORMATS = (
     "%Y-%m-%d %H:%M:%S.%f",
@@ -274,33 +276,45 @@ class PowerLog:
 
 @dataclass(frozen=True)
 class Rejected:
-    """Rows of one channel left out of integration. Units: Unix s."""
+    """Rows of one channel left out of integration, by reason. Units: Unix s.
 
-    implausible_s: np.ndarray  # negative, NaN, infinite or above MAX_POWER_W
-    missing_s: np.ndarray  # no value at all
-    implausible_values: np.ndarray = field(default_factory=lambda: np.array([]))
+    Args:
+        times_s: per reason (``negative``, ``not_finite``, ``implausible``, ``missing``), when
+            the rows were stamped, ascending.
+        values: per reason, what the rows held (NaN for ``missing``).
+    """
+
+    times_s: Mapping[str, np.ndarray]
+    values: Mapping[str, np.ndarray]
 
     def count(self) -> dict[str, int]:
-        return {NEGATIVE_POWER: int(self.implausible_s.size), MISSING_POWER: int(self.missing_s.size)}
+        return {reason: int(t.size) for reason, t in self.times_s.items() if t.size}
 
 
 def plausible(log: PowerLog, name: str) -> tuple[SampleSeries, Rejected]:
     """A channel's samples fit to integrate, and what was left out.
 
-    Power must be finite, at least 0 W and at most ``MAX_POWER_W``: nvidia-smi's ``-500.00``, a
-    meter's -100 W or a NaN is no energy at all. An energy counter must be finite (a counter that
-    goes down is a reset, which the window math flags as ``counter_reset``).
+    The core's rule for a live run (``samples.invalid_reason``: a negative power or energy, a NaN
+    or an infinity is no reading at all), and one more for power read from a file: above
+    ``MAX_POWER_W`` (nvidia-smi printing its error value) it is no reading either.
     """
+
     channel, series = log.channels[name], log.series[name]
-    values = series.values
+    t, v = series.times_s, series.values
+    finite = np.isfinite(v)
+    reasons = {NEGATIVE: finite & (v < 0) if channel.integrable else np.zeros(v.size, dtype=bool)}
+    reasons[NOT_FINITE] = ~finite
     if channel.quantity == Quantity.POWER:
-        ok = np.isfinite(values) & (values >= 0.0) & (values <= MAX_POWER_W)
-    else:
-        ok = np.isfinite(values)
+        reasons[IMPLAUSIBLE] = finite & (v > MAX_POWER_W)
+    bad = np.zeros(v.size, dtype=bool)
+    for mask in reasons.values():
+        bad |= mask
     missing = log.missing.get(name, np.array([]))
-    if ok.all():
-        return series, Rejected(np.array([]), missing)
-    return SampleSeries(series.times_s[ok], values[ok]), Rejected(series.times_s[~ok], missing, values[~ok])
+    times = {reason: t[mask] for reason, mask in reasons.items()}
+    values = {reason: v[mask] for reason, mask in reasons.items()}
+    times[MISSING], values[MISSING] = missing, np.full(missing.size, np.nan)
+    kept = series if not bad.any() else SampleSeries(t[~bad], v[~bad])
+    return kept, Rejected(times, values)
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -751,7 +765,7 @@ def _last_of_each_second(rows: list[tuple[float, str, dict]]) -> list[tuple[floa
 
 
 def _nvidia_smi(path: Path, table: _Table, tz: str | None) -> PowerLog:
-    from .power.nvidia_smi import POWER_FIELDS, STATE_FIELDS
+    from .power.nvidia_smi import AVERAGE_WINDOW_S, POWER_FIELDS, STATE_FIELDS
 
     table.refuse_torn()
     header = table.header
@@ -775,11 +789,14 @@ def _nvidia_smi(path: Path, table: _Table, tz: str | None) -> PowerLog:
     names: dict[tuple[str, str], Channel] = {}
     for gpu in sorted(set(gpus[good]), key=int):
         base = f"gpu{gpu}"
-        for field_name in power:
+        # the channels the live nvidia-smi source makes: the preferred field, and the 1-s average
+        for field_name in dict.fromkeys(
+            [preferred, *(["power.draw.average"] if "power.draw.average" in power else [])]
+        ):
             if field_name == preferred:
                 name, primary = base, True
             else:
-                name, primary = f"{base}.{_POWER_SUFFIX[field_name]}", False
+                name, primary = f"{base}.power_average", False
             instant = field_name == "power.draw.instant"
             names[(gpu, field_name)] = Channel(
                 name,
@@ -795,7 +812,7 @@ def _nvidia_smi(path: Path, table: _Table, tz: str | None) -> PowerLog:
                     else ": a 1-s average on Ampere and newer, placed at the middle of its second"
                 ),
                 timing=Timing.EXACT if instant else Timing.PERIOD_END,
-                averaging_s=0.0 if instant else NVIDIA_SMI_AVERAGING_S,
+                averaging_s=0.0 if instant else AVERAGE_WINDOW_S,
             )
         for field_name, (suffix, unit) in STATE_FIELDS.items():
             if field_name in header:
@@ -837,13 +854,6 @@ def _nvidia_smi(path: Path, table: _Table, tz: str | None) -> PowerLog:
     if not primary:
         primary = next(c.name for c in channels.values() if c.integrable)
     return PowerLog(path, NVIDIA_SMI, channels, series, missing, primary, tuple(warnings), len(bad))
-
-
-_POWER_SUFFIX = {
-    "power.draw.instant": "power_instant",
-    "power.draw": "power_draw",
-    "power.draw.average": "power_average",
-}
 
 
 # -- shared ------------------------------------------------------------------------------------

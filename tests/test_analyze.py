@@ -183,17 +183,17 @@ def test_a_negative_record_is_left_out_flagged_and_counted(tmp_path):
     clean, dirty = f"{unix(10)},{unix(40)}", f"{unix(45)},{unix(60)}"
     result = analyze_cli("--power-log", log, "--window", clean, "--window", dirty, "--out", tmp_path / "o")
     assert result.exit_code == 0, result.output
-    assert "1 row(s) of sum with negative, NaN or impossible power (first: -100 W at" in result.output
+    assert "p.csv: 1 row(s) of sum with negative power (first: -100 W at " in result.output
     report = json.loads((tmp_path / "o" / "energy_report.json").read_text())
     first, second = report["windows"]
     # the record is left out: the meter's neighbours bridge it, at 244 W throughout
     assert second["energy_joules"]["total"] == pytest.approx(244.0 * 15)
     assert second["power_watts"]["min"] == pytest.approx(244.0)
     assert second["energyframe"]["flags"] == ["negative_power", "meter_window_under_60s"]
-    assert second["energyframe"]["rejected_rows"] == {"negative_power": 1, "missing_power": 0}
+    assert second["energyframe"]["rejected_rows"] == {"negative_power": 1}
     assert first["energyframe"]["flags"] == ["meter_window_under_60s"]
-    assert first["energyframe"]["rejected_rows"] == {"negative_power": 0, "missing_power": 0}
-    assert report["rejected_rows"] == {"p.csv": {"sum": {"negative_power": 1, "missing_power": 0}}}
+    assert first["energyframe"]["rejected_rows"] == {}
+    assert report["rejected_rows"] == {"p.csv": {"sum": {"negative_power": 1}}}
     windows = {(r["phase"], r["channel"]): r for r in csv_rows(tmp_path / "o" / "windows.csv")}
     assert "negative_power" in windows[(dirty, "sum")]["flags"]
     assert "negative_power" not in windows[(dirty, "pm1")]["flags"]  # pm1 read 125.3 W all along
@@ -207,7 +207,7 @@ def csv_rows(path):
 
 def smi_csv(path, rows):
     """nvidia-smi's CSV (with units): rows of (seconds, instant, draw)."""
-    lines = ["timestamp, index, uuid, power.draw.instant [W], power.draw [W]"]
+    lines = ["timestamp, index, uuid, power.draw.instant [W], power.draw.average [W]"]
     for t, instant, draw in rows:
         moment = (T0 + dt.timedelta(seconds=t)).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
         lines.append(f"{moment}, 0, GPU-0, {instant}, {draw}")
@@ -218,22 +218,30 @@ def smi_csv(path, rows):
 def test_nvidia_smi_error_values_and_na_rows_are_left_out(tmp_path):
     rows = [(0.1 * i, "300.00 W", "300.00 W") for i in range(100)]
     rows[40] = (rows[40][0], "-500.00 W", "300.00 W")  # nvidia-smi printing its error value
+    rows[50] = (rows[50][0], "nan", "300.00 W")
     rows[60] = (rows[60][0], "[N/A]", "300.00 W")
+    rows[70] = (rows[70][0], "4294967.29 W", "300.00 W")  # 0xFFFFFFFF mW: no power at all
     log = smi_csv(tmp_path / "smi.csv", rows)
     window = f"{unix(2)},{unix(8)}"
     result = analyze_cli("--power-log", log, "--window", window, "--runs", 10, "--out", tmp_path / "o")
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "o" / "energy_report.json").read_text())
     assert report["energy_joules"]["total"] == pytest.approx(300.0 * 6)
-    assert report["num_power_samples"] == 59  # 61 rows in the window, 2 left out
-    assert report["energyframe"]["flags"] == ["negative_power", "missing_power"]
-    assert report["rejected_rows"] == {"smi.csv": {"gpu0": {"negative_power": 1, "missing_power": 1}}}
-    assert "1 row(s) of gpu0 without a value ([N/A] or empty) were left out" in result.output
+    assert report["num_power_samples"] == 57  # 61 rows in the window, 4 left out
+    assert report["energyframe"]["flags"] == ["negative_power", "invalid_reading", "missing_power"]
+    counts = {"negative_power": 1, "invalid_reading": 2, "missing_power": 1}
+    assert report["energyframe"]["rejected_rows"] == counts
+    assert report["rejected_rows"] == {"smi.csv": {"gpu0": counts}}
+    assert "smi.csv: 1 row(s) of gpu0 with no value ([N/A] or empty) (first at " in result.output
+    assert (
+        "smi.csv: 1 row(s) of gpu0 with power above 1e+06 W (a sensor's error value) (first: 4.29497e+06 W"
+        in (result.output)
+    )
 
 
 def test_a_one_second_average_is_placed_at_the_middle_of_its_second(tmp_path):
-    """power.draw averages the second before its stamp: a load step seen by both readings at
-    10 s is 0.5 s earlier in the average once placed; power.draw.instant stays as stamped."""
+    """power.draw.average averages the second before its stamp: a load step seen by both readings
+    at 10 s is 0.5 s earlier in the average once placed; power.draw.instant stays as stamped."""
     rows = [(0.1 * i, 100 if i < 100 else 300, 100 if i < 100 else 300) for i in range(200)]
     log = offline.load_power_log(smi_csv(tmp_path / "smi.csv", rows))
     offline.analyze([log], [offline.Window("w", unix(9), unix(10))], tmp_path / "o")
@@ -241,7 +249,7 @@ def test_a_one_second_average_is_placed_at_the_middle_of_its_second(tmp_path):
     # instant: 100 W to 9.9 s, a ramp to 300 W at 10 s: 0.9 * 100 + 0.1 * 200
     assert energy["gpu0"] == pytest.approx(110.0)
     # average moved by 0.5 s: 100 W to 9.4 s, a ramp to 300 W at 9.5 s, 300 W on: 40 + 20 + 150
-    assert energy["gpu0.power_draw"] == pytest.approx(210.0)
+    assert energy["gpu0.power_average"] == pytest.approx(210.0)
     report = json.loads((tmp_path / "o" / "energy_report.json").read_text())["energyframe"]
     assert report["timing"] == "exact" and report["shift_s"] == 0.0
 

@@ -41,14 +41,18 @@ def test_nvidia_smi_channels_timing_and_values_as_written(tmp_path):
     rows[24] = (rows[24][0], 0, "[N/A]", 290, 280)
     log = logs.read_log(smi_log(tmp_path / "smi.csv", rows))
     assert log.kind == logs.NVIDIA_SMI and log.primary == "gpu0"
-    gpu0, draw, average = (
-        log.channels["gpu0"],
-        log.channels["gpu0.power_draw"],
-        log.channels["gpu0.power_average"],
-    )
+    # the live nvidia-smi source's channels: the instant reading, and the 1-s average
+    assert set(log.channels) == {
+        "gpu0",
+        "gpu0.power_average",
+        "gpu0.temperature",
+        "gpu1",
+        "gpu1.power_average",
+        "gpu1.temperature",
+    }
+    gpu0, average = log.channels["gpu0"], log.channels["gpu0.power_average"]
     assert (gpu0.timing, gpu0.averaging_s, gpu0.primary) == (Timing.EXACT, 0.0, True)
-    assert (draw.timing, draw.averaging_s, draw.primary) == (Timing.PERIOD_END, 1.0, False)
-    assert (average.timing, average.averaging_s) == (Timing.PERIOD_END, 1.0)
+    assert (average.timing, average.averaging_s, average.primary) == (Timing.PERIOD_END, 1.0, False)
     assert gpu0.scope == Scope.GPU and gpu0.clock == ClockBase.WALL
     assert gpu0.resolution_s == pytest.approx(0.1)
     assert log.channels["gpu0.temperature"].quantity == Quantity.STATE
@@ -57,14 +61,14 @@ def test_nvidia_smi_channels_timing_and_values_as_written(tmp_path):
     assert set(log.series["gpu1"].values) == {301.0}
     assert log.warnings == ()
     kept, rejected = logs.plausible(log, "gpu0")
-    assert len(kept) == 18 and rejected.count() == {"negative_power": 1, "missing_power": 1}
-    assert list(rejected.implausible_values) == [-500.0]
+    assert len(kept) == 18 and rejected.count() == {"negative": 1, "missing": 1}
+    assert list(rejected.values["negative"]) == [-500.0]
 
 
 def test_nvidia_smi_without_units_and_a_field_never_reported(tmp_path):
     rows = [(0.1 * i, 0, 300, 290, "[N/A]") for i in range(10)]
     log = logs.read_log(smi_log(tmp_path / "smi.csv", rows, units=False))
-    assert set(log.channels) == {"gpu0", "gpu0.power_draw", "gpu0.temperature"}  # no empty channel
+    assert set(log.channels) == {"gpu0", "gpu0.temperature"}  # power.draw.average: never a value, no channel
     assert list(log.series["gpu0"].values) == [300.0] * 10
 
 
@@ -219,3 +223,13 @@ def test_times_of_a_whole_column_are_those_of_each_text():
     assert np.isnan(logs._times(["soon", "2026-02-04 10:15:23"], None, "x")[0])
     with pytest.raises(UsageError, match="mixes time zones"):
         logs._times(["2026-02-04 10:15:23+01:00", "2026-02-04 10:15:23+02:00"], None, "x")
+
+
+def test_an_nvidia_smi_log_without_the_instant_field_is_a_one_second_average(tmp_path):
+    lines = ["timestamp, power.draw [W]"] + [
+        f"{stamp(0.1 * i, '%Y/%m/%d %H:%M:%S.%f')}, 250.00 W" for i in range(10)
+    ]
+    (tmp_path / "old.csv").write_text("\n".join(lines) + "\n")
+    log = logs.read_log(tmp_path / "old.csv")
+    (channel,) = log.channels.values()
+    assert channel.name == "gpu0" and (channel.timing, channel.averaging_s) == (Timing.PERIOD_END, 1.0)

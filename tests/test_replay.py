@@ -158,7 +158,7 @@ def test_the_earlier_tools_wattsup_csv_replays_with_its_timing(tmp_path):
 
 def test_an_nvidia_smi_log_replays_and_skips_na_rows(tmp_path):
     start = time.time() - 5.0
-    lines = ["timestamp, index, uuid, power.draw.instant [W], power.draw [W]"]
+    lines = ["timestamp, index, uuid, power.draw.instant [W], power.draw.average [W]"]
     for i in range(10):
         stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(start + 0.1 * i))
         stamp += f".{int(round(((start + 0.1 * i) % 1) * 1000)) % 1000:03d}"
@@ -170,7 +170,7 @@ def test_an_nvidia_smi_log_replays_and_skips_na_rows(tmp_path):
     channels = {c.name: c for c in source.start(SourceContext())}
     samples = drain_for(source, 1.2)
     source.stop()
-    assert set(channels) == {"old.gpu0", "old.gpu0.power_draw"}
-    assert channels["old.gpu0"].scope == Scope.GPU and channels["old.gpu0.power_draw"].primary is False
+    assert set(channels) == {"old.gpu0", "old.gpu0.power_average"}
+    assert channels["old.gpu0"].scope == Scope.GPU and channels["old.gpu0.power_average"].primary is False
     values = [s.value for s in samples if s.channel == "old.gpu0"]
     assert values == [300.0, 300.0, 300.0, -500.0, 300.0, 300.0, 300.0, 300.0, 300.0]  # [N/A]: no sample
