@@ -229,15 +229,14 @@ def write_samples(path: Path, samples: pd.DataFrame) -> None:
     _atomic_write(path, lambda p: samples.to_parquet(p, index=False))
 
 
-def read_json(path: Path) -> dict:
-    """A JSON object from ``path``; a ``StoreError`` naming the file and the cause otherwise."""
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``; a ``StoreError`` naming the file and the cause when it cannot be read.
+    (Callers check what it holds: ``read_meta`` wants a run description.)"""
     path = Path(path)
-    if not path.parent.exists():
-        raise StoreError(f"{path.parent} does not exist")
-    if not path.parent.is_dir():
+    if path.parent.exists() and not path.parent.is_dir():
         raise StoreError(f"{path.parent} is a file, not a run directory")
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError as e:
         raise StoreError(f"{path.parent} is not a run directory: it has no {path.name}") from e
     except IsADirectoryError as e:
@@ -248,17 +247,16 @@ def read_json(path: Path) -> dict:
         raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
     except json.JSONDecodeError as e:
         raise StoreError(f"{path} is not valid JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise StoreError(
-            f"{path} should hold a JSON object, but holds {_described(data)}: the file is damaged"
-        )
-    return data
 
 
 def read_meta(directory: Path) -> dict:
     """run.json, checked: the format version, and every field energyframe reads of the type it writes."""
     path = Path(directory) / RUN_JSON
     meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise StoreError(
+            f"{path} should hold a JSON object, but holds {_described(meta)}: the file is damaged"
+        )
     version = meta.get("format_version")
     if version != FORMAT_VERSION:
         raise StoreError(
