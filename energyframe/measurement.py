@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +29,9 @@ from .plugin import PowerSource, Workload
 from .recorder import Recorder
 from .registry import PowerArg, resolve_power
 from .results import COMPLETE, INCOMPLETE, RunResult
-from .store import RUN_JSON, WINDOWS_PARTIAL, WindowJournal, claim_run_dir, write_status_json
+from .store import RUN_JSON, WINDOWS_PARTIAL, WindowJournal, claim_run_dir, write_json, write_status_json
 from .sync import resolve_sync
+from .timings import Timings
 from .windows import WindowRecord
 
 log = logging.getLogger("energyframe")
@@ -98,6 +99,8 @@ class Measurement:
         self._result: RunResult | None = None
         self._started_at: str | None = None
         self._journal: WindowJournal | None = None
+        #: where the run's time goes (run.json's ``timings_s``)
+        self.timings = Timings()
 
     # -- lifecycle -------------------------------------------------------------------------
     def warn(self, message: str) -> None:
@@ -119,12 +122,13 @@ class Measurement:
         if self.out is not None:
             self._write_status(INCOMPLETE, RUNNING.format(pid=os.getpid()))
         try:
-            self.recorder = Recorder(self.sources, self.clock, self.out, warn=self.warn)
-            self.recorder.start()
-            if self.out is not None:  # now with the channels, so that a dead run can be rebuilt
-                self._journal = WindowJournal(self.out / WINDOWS_PARTIAL)
-                self._write_status(INCOMPLETE, RUNNING.format(pid=os.getpid()))
-            self._wait_for_first_samples()
+            with self.timings.span("sources_start"):
+                self.recorder = Recorder(self.sources, self.clock, self.out, warn=self.warn)
+                self.recorder.start()
+                if self.out is not None:  # now with the channels, so that a dead run can be rebuilt
+                    self._journal = WindowJournal(self.out / WINDOWS_PARTIAL)
+                    self._write_status(INCOMPLETE, RUNNING.format(pid=os.getpid()))
+                self._wait_for_first_samples()
             if self.idle_s > 0:
                 self.measure_idle(self.idle_s)
         except BaseException as e:
@@ -174,6 +178,7 @@ class Measurement:
         start = time.monotonic()
         time.sleep(duration_s)
         self._idle_window = WindowRecord("(idle)", 0, start, time.monotonic(), 1)
+        self.timings.add("idle_baseline", self._idle_window.duration_s)
 
     def begin_window(
         self, name: str, iterations: int = 1, sync: Callable[[], None] | None = None
@@ -254,13 +259,20 @@ class Measurement:
         if self._result is not None:
             return self._result
         assert self.recorder is not None and self.clock is not None
-        status, reason = self._stop_recording(status, reason)
-        recording = self._recording()
-        meta = self._meta(status, reason, ended=True)
-        self._result = assemble(recording, meta, self.workload, self.aligner, self.warnings)
+        with self.timings.span("stop_sources"):
+            status, reason = self._stop_recording(status, reason)
+        with self.timings.span("integrate"):
+            recording = self._recording()
+            meta = self._meta(status, reason, ended=True)
+            self._result = assemble(recording, meta, self.workload, self.aligner, self.warnings)
+        if self.out is None:
+            self._result = replace(self._result, meta={**self._result.meta, "timings_s": self.timings.to_json()})
         if self.out is not None:
             try:
-                save(self._result, self.out, self.workload, self.warn)
+                with self.timings.span("save"):
+                    save(self._result, self.out, self.workload, self.warn)
+                self._result = replace(self._result, meta={**self._result.meta, "timings_s": self.timings.to_json()})
+                write_json(self.out / RUN_JSON, self._result.to_json())
             except StoreError as e:
                 # the journals stay: what was recorded is still on disk, and run.json says so
                 if self._journal is not None:

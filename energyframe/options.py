@@ -7,6 +7,7 @@ a half-finished run.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,8 +69,16 @@ class Option:
             raise OptionError(
                 f"option {self.name!r} of {owner} expects {self._expects()}, got {value!r}"
             ) from e
+        self._check_finite(converted, owner)
         self._check_minimum(converted, owner)
         return converted
+
+    def _check_finite(self, value: Any, owner: str) -> None:
+        """NaN or infinity in an option is always a typo (or an attack): refuse it by name."""
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            if isinstance(item, float) and not math.isfinite(item):
+                raise OptionError(f"option {self.name!r} of {owner} expects a finite number, got {item!r}")
 
     def _expects(self) -> str:
         return {

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,16 +141,24 @@ def measure_phase(
     progress = progress or RunProgress(show=False)
     if phase.work:
         m.set_work(phase.name, phase.work)
-    warmed = warm_up(phase, config)
-    plan = plan_windows(phase, config, min_window_s)
+    with m.timings.span("warmup"):
+        warmed = warm_up(phase, config)
+    with m.timings.span("calibration"):
+        plan = plan_windows(phase, config, min_window_s)
     log.info("phase %r: %d warm-up, %d steps per window (%s), %d trials",
              phase.name, warmed, plan.iterations, plan.note, plan.trials)
     progress.phase(phase.name, plan.trials)
-    if config.guard_s:
-        run_for(phase, config.guard_s)
+    with m.timings.span("guard"):
+        if config.guard_s:
+            run_for(phase, config.guard_s)
+    started, before = time.monotonic(), len(m.records)
     measure_trials(m, phase, plan, min_window_s, config.cooldown_s, progress)
-    if config.guard_s:
-        run_for(phase, config.guard_s)
+    measured = sum(r.duration_s for r in m.records[before:])
+    m.timings.add("windows", measured)
+    m.timings.add("between_windows", max(0.0, time.monotonic() - started - measured))
+    with m.timings.span("guard"):
+        if config.guard_s:
+            run_for(phase, config.guard_s)
 
 
 def measure_trials(
@@ -335,6 +344,18 @@ def run(
     return result
 
 
+def _timed_iteration(phases: Iterable[Phase], m: Measurement) -> Iterator[Phase]:
+    """The workload's phases; the time a generator takes to prepare each (a per-layer unit's
+    capture, a sweep configuration's compilation) counts as ``phase_setup``."""
+    iterator = iter(phases)
+    while True:
+        with m.timings.span("phase_setup"):
+            phase = next(iterator, None)
+        if phase is None:
+            return
+        yield phase
+
+
 def measure_workload(
     m: Measurement, workload: Workload, config: RunConfig, progress: RunProgress | None = None
 ) -> None:
@@ -342,7 +363,8 @@ def measure_workload(
     assert m.recorder is not None
     progress = progress or RunProgress(show=False)
     try:
-        workload.setup()
+        with m.timings.span("setup"):
+            workload.setup()
         if config.idle_s > 0 and m.sources:  # with no power source there is no idle power
             log.info("measuring idle power for %g s", config.idle_s)
             m.measure_idle(config.idle_s)
@@ -351,20 +373,24 @@ def measure_workload(
         m.recorder.interrupt_on_failure = True
         if config.sync_pulse:
             sync_pulses(m)
-        for phase in progress.phases(workload.phases()):
+        phases = workload.phases()
+        for phase in progress.phases(_timed_iteration(phases, m), operator.length_hint(phases, 0) or None):
             if phase.setup is not None:
-                phase.setup()
+                with m.timings.span("phase_setup"):
+                    phase.setup()
             try:
                 measure_phase(m, phase, config, min_window_s, progress)
             finally:
                 if phase.teardown is not None:
-                    phase.teardown()
+                    with m.timings.span("phase_setup"):
+                        phase.teardown()
         if config.sync_pulse:
             sync_pulses(m)
     finally:
         m.recorder.interrupt_on_failure = False
         try:
-            workload.teardown()
+            with m.timings.span("teardown"):
+                workload.teardown()
         except Exception as e:
             m.warn(f"workload teardown failed: {type(e).__name__}: {e}")
 

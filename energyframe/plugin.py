@@ -56,6 +56,10 @@ _LAZY = {
     "SampleSeries": "samples",
     "Spread": "stats",
     "PhaseSummary": "windows",
+    "PollingSource": "polling",
+    "Poller": "polling",
+    "Stream": "polling",
+    "Dedup": "polling",
 }
 
 
@@ -199,8 +203,11 @@ __all__ = [
     "DerivedTable",
     "Detection",
     "EnergyFrameError",
+    "Dedup",  # noqa: F822 (lazy: __getattr__)
     "Option",
     "OptionError",
+    "Poller",  # noqa: F822
+    "PollingSource",  # noqa: F822
     "Phase",
     "PhaseSummary",
     "Plugin",
@@ -214,6 +221,7 @@ __all__ = [
     "Scope",
     "SourceContext",
     "Spread",
+    "Stream",  # noqa: F822
     "Timing",
     "UsageError",
     "WindowAnnotation",

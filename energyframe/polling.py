@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import enum
 import json
-import signal
 import subprocess
 import threading
 import time
@@ -37,8 +36,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .errors import PowerSourceError
-from .interfaces import Channel, ClockBase, PowerSource, Sample, SourceContext
+from .model import Channel, ClockBase, Sample, SourceContext
 from .options import Option
+from .plugin import PowerSource
+from .sampler import Remote, reap
 
 #: what ``poll`` returns: ``{channel: value}``, stamped by the base at the middle of the poll on
 #: each channel's clock and deduplicated (``dedup``); or samples the source stamped itself,
@@ -240,8 +241,6 @@ class PollingSource(PowerSource):
         self.context = context
         self.prepared = json.loads(json.dumps(dict(self.prepare())))  # what a child would get
         if self.mode == "process":
-            from .sampler import Remote
-
             self._poll_remote = Remote(self)
             return self._poll_remote.start(context)
         channels = self._open_here()
@@ -425,17 +424,3 @@ class PollingSource(PowerSource):
     def _reap_children(self) -> None:
         for proc in self._poll_children:
             reap(proc)
-
-
-def reap(proc: subprocess.Popen | None, sig: int = signal.SIGTERM) -> None:
-    """Ask a process to exit, kill it when it does not within ``JOIN_TIMEOUT_S``, and wait."""
-    if proc is None or proc.poll() is not None:
-        return
-    try:
-        proc.send_signal(sig)
-        proc.wait(timeout=JOIN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    except ProcessLookupError:
-        pass

@@ -70,9 +70,9 @@ class RunProgress:
             self._progress.stop()
             self._progress = None
 
-    def phases(self, phases: Iterable[T]) -> Iterator[T]:
+    def phases(self, phases: Iterable[T], total: int | None = None) -> Iterator[T]:
         """Iterate the workload's phases with a bar (its total known when the workload says)."""
-        total = operator.length_hint(phases, 0) or None
+        total = total or operator.length_hint(phases, 0) or None
         if self._progress is not None:
             self._phases = self._progress.add_task("phases", total=total)
         for phase in phases:

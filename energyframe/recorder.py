@@ -36,8 +36,14 @@ STALL_MIN_S = 3.0
 
 
 def settle_s(channel: Channel) -> float:
-    """How much longer than its update period a channel's samples may take to arrive. Units: s."""
-    return LATE_SETTLE_S if channel.timing == Timing.UNKNOWN else 0.0
+    """How long after an instant a channel's samples must reach, to cover it once they are
+    placed: a reading that averages the period before it moves back by half that period, and
+    a late one by an unknown lag (``LATE_SETTLE_S``). Units: s."""
+    if channel.timing == Timing.UNKNOWN:
+        return LATE_SETTLE_S
+    if channel.timing == Timing.PERIOD_END:
+        return channel.averaging_s / 2
+    return 0.0
 
 
 def stall_after_s(channel: Channel) -> float:

@@ -30,8 +30,24 @@ from pathlib import Path
 from typing import Any
 
 from .errors import PowerSourceError
-from .interfaces import Channel, Sample, SourceContext
-from .polling import PollingSource, reap
+from .model import Channel, Sample, SourceContext
+
+#: how long a reaped process may take to exit before it is killed. Units: s.
+REAP_TIMEOUT_S = 5.0
+
+
+def reap(proc: subprocess.Popen | None, sig: int = signal.SIGTERM) -> None:
+    """Ask a process to exit, kill it when it does not within ``REAP_TIMEOUT_S``, and wait."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(sig)
+        proc.wait(timeout=REAP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    except ProcessLookupError:
+        pass
 
 #: how often the child hands its samples over and checks on its parent. Units: s.
 FLUSH_INTERVAL_S = 0.05
@@ -139,7 +155,7 @@ def _one_line(message: str) -> str:
 class Remote:
     """The parent's handle on a source acquiring in a child process."""
 
-    def __init__(self, source: PollingSource) -> None:
+    def __init__(self, source: Any) -> None:  # a PollingSource (polling imports this module)
         self.source = source
         self.label = source.PROCESS_LABEL or f"{source.name} sampler"
         self.proc: subprocess.Popen | None = None
@@ -306,7 +322,7 @@ def _import_roots(module: str) -> list[str]:
     return [str(root)]
 
 
-def _rebuild(config: Mapping[str, Any]) -> PollingSource:
+def _rebuild(config: Mapping[str, Any]) -> Any:
     for root in config.get("path", []):
         if root not in sys.path:
             sys.path.append(root)
@@ -315,7 +331,7 @@ def _rebuild(config: Mapping[str, Any]) -> PollingSource:
     for part in qualname.split("."):
         obj = getattr(obj, part)
     source = obj(name=config["name"], **config["options"])
-    if not isinstance(source, PollingSource):
+    if not callable(getattr(source, "_run_here", None)):  # the PollingSource protocol
         raise TypeError(f"{config['source']} is not a PollingSource")
     return source
 

@@ -115,3 +115,12 @@ def test_option_declaration_is_checked():
         Option("x", "complex")
     with pytest.raises(ValueError):
         Option("x", "choice")
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e400"])
+def test_numbers_that_are_not_finite_are_refused_by_name(text):
+    declared = [Option("seconds", "float", 1.0, minimum=0.0), Option("widths", "float_list", None)]
+    with pytest.raises(OptionError, match=r"option 'seconds' of workload 'sleep' expects a finite number"):
+        resolve_options(declared, {"seconds": text}, "workload 'sleep'")
+    with pytest.raises(OptionError, match=r"option 'widths' of workload 'sleep' expects a finite number"):
+        resolve_options(declared, {"widths": f"1,{text}"}, "workload 'sleep'")

@@ -246,3 +246,18 @@ def test_a_window_that_comes_out_short_is_measured_again():
     w = result.windows
     assert list(w["trial"]) == [0, 1, 2]
     assert (w["duration_s"] >= 0.2 * 0.9).all()
+
+
+def test_run_json_says_where_the_time_went(tmp_path):
+    ef.run(ListWorkload([busy_phase("a"), busy_phase("b")]), power=None, reporters=[], out=tmp_path / "r",
+           settings=RunSettings(trials=2, min_window_s=0.05, warmup_s=0.0))
+    timings = json.loads((tmp_path / "r" / "run.json").read_text())["timings_s"]
+    spans = ("sources_start", "setup", "warmup", "calibration", "windows", "between_windows", "stop_sources",
+             "integrate", "save")
+    assert set(spans) <= set(timings)
+    assert timings["windows"] > 0 and timings["calibration"] > 0
+    # the spans and "other" make up the run; the process had started before it
+    assert sum(timings[k] for k in (*spans, "phase_setup", "teardown", "guard", "other") if k in timings) == (
+        pytest.approx(timings["run"], rel=1e-6)
+    )
+    assert timings["process"] is None or timings["process"] >= timings["run"]

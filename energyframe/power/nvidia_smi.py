@@ -207,6 +207,11 @@ class NvidiaSmiPowerSource(PollingSource):
         header = proc.stdout.readline() if ready else ""
         if header:
             return header
+        if ready:  # end of output: the child is exiting, give it the moment it takes
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         if proc.poll() is None:
             raise PowerSourceError(
                 f"nvidia-smi started but printed nothing for {wait_s:.1f} s: the driver may be hung"

@@ -94,6 +94,13 @@ class ConsoleReporter(Reporter):
         origin = meta.get("samples_origin")
         if origin and origin != "samples.parquet":
             lines.append(f"samples:  {len(result.samples)} recovered from {origin} (the run did not finish)")
+        timings = meta.get("timings_s")
+        if isinstance(timings, dict) and timings.get("run"):
+            spans = sorted(((k, v) for k, v in timings.items()
+                            if k not in ("run", "process", "before_run") and isinstance(v, (int, float)) and v >= 0.05),
+                           key=lambda kv: -kv[1])
+            total = timings.get("process") or timings["run"]
+            lines.append(f"time:     {total:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in spans))
         if meta.get("windows_origin"):
             lines.append(f"windows:  {len(result.windows)} rows rebuilt from {meta['windows_origin']}")
         for line in lines:

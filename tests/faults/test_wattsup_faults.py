@@ -178,7 +178,6 @@ def test_run_level_a_stalled_meter_ends_the_run_incomplete(tmp_path):
     assert saved.status == "incomplete" and "went silent" in saved.reason
 
 
-@pytest.mark.xfail(strict=True, reason="needs the core's rejection of negative power (negative_power flag)")
 def test_run_level_negative_watts_are_flagged_by_the_core(tmp_path):
     with meter(Faults(negative_after_s=3.0)) as m:
         with ef.measure(power=[f"wattsup:ports={m.port},time_scale={FAST}"], sync=None) as run:
