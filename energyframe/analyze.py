@@ -79,7 +79,7 @@ class Window:
 
 def windows_from_run(directory: Path | str) -> list[Window]:
     """A run directory's windows (one per phase and trial) from its windows.csv."""
-    from .store import WINDOWS_CSV, read_windows
+    from .store import WINDOWS_CSV, WINDOWS_PARTIAL, read_windows
 
     directory = Path(directory)
     if not directory.is_dir():
@@ -89,6 +89,8 @@ def windows_from_run(directory: Path | str) -> list[Window]:
             else f"{directory} is not a directory"
         )
     path = directory / WINDOWS_CSV
+    if not path.exists() and (directory / WINDOWS_PARTIAL).exists():
+        return _journal_windows(directory)
     if not path.exists():
         raise UsageError(
             f"{directory} has no windows.csv: it is not a run directory, or its run measured nothing"
@@ -122,6 +124,34 @@ def windows_from_run(directory: Path | str) -> list[Window]:
     if not out:
         raise UsageError(f"{path} holds no window")
     return out
+
+
+def _journal_windows(directory: Path) -> list[Window]:
+    """The windows a run that died had closed, from its journal (``windows.partial.csv``)."""
+    from .recovery import journal_records
+    from .store import WINDOWS_PARTIAL, read_meta
+
+    meta = read_meta(directory)
+    try:
+        clock = ClockModel.from_json(dict(meta.get("clock") or {}))
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(
+            f"{directory / 'run.json'} has no clock anchors ({e}): its windows cannot be read"
+        ) from e
+    records = journal_records(directory / WINDOWS_PARTIAL, clock)
+    if not records:
+        raise UsageError(f"{directory / WINDOWS_PARTIAL} holds no finished window")
+    return [
+        Window(
+            f"{r.phase}#{r.trial}",
+            float(clock.to_unix(r.start_s)),
+            float(clock.to_unix(r.end_s)),
+            r.iterations,
+            r.phase,
+            r.trial,
+        )
+        for r in records
+    ]
 
 
 def windows_from_timing(path: Path | str, tz: str | None = None) -> list[Window]:
@@ -438,21 +468,32 @@ def _idle(log: PowerLog, run: _Run | None, names: Sequence[str]) -> dict[str, Id
     return out
 
 
-def _check_covered(log: PowerLog, entry: _Channel, windows: Sequence[Window], ref_s: float) -> None:
-    """Every window inside the span of the log's primary channel (other channels that fall
-    short get NaN and ``uncovered``, as in a live run)."""
+def _check_covered(log: PowerLog, entry: _Channel, windows: Sequence[Window], ref_s: float) -> list[str]:
+    """Windows outside the span of the log's primary channel: an error when none is inside it
+    (a wrong log, or a time zone), else a warning; those windows get NaN and ``uncovered`` as
+    in a live run (a run killed before its last samples were drained)."""
     span = entry.raw_span
+    outside = []
     for window in windows:
         start, end = window.start_s - ref_s, window.end_s - ref_s
-        if span is not None and span[0] <= start and span[1] >= end:
-            continue
-        lo, hi = (span[0] + ref_s, span[1] + ref_s) if span is not None else (math.nan, math.nan)
-        apart = span is None or end < span[0] or start > span[1]
+        if span is None or not (span[0] <= start and span[1] >= end):
+            outside.append(window)
+    if not outside:
+        return []
+    lo, hi = (span[0] + ref_s, span[1] + ref_s) if span is not None else (math.nan, math.nan)
+    if len(outside) == len(windows):
+        window = outside[0]
+        apart = span is None or window.end_s < lo or window.start_s > hi
         raise UsageError(
             f"window {window.name} ({_iso(window.start_s)} to {_iso(window.end_s)}) is not covered by "
             f"{log.path.name} channel {entry.channel.name}, which spans {_iso(lo)} to {_iso(hi)}"
             + (" (different time zones? give --tz)" if apart else "")
         )
+    names = ", ".join(w.name for w in outside[:3]) + (", ..." if len(outside) > 3 else "")
+    return [
+        f"{log.path.name}: {len(outside)} window(s) ({names}) reach outside channel {entry.channel.name}, "
+        f"which spans {_iso(lo)} to {_iso(hi)}: their energy is NaN, flagged uncovered"
+    ]
 
 
 def _report_fields(entry: _Channel, window: Window, start_s: float, end_s: float, energy_j: float) -> dict:
@@ -530,7 +571,7 @@ def analyze(
         warnings += notes
         prepared = _prepare(log, maps, ref_s, clock, records, warnings.append)
         primary = prepared[log.primary] if log.primary in prepared else next(iter(prepared.values()))
-        _check_covered(log, primary, windows, ref_s)
+        warnings += _check_covered(log, primary, windows, ref_s)
         warnings += _rejection_warnings(log, prepared)
         counts = {n: _by_flag(e) for n, e in prepared.items() if e.rejected}
         if counts:
