@@ -382,6 +382,25 @@ def measure(
 
 
 
+def _fresh(power: str | Sequence[PowerArg] | None) -> str | list[PowerArg] | None:
+    """Power for one more measurement: a source instance (which starts only once) is rebuilt
+    from its class and options; specs are used as they are."""
+    if power is None or isinstance(power, str):
+        return power
+    fresh: list[PowerArg] = []
+    for item in power:
+        if isinstance(item, PowerSource):
+            try:
+                item = type(item)(name=item.name, **item.options)
+            except TypeError as e:
+                raise UsageError(
+                    f"power source {item.name!r} cannot be rebuilt for another call ({e}); give "
+                    "ef.measured a spec such as 'nvml' instead of an instance"
+                ) from e
+        fresh.append(item)
+    return fresh
+
+
 def measured(
     func: Callable[..., Any] | None = None,
     *,
@@ -400,7 +419,8 @@ def measured(
         print(train_epoch.last_result.table())
 
     Args:
-        power: as for ``measure``; resolved at each call.
+        power: as for ``measure``; resolved at each call. Specs are best: a source instance runs
+            once, so it is rebuilt from its options for each call.
         out: a folder; each call is saved in its own run directory inside it
             (``<UTC time>-<name>``). ``None`` keeps results in memory only.
         name: the window's name (the function's name by default).
@@ -420,7 +440,7 @@ def measured(
             from .store import default_run_dir
 
             run_dir = default_run_dir(label, root=out) if out is not None else None
-            m = measure(power, out=run_dir, sync=sync)
+            m = measure(_fresh(power), out=run_dir, sync=sync)
             try:
                 with m:
                     with m.window(label, iterations=iterations):

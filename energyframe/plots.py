@@ -1,8 +1,8 @@
 """The power trace of a run: every channel over time, the windows shaded, meter lags shown.
 
 Energy counters are drawn as the power they imply between consecutive ticks; wall meters at the
-times the alignment moved them to (the legend says by how much). matplotlib is imported when a
-plot is drawn.
+times the alignment moved them to (the legend says by how much). matplotlib (``energyframe[plots]``)
+is imported when a plot is drawn.
 """
 
 from __future__ import annotations
@@ -13,9 +13,20 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UsageError
+from .extras import require
 from .results import RunResult
 
 PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974"]
+
+
+def pyplot(feature: str):
+    """``matplotlib.pyplot`` on the file-only Agg backend, or a ``UsageError`` saying that
+    ``feature`` needs the ``plots`` extra."""
+    matplotlib = require("matplotlib", feature)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 @dataclass(frozen=True)
@@ -111,7 +122,8 @@ def power_trace(
     draws moved (aligned) channels where they were recorded, dashed.
 
     Raises:
-        UsageError: the run has no power channel, or no sample of one (nothing to draw).
+        UsageError: the run has no power channel, or no sample of one (nothing to draw), or
+            matplotlib is not installed (the message names the extra).
     """
     samples = result.samples
     channels = {c["name"]: c for s in result.meta.get("sources", []) for c in s.get("channels", [])}
@@ -124,10 +136,7 @@ def power_trace(
         raise UsageError(
             f"{run} has no samples of its power channels ({', '.join(power)}): no power trace to draw"
         )
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("the power-trace plot")
 
     windows = result.windows
     if windows.empty or not {"start_s", "end_s"} <= set(windows.columns):

@@ -1,7 +1,10 @@
-"""Shared fixtures: power profiles for the replay source, and real plugin installation."""
+"""Shared fixtures: power profiles for the replay source, real plugin installation, and the
+lowest-layer fakes of NVML (a ``pynvml`` module) and of ``nvidia-smi`` (an executable on PATH)."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import textwrap
 import time
@@ -60,3 +63,53 @@ def install_plugin(tmp_path, monkeypatch):
 
     yield install
     registry.refresh()
+
+
+FAKE_NVML_DIR = Path(__file__).resolve().parent / "fake_nvml"
+FAKE_BIN = Path(__file__).resolve().parent / "fake_bin"
+H200 = "GPU-52dfc441-e9da-23f3-17f9-2b876aae0d10"
+
+
+def gpu(uuid=H200, **kw):
+    """One GPU of a fake NVML scenario."""
+    return {"uuid": uuid, "name": "NVIDIA H200", "power_w": 700.0, **kw}
+
+
+@pytest.fixture
+def fake_nvml(tmp_path, monkeypatch):
+    """Write a scenario and make ``import pynvml`` (here and in child processes) get the fake."""
+    path = tmp_path / "nvml-scenario.json"
+    monkeypatch.setenv("FAKE_NVML_SCENARIO", str(path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKE_NVML_DIR), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.syspath_prepend(str(FAKE_NVML_DIR))
+    real = sys.modules.pop("pynvml", None)
+
+    def write(gpus=None, started_s_ago=0.0, **kw):
+        scenario = {
+            "t0_wall": time.time() - started_s_ago,
+            "gpus": gpus if gpus is not None else [gpu()],
+            **kw,
+        }
+        path.write_text(json.dumps(scenario))
+        sys.modules.pop("pynvml", None)
+        return scenario
+
+    yield write
+    sys.modules.pop("pynvml", None)
+    if real is not None:
+        sys.modules["pynvml"] = real
+
+
+@pytest.fixture
+def fake_smi(tmp_path, monkeypatch):
+    """Put the fake ``nvidia-smi`` first on PATH; the returned function writes its scenario."""
+    path = tmp_path / "smi-scenario.json"
+    monkeypatch.setenv("FAKE_SMI_SCENARIO", str(path))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(FAKE_BIN), os.environ["PATH"]]))
+
+    def write(**scenario):
+        path.write_text(json.dumps(scenario))
+
+    write()
+    return write

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 from energyframe.errors import PowerSourceError
 from energyframe.interfaces import (
@@ -92,6 +93,34 @@ class ListWorkload(Workload):
 
     def teardown(self):
         self.torn_down = True
+
+
+class StepClock:
+    """A monotonic clock that moves only when told to, for the orchestrator's calibration and
+    warm-up (``monkeypatch.setattr(orchestrator, "time", clock.module())``): a step that calls
+    ``advance(s)`` lasts exactly ``s`` there, however loaded the machine is."""
+
+    def __init__(self, start_s: float = 1000.0) -> None:
+        self.now_s = start_s
+
+    def monotonic(self) -> float:
+        return self.now_s
+
+    def advance(self, seconds: float) -> None:
+        self.now_s += seconds
+
+    def module(self) -> SimpleNamespace:
+        """A stand-in for the ``time`` module: this clock's ``monotonic``, the real rest."""
+        return SimpleNamespace(
+            monotonic=self.monotonic, sleep=time.sleep, perf_counter=time.perf_counter, time=time.time
+        )
+
+
+def spin(seconds: float) -> None:
+    """Keep the CPU busy for at least ``seconds`` of real time."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
 
 
 def busy_phase(name="busy", seconds=0.001, **kw):

@@ -2,16 +2,26 @@
 
 import dataclasses
 import inspect
+import json
 import re
+import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from energyframe import energy, model, plugin
+import energyframe as ef
+from energyframe import energy, model, plugin, registry
 from energyframe.cli import main
+from energyframe.config import RunSettings
+from energyframe.model import Phase
 from energyframe.results import RunResult
 from energyframe.stats import Spread
 from energyframe.windows import NOISY, PARTIAL, WINDOW_COLUMNS, PhaseSummary
+from energyframe.workloads.kernels import MatmulKernel
+from energyframe.workloads.models import ModelWorkload
+from energyframe.workloads.pipeline import Pipeline
+from tests.fakes import ListWorkload
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -65,11 +75,177 @@ def test_every_cli_command_and_option_is_documented():
     assert not missing, f"missing from docs/cli.md: {missing}"
 
 
+def test_every_built_in_reporter_and_source_is_documented():
+    documented = {
+        # the --reporter row of `energyframe run`'s options lists every reporter
+        registry.REPORTERS: lambda name: re.search(
+            rf"^\| `--reporter SPEC` \|.*`{re.escape(name)}`", (DOCS / "cli.md").read_text(), re.M
+        ),
+        registry.POWER: lambda name: re.search(
+            rf"^## {re.escape(name)}\b", (DOCS / "power-sources.md").read_text(), re.M
+        ),
+    }
+    for kind, is_documented in documented.items():
+        own = [e.name for e in registry.entries(kind) if e.distribution == "energyframe"]
+        assert own, kind
+        missing = [name for name in own if not is_documented(name)]
+        assert not missing, f"{kind} missing from the docs: {missing}"
+
+
 def test_plugin_base_methods_have_docstrings():
     for cls in (plugin.PowerSource, plugin.Workload, plugin.Reporter):
         for name, member in inspect.getmembers(cls, predicate=inspect.isfunction):
             if not name.startswith("_"):
                 assert member.__doc__, f"{cls.__name__}.{name} has no docstring"
+
+
+# -- every file a run writes ------------------------------------------------------------------
+TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[^.]+\.tmp$")  # store's atomic writes: .NAME.XXXX.tmp
+
+
+def files_in(directory: Path) -> set[str]:
+    """Paths of the files under ``directory``, relative, with temporary names as their target."""
+    out = set()
+    for path in directory.rglob("*"):
+        if path.is_file():
+            match = TEMPORARY.match(path.name)
+            name = match["name"] if match else path.name
+            out.add(path.with_name(name).relative_to(directory).as_posix())
+    return out
+
+
+def undocumented(files: set[str]) -> list[str]:
+    text = (DOCS / "result-format.md").read_text()
+    return sorted(f for f in files if f"`{f}`" not in text)
+
+
+def snapshot_phase(out: Path, seen: set[str], name: str = "snapshot") -> Phase:
+    """A phase that records the run directory's files while the run goes (partial files)."""
+
+    def step() -> None:
+        seen.update(files_in(out))
+        time.sleep(0.02)
+
+    return Phase(name, step=step, iterations=1, warmup=0, trials=2)
+
+
+QUICK = RunSettings(trials=2, min_window_s=0.03, warmup_s=0.0)
+
+
+def check_run(
+    out: Path, seen: set[str] = frozenset(), documented_as: dict[str, str] | None = None
+) -> set[str]:
+    """Assert that every file in ``out`` (and in ``seen``) and every top-level key of its run.json
+    is documented; ``documented_as`` maps a file to the pattern the docs use for it."""
+    files = files_in(out) | set(seen)
+    missing = undocumented({(documented_as or {}).get(f, f) for f in files})
+    assert not missing, f"files a run writes, missing from docs/result-format.md: {missing}"
+    text = (DOCS / "result-format.md").read_text()
+    keys = [k for k in json.loads((out / "run.json").read_text()) if not mentioned(text, k)]
+    assert not keys, f"run.json keys missing from docs/result-format.md: {keys}"
+    return files
+
+
+def test_a_timing_only_run_with_every_reporter_writes_documented_files(tmp_path):
+    out, seen = tmp_path / "run", set()
+    ef.run(
+        ListWorkload([snapshot_phase(out, seen)]),
+        power=None,
+        reporters=["console", "csv", "json", "plot"],
+        out=out,
+        config=QUICK,
+    )
+    files = check_run(out, seen)
+    assert {"run.json", "windows.csv", "samples.parquet", "samples.partial.csv"} <= files
+    assert {"summary.csv", "summary.json", "power-trace.png"} <= files
+    # timing only: no channel and no flags, written as empty cells; plain read_csv makes them NaN,
+    # and the recipe in the docs reads them back as empty strings with NaN energy
+    assert pd.read_csv(out / "windows.csv")["channel"].isna().all()
+    recipe = 'pd.read_csv(path, dtype={"channel": str, "flags": str}).fillna({"channel": "", "flags": ""})'
+    assert f"`{recipe}`" in (DOCS / "result-format.md").read_text()
+    frame = eval(recipe, {"pd": pd, "path": out / "windows.csv"})
+    assert set(frame["channel"]) == {""} and set(frame["flags"]) == {""}
+    assert frame["energy_j"].isna().all() and frame["duration_s"].dtype == float
+
+
+@pytest.mark.slow
+def test_runs_with_power_sources_write_documented_files(tmp_path, power_csv, fake_nvml, fake_smi):
+    fake_nvml()
+    csv = power_csv(100.0, period_s=0.01, duration_s=1.0)
+    written = set()
+    for name, power in (
+        ("replay", [f"replay:file={csv},loop=true"]),
+        ("nvml", ["nvml:mode=process"]),
+        ("nvidia-smi", ["nvidia-smi"]),
+    ):
+        out, seen = tmp_path / name, set()
+        ef.run(ListWorkload([snapshot_phase(out, seen)]), power=power, reporters=[], out=out, config=QUICK)
+        written |= check_run(out, seen)
+    assert {"raw/nvml/nvml-sampler.log", "raw/nvidia-smi/nvidia-smi.csv"} <= written
+
+
+class TinyModel(ModelWorkload):
+    """Two linear layers: a per-layer run in a second on the CPU."""
+
+    def build(self, device, dtype):
+        import torch
+
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+        model = model.to(device=device, dtype=dtype).eval()
+        return model, (torch.randn(2, 16, device=device, dtype=dtype),), {}
+
+
+def test_derived_tables_of_pipelines_and_per_layer_runs_are_documented(tmp_path):
+    pipe = Pipeline("p", [("mm", MatmulKernel(M=16, K=16, N=16, dtype="fp32", unroll=2))])
+    ef.run(pipe, power=None, reporters=[], out=tmp_path / "pipeline", config=QUICK)
+    assert {"stages.csv", "summary.csv"} <= check_run(tmp_path / "pipeline")
+    model = TinyModel(name="tiny", per_layer=True, validate=True, unroll=2, device="cpu")
+    ef.run(model, power=None, reporters=[], out=tmp_path / "layers", config=QUICK)
+    assert {"layers.csv", "summary.csv"} <= check_run(tmp_path / "layers")
+    text = (DOCS / "result-format.md").read_text()
+    for table in ("stages", "summary", "layers"):  # each table says which workloads write it
+        assert re.search(rf"`{table}\.csv` \|[^|]*\|[^|]*`", text), table
+
+
+@pytest.mark.slow
+def test_a_replay_run_writes_documented_files(tmp_path):
+    from energyframe.replay.capture import capture
+
+    capture("bloom:hidden=32,layers=1,heads=2,vocab=64", tmp_path / "trace", steps=1, warmup=1)
+    out = tmp_path / "run"
+    ef.run(
+        f"replay:trace={tmp_path / 'trace'},unroll=2,limit=3", power=None, reporters=[], out=out, config=QUICK
+    )
+    files = check_run(out)
+    assert {
+        "comparison.csv",
+        "tiers.csv",
+        "replayed_ops.csv",
+        "comparison_report.json",
+        "prediction.png",
+    } <= files
+
+
+@pytest.mark.gpu
+def test_gpu_only_derived_tables_are_documented(tmp_path):
+    out = tmp_path / "cold"
+    ef.run("matmul:M=1024,K=1024,N=1024,cold=true", power=["nvml"], reporters=[], out=out, config=QUICK)
+    assert "cold.csv" in check_run(out)
+
+
+@pytest.mark.gpu
+def test_a_sweep_directory_is_documented(tmp_path):
+    pytest.importorskip("cupy")
+    source = Path(__file__).resolve().parents[1] / "examples" / "matmul_kernels.cu"
+    shapes = {"a": ("N", "K"), "b": ("K", "M"), "res": ("N", "M")}
+    kernels = [
+        ef.load_kernel(source, k, block=(16, 16, 1), shapes=shapes) for k in ("matmul_naive", "matmul_tiled")
+    ]
+    ef.sweep(
+        kernels, N=[256, 512], M=[256], K=[256], power=["nvml"], out=tmp_path, config=QUICK, reporters=[]
+    )
+    files = check_run(tmp_path, documented_as={"time_vs_N.png": "time_vs_<param>.png"})
+    assert {"sweep.csv", "benchmark_results.json", "time_vs_N.png"} <= files
 
 
 def plugin_examples() -> dict[str, str]:

@@ -15,6 +15,7 @@ def test_examples_exist():
     assert EXAMPLES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", [p for p in EXAMPLES if p.name not in GPU_ONLY], ids=lambda p: p.name)
 def test_example_runs(path, tmp_path):
     proc = subprocess.run(

@@ -3,11 +3,11 @@
 from collections import Counter
 
 import pytest
+import torchvision  # the test extra installs the models extra
 
 from energyframe.workloads.layers import TensorMeta, decompose, encode
 
 torch = pytest.importorskip("torch")
-torchvision = pytest.importorskip("torchvision")
 nn = torch.nn
 
 

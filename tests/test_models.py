@@ -12,7 +12,6 @@ from energyframe.workloads import models
 from energyframe.workloads.perlayer import PerLayer
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("torchvision")
 
 
 def decomposed(cls, **options):
@@ -82,6 +81,7 @@ def test_opt66b_decode_attends_to_the_cache():
     assert cat.count == 128  # keys and values, 64 layers
 
 
+@pytest.mark.slow
 def test_per_layer_run_with_validation_on_the_cpu(tmp_path):
     result = ef.run(
         "resnet18:image_size=32,per_layer=true,validate=true,unroll=2,whole_unroll=2",
@@ -104,14 +104,19 @@ def test_per_layer_run_with_validation_on_the_cpu(tmp_path):
     assert result.meta["config"]["min_window_s_used"] == 0.01
 
 
+@pytest.mark.slow
 def test_whole_model_eager_on_the_cpu():
     result = ef.run(
-        "resnet18:image_size=32", power=None, reporters=[], config=ef.RunSettings(trials=2, min_window_s=0.05)
+        "resnet18:image_size=32",
+        power=None,
+        reporters=[],
+        config=ef.RunSettings(trials=2, min_window_s=0.05, warmup_s=0.0),
     )
     assert list(result.windows["phase"].unique()) == ["forward"]
     assert result.summary("forward").work == {"images": 1.0}
 
 
+@pytest.mark.slow
 def test_per_layer_flags_on_the_cli(tmp_path):
     runner = CliRunner()
     r = runner.invoke(main, ["run", "--power", "none", "--workload", "matmul", "--per-layer"])

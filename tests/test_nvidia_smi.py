@@ -1,10 +1,7 @@
 """The nvidia-smi source against a fake ``nvidia-smi`` executable on PATH (tests/fake_bin):
 the real subprocess, reader thread and header-name parsing run."""
 
-import json
-import os
 import time
-from pathlib import Path
 
 import pytest
 
@@ -12,21 +9,6 @@ import energyframe as ef
 from energyframe.errors import PowerSourceError
 from energyframe.interfaces import ClockBase, Quantity, SourceContext
 from energyframe.power.nvidia_smi import NvidiaSmiPowerSource, header_name, parse_number, parse_timestamp
-
-FAKE_BIN = Path(__file__).resolve().parent / "fake_bin"
-
-
-@pytest.fixture
-def fake_smi(tmp_path, monkeypatch):
-    path = tmp_path / "smi-scenario.json"
-    monkeypatch.setenv("FAKE_SMI_SCENARIO", str(path))
-    monkeypatch.setenv("PATH", os.pathsep.join([str(FAKE_BIN), os.environ["PATH"]]))
-
-    def write(**scenario):
-        path.write_text(json.dumps(scenario))
-
-    write()
-    return write
 
 
 def test_parsing_helpers():
@@ -41,6 +23,7 @@ def test_parsing_helpers():
     assert parse_timestamp(text) == pytest.approx(t, abs=0.002)
 
 
+@pytest.mark.slow
 def test_steady_power_from_the_instant_field(fake_smi, tmp_path):
     fake_smi(gpus=2, watts=300.0, power_capped=True)
     source = NvidiaSmiPowerSource(name="nvidia-smi")

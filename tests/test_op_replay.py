@@ -268,8 +268,8 @@ def test_report_math_by_hand():
     assert with_graph["gap_analysis"]["host_overhead_us"] == pytest.approx(100)
 
 
+@pytest.mark.slow
 def test_replay_workload_on_the_cpu(tmp_path):
-    pytest.importorskip("transformers")
     capture("bloom:hidden=64,layers=2,heads=4,vocab=1000", tmp_path / "trace", steps=2, warmup=1)
     result = ef.run(
         f"replay:trace={tmp_path / 'trace'},unroll=2,limit=8",

@@ -1,21 +1,33 @@
 """The run lifecycle with real built-in plugins (replay, cpu-matmul) and sources that fail."""
 
+import io
 import json
+import logging
 import math
-import time
+import os
+import signal
 
 import pandas as pd
 import pytest
 
 import energyframe as ef
+from energyframe import orchestrator
 from energyframe.config import RunSettings
-from energyframe.errors import PowerSourceError, UsageError, WorkloadError
+from energyframe.errors import PowerSourceError, RunInterrupted, UsageError, WorkloadError
 from energyframe.interfaces import Phase
-from energyframe.orchestrator import calibrate
+from energyframe.orchestrator import CALIBRATION_MARGIN, SHORT_REDO, calibrate
 from energyframe.results import RunResult
-from tests.fakes import ListWorkload, SignalSource, busy_phase
+from tests.fakes import ListWorkload, SignalSource, StepClock, busy_phase, spin
 
 FAST = RunSettings(trials=3, min_window_s=0.15, warmup_s=0.02)
+
+
+@pytest.fixture
+def step_clock(monkeypatch):
+    """The orchestrator's clock (calibration, warm-up) moves only when a step advances it."""
+    clock = StepClock()
+    monkeypatch.setattr(orchestrator, "time", clock.module())
+    return clock
 
 
 def test_constant_power_gives_exact_window_energy(power_csv, tmp_path):
@@ -100,12 +112,16 @@ def test_source_annotations_become_columns_and_flags():
 
 
 def test_timing_only_run_has_one_row_per_window():
-    result = ef.run(ListWorkload([busy_phase()]), power=None, reporters=[], config=FAST)
+    result = ef.run(ListWorkload([busy_phase(seconds=0.001)]), power=None, reporters=[], config=FAST)
     assert result.complete
-    assert list(result.windows["channel"]) == ["", "", ""]
-    assert result.windows["energy_j"].isna().all()
+    w = result.windows
+    assert list(w["channel"]) == ["", "", ""]
+    assert w["energy_j"].isna().all()
+    assert (w["time_per_iter_s"] == w["duration_s"] / w["iterations"]).all()
+    assert (w["time_per_iter_s"] >= 0.001).all()  # a 1-ms busy step is never faster, however loaded
     s = result.summary("busy")
-    assert s.time_per_iter_s.median == pytest.approx(0.001, rel=0.5)
+    assert s.trials == 3 and s.time_per_iter_s.n == 3
+    assert s.time_per_iter_s.median == pytest.approx(w["time_per_iter_s"].median(), rel=1e-12)
     assert math.isnan(s.energy_per_iter_j.median)
     assert "(timing only)" in result.table()
 
@@ -134,15 +150,18 @@ def test_phase_setup_and_teardown_and_sync_are_called_in_order():
     assert events == ["setup", "sync", "step", "step", "sync", "teardown"]
 
 
-def test_calibration_reaches_the_minimum_window():
-    phase = busy_phase(seconds=0.0002)
+def test_calibration_reaches_the_minimum_window(step_clock):
+    syncs = []
+    phase = Phase("p", step=lambda: step_clock.advance(0.0002), sync=lambda: syncs.append(step_clock.now_s))
     n, per_iter = calibrate(phase, 0.2, 10**9)
-    assert per_iter == pytest.approx(0.0002, rel=0.5)
-    assert n * per_iter >= 0.2 * 1.14  # the window is aimed 15 % above the minimum
+    assert per_iter == pytest.approx(0.0002, rel=1e-9)
+    target = CALIBRATION_MARGIN * 0.2  # the window is aimed 15 % above the minimum
+    assert n * per_iter >= target and (n - 1) * per_iter < target  # and no further
+    assert len(syncs) >= 4 and len(syncs) % 2 == 0  # each timed batch is synced at both ends
 
 
-def test_calibration_respects_the_iteration_cap():
-    n, _ = calibrate(busy_phase(seconds=0.0001), 10.0, 50)
+def test_calibration_respects_the_iteration_cap(step_clock):
+    n, _ = calibrate(Phase("p", step=lambda: step_clock.advance(0.0001)), 10.0, 50)
     assert n == 50
 
 
@@ -197,19 +216,29 @@ def test_channel_going_silent_is_flagged_not_guessed():
     assert any("delivered no sample after the last window" in w for w in result.warnings)
 
 
-def test_runs_sets_a_floor_on_the_timed_iterations():
-    # a 1-ms step fills a 0.15-s window with ~170 steps; 3000 runs over 3 trials need 1000 each
+def test_runs_sets_a_floor_on_the_timed_iterations(step_clock):
+    def step():  # 0.2 ms on the orchestrator's clock, and at least that in real time
+        step_clock.advance(0.0002)
+        spin(0.0002)
+
+    config = RunSettings(trials=3, min_window_s=0.05, warmup_s=0.0)
+    calibrated, _ = calibrate(Phase("busy", step=step), 0.05, 10**9)
+    assert calibrated < 1000
+    # 3000 runs over 3 trials need 1000 per window, more than the calibrated window holds
     result = ef.run(
-        ListWorkload([busy_phase()]),
+        ListWorkload([Phase("busy", step=step)]),
         power=None,
         reporters=[],
-        config=RunSettings(**{**vars(FAST), "runs": 3000}),
+        config=RunSettings(**{**vars(config), "runs": 3000}),
     )
     assert list(result.windows["iterations"]) == [1000, 1000, 1000]
     short = ef.run(
-        ListWorkload([busy_phase()]), power=None, reporters=[], config=RunSettings(**{**vars(FAST), "runs": 3})
+        ListWorkload([Phase("busy", step=step)]),
+        power=None,
+        reporters=[],
+        config=RunSettings(**{**vars(config), "runs": 3}),
     )
-    assert (short.windows["iterations"] > 100).all()  # the calibrated window still applies
+    assert list(short.windows["iterations"]) == [calibrated] * 3  # the calibrated window still applies
 
 
 def test_bad_config_is_rejected():
@@ -228,24 +257,49 @@ def test_existing_run_directory_is_not_overwritten(tmp_path, power_csv):
         ef.run(ListWorkload([busy_phase()]), power=None, reporters=[], out=out, config=FAST)
 
 
-def test_a_window_that_comes_out_short_is_measured_again():
-    calls = [0]
-
-    def step():  # slow while calibrating, then four times faster
-        calls[0] += 1
-        end = time.perf_counter() + (0.002 if calls[0] < 150 else 0.0005)
-        while time.perf_counter() < end:
-            pass
-
-    result = ef.run(
-        ListWorkload([Phase("speeds-up", step=step, warmup=0)]),
-        power=None,
-        reporters=[],
-        config=RunSettings(trials=3, min_window_s=0.2),
-    )
+def test_a_window_that_comes_out_short_is_measured_again(step_clock, caplog):
+    # calibration sees 2 ms per step; the windows then run the steps in no time at all (as after
+    # a clock boost), so the first window comes out far short of the minimum, whatever the load
+    phase = Phase("speeds-up", step=lambda: step_clock.advance(0.002), warmup=0)
+    calibrated, _ = calibrate(phase, 0.2, 10**9)
+    with caplog.at_level(logging.INFO, logger="energyframe"):
+        result = ef.run(
+            ListWorkload([phase]), power=None, reporters=[], config=RunSettings(trials=3, min_window_s=0.2)
+        )
+    assert "speeds-up: window of" in caplog.text and "was short of 0.2 s; measuring again" in caplog.text
     w = result.windows
-    assert list(w["trial"]) == [0, 1, 2]
-    assert (w["duration_s"] >= 0.2 * 0.9).all()
+    assert list(w["trial"]) == [0, 1, 2]  # the short windows were discarded, not kept
+    assert (w["iterations"] > calibrated).all()  # and measured again, longer
+    assert (w["duration_s"] >= SHORT_REDO * 0.2).all()
+
+
+class _SigtermOnWrite(io.StringIO):
+    """A log stream that receives SIGTERM while a progress line is being written."""
+
+    def write(self, text):
+        if "trial 1/" in text:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().write(text)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: RunInterrupted (an Exception) raised by the SIGTERM handler inside "
+    "logging.StreamHandler.emit is swallowed by logging's handleError, and the run goes on; "
+    "remove this mark with the fix",
+)
+def test_sigterm_while_a_progress_line_is_written_stops_the_run(tmp_path, monkeypatch):
+    logger = logging.getLogger("energyframe")
+    handler = logging.StreamHandler(_SigtermOnWrite())
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    monkeypatch.setattr(logging, "raiseExceptions", False)  # keep "--- Logging error ---" quiet
+    logger.addHandler(handler)
+    try:
+        with pytest.raises(RunInterrupted, match="terminated by SIGTERM"):
+            ef.run(ListWorkload([busy_phase()]), power=None, reporters=[], out=tmp_path / "r", config=FAST)
+    finally:
+        logger.removeHandler(handler)
+    assert RunResult.load(tmp_path / "r").reason == "terminated by SIGTERM"
 
 
 def test_run_json_says_where_the_time_went(tmp_path):

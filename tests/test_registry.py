@@ -90,6 +90,7 @@ def test_unknown_name_lists_what_is_available():
     assert {"command", "cpu-matmul", "resnet50", "matmul"} <= set(registry.names(registry.WORKLOADS))
 
 
+@pytest.mark.slow
 def test_a_plugin_failing_to_import_does_not_break_a_run_in_another_process(install_plugin, tmp_path):
     site = install_plugin("energyframe.workloads", "broken", "ef_broken2", BROKEN, "Broken")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}

@@ -25,17 +25,27 @@ def drain_for(source, seconds):
 def test_csv_is_replayed_live_from_now(power_csv):
     csv = power_csv(lambda t: 100 + t, period_s=0.1, duration_s=10.0)
     source = ReplayPowerSource(name="meter", file=csv)
+    before = time.monotonic()
     (channel,) = source.start(SourceContext())
+    after = time.monotonic()
     assert channel.name == "meter" and channel.quantity == Quantity.POWER
     assert channel.resolution_s == pytest.approx(0.1)
     assert channel.clock == ClockBase.MONOTONIC
-    t0 = time.monotonic()
-    samples = drain_for(source, 0.35)
-    source.stop()
-    assert 3 <= len(samples) <= 5  # only what is due by now, not the whole file
-    assert all(s.time_s <= time.monotonic() for s in samples)
-    assert samples[0].time_s == pytest.approx(t0, abs=0.05)
+    samples, deadline = [], time.monotonic() + 60
+    while len(samples) < 3:
+        assert time.monotonic() < deadline
+        last_read_s = time.monotonic()
+        samples.extend(source.read())
+        time.sleep(0.01)
+    origin = samples[0].time_s
+    assert before <= origin <= after  # the recording starts when the source starts
+    assert [s.time_s - origin for s in samples] == pytest.approx([0.1 * k for k in range(len(samples))])
     assert [s.value for s in samples[:3]] == pytest.approx([100.0, 100.1, 100.2])
+    # only what is due by now, not the whole file: the next sample was not due at the last read
+    assert origin + 0.1 * len(samples) > last_read_s
+    source.stop()
+    stopped = time.monotonic()
+    assert all(s.time_s <= stopped for s in source.read())  # what came due until the stop
     assert source.read() == []
 
 

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 import energyframe as ef
 from energyframe.cli import main
 from energyframe.errors import StoreError, UsageError, WorkloadError
+from energyframe.store import write_json
 from energyframe.sweeps import ncu
 from energyframe.sweeps.check import (
     DETERMINISTIC,
@@ -285,8 +286,9 @@ def test_shards_merge_back_into_the_whole_sweep(saved, tmp_path):
             tuple(r for r in saved.results if in_shard(r.point_index, (i, 3))),
             {**saved.meta, "shard": [i, 3]},
         )
-        part.save(tmp_path / f"shard{i}")
+        # a shard's benchmark_results.json is what merging reads (save() and its plots: above)
         dirs.append(tmp_path / f"shard{i}")
+        write_json(dirs[-1] / "benchmark_results.json", part.to_json())
     merged = merge([SweepResult.load(d) for d in reversed(dirs)])
     assert merged.results == saved.results and merged.meta["missing_shards"] == []
     partial = merge([SweepResult.load(d) for d in dirs[:2]])

@@ -13,7 +13,6 @@ from energyframe.replay import kineto
 from energyframe.replay.capture import capture
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
 
 TINY_BLOOM = "bloom:hidden=64,layers=2,heads=4,vocab=1000"
 

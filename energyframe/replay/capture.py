@@ -13,7 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .. import registry
+from .. import extras, registry
 from ..errors import UsageError
 from ..options import parse_spec
 from ..workloads import distributed
@@ -95,7 +95,7 @@ def summarize_trace(
     if iterations and not trace.steps:
         trace.iterations = iterations
     meta = kineto.summarize(trace, out_dir, dict(info or {"workload": None, "imported_from": str(path)}))
-    if trace.kernels:
+    if trace.kernels and extras.optional("matplotlib", "timeline.png"):
         from .gantt import timeline
 
         timeline(trace, out_dir / "timeline.png", title=meta.get("workload") or Path(path).name)

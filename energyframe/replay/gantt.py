@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..plots import pyplot
 from .kineto import TIER_COMM, TIER_GEMM, TIER_MEMORY, TIER_OTHER, Trace
 
 COLOURS = {TIER_GEMM: "#4C72B0", TIER_MEMORY: "#DD8452", TIER_OTHER: "#55A868", TIER_COMM: "#C44E52"}
 
 
 def timeline(trace: Trace, path: Path, title: str = "") -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Draw the last traced iteration's kernels into a PNG at ``path`` (needs ``energyframe[plots]``)."""
+    plt = pyplot("the trace timeline")
     from matplotlib.patches import Patch
 
     step = trace.iterations - 1 if trace.steps else None

@@ -255,10 +255,9 @@ def prediction(
 
 def report_png(report: dict, title: str) -> bytes:
     """Bars: measured against predicted (by tier), and predicted plus the traced idle gaps."""
-    import matplotlib
+    from ..plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("the prediction plot")
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     tiers = report["tier_breakdown"]

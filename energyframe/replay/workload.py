@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import registry
+from .. import extras, registry
 from ..errors import UsageError, WorkloadError
 from ..interfaces import DerivedTable, Phase, Workload
 from ..options import Option, parse_spec
@@ -389,10 +389,10 @@ class ReplayWorkload(Workload):
 
         report = self._report(result)
         title = f"{self.full_spec or self.options['trace']}: measured vs predicted"
-        return {
-            "comparison_report.json": (json.dumps(json_safe(report), indent=2) + "\n").encode(),
-            "prediction.png": report_png(report, title),
-        }
+        files = {"comparison_report.json": (json.dumps(json_safe(report), indent=2) + "\n").encode()}
+        if extras.optional("matplotlib", "prediction.png"):
+            files["prediction.png"] = report_png(report, title)
+        return files
 
     def info(self) -> Mapping[str, Any]:
         return {

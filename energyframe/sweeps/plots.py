@@ -2,7 +2,8 @@
 speedup against a baseline kernel, and energy against latency with each point's Pareto front.
 
 Each plot takes one slice: the parameters not on its axes stay at the first value swept.
-matplotlib is imported when a plot is drawn.
+matplotlib (``energyframe[plots]``) is imported when a plot is drawn; without it a sweep keeps its
+numbers and warns that the plots were not drawn.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from ..plots import PALETTE
+from .. import extras
+from ..plots import PALETTE, pyplot
 from .results import KernelResult, SweepResult
 
 
@@ -28,12 +30,7 @@ def _series(r: KernelResult, multi_block: set[str]) -> str:
 
 
 def _setup():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return pyplot("sweep plots")
 
 
 def varied(results: list[KernelResult]) -> list[str]:
@@ -191,7 +188,10 @@ def energy_latency(sweep: SweepResult, path: Path) -> Path | None:
 
 
 def draw_all(sweep: SweepResult, directory: Path | str, baseline: str | None = None) -> list[Path]:
-    """Every plot the results allow, into ``directory``; returns the files written."""
+    """Every plot the results allow, into ``directory``; returns the files written (none, with a
+    warning that names the extra, without matplotlib)."""
+    if extras.optional("matplotlib", "sweep plots (*.png)") is None:
+        return []
     directory = Path(directory)
     results = [r for r in sweep.results if r.measured]
     axes = varied(results)

@@ -21,6 +21,7 @@ import inspect
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+from .. import extras
 from ..errors import WorkloadError
 from ..interfaces import DerivedTable, Phase, Workload
 from ..options import Option
@@ -98,13 +99,14 @@ class VicunaTP(Workload):
 
     DESCRIPTION = (
         "Vicuna-7B (Llama: hidden 4096, 32 layers, 32 heads, MLP 11008) split over tp=1|2|4|8 ranks "
-        "(torchrun), prefill and decode; random weights"
+        "(torchrun), prefill and decode; random weights; energyframe[models]"
     )
     OPTIONS = OPTIONS
     SIZE: ClassVar[Mapping[str, int]] = VICUNA_7B
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
+        extras.check("transformers", f"workload {self.name!r}")  # before anything starts
         self.tp = int(self.options["tp"])
         self.sizes = self._sizes()
         self.world = distributed.world()
@@ -194,10 +196,7 @@ class VicunaTP(Workload):
     def setup(self) -> None:
         import torch
 
-        try:
-            import transformers
-        except ImportError as e:
-            raise WorkloadError(f"{self.name} needs transformers: pip install transformers") from e
+        transformers = extras.require("transformers", f"workload {self.name!r}", WorkloadError)
         if self.world.distributed:
             self.device = distributed.rank_device(self.options["device"], self.world)
             distributed.join(self.device)

@@ -7,7 +7,8 @@ prompt, and per token. ``forward=static`` (what ``execution=graph`` uses) runs b
 capture a prefill or a whole decode; ``forward=transformers`` is the library's own forward and
 ``generate``. Any size by config: ``bloom:hidden=2048,layers=24,heads=16`` or the named
 sizes (``bloom-560m``, ``opt-125m``, ``opt-350m``, ``opt-1.3b``). ``weights=PATH`` loads a local
-state dict. Built with transformers' ``from_config``; imported only when the workload is set up.
+state dict. Built with transformers' ``from_config`` (``energyframe[models]``); imported only
+when the workload is set up.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from .. import extras
 from ..errors import WorkloadError
 from ..interfaces import Phase
 from ..options import Option
@@ -76,9 +78,16 @@ class LanguageModel(ModelWorkload):
     OPTIONS = LM_OPTIONS
     PER_LAYER = False
 
-    def config(self):
-        import transformers
+    def __init__(self, name: str | None = None, **options: Any) -> None:
+        super().__init__(name, **options)
+        extras.check("transformers", f"workload {self.name!r}")  # before anything starts
 
+    def _transformers(self):
+        """The transformers module, or a ``WorkloadError`` naming the extra."""
+        return extras.require("transformers", f"workload {self.name!r}", WorkloadError)
+
+    def config(self):
+        transformers = self._transformers()
         sizes = dict(self.SIZE)
         for key in ("hidden", "layers", "heads", "vocab"):
             if self.options[key] is not None:
@@ -107,10 +116,7 @@ class LanguageModel(ModelWorkload):
     def build(self, device, dtype):
         import torch
 
-        try:
-            import transformers
-        except ImportError as e:
-            raise WorkloadError("language-model workloads need transformers: pip install transformers") from e
+        transformers = self._transformers()
         config = self.config()
         with torch.device(device):
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -217,31 +223,31 @@ LANGUAGE_MODELS = (
     ModelRow(
         "bloom",
         "Bloom",
-        "BLOOM of any size by config (hidden, layers, heads, vocab); random weights",
+        "BLOOM of any size by config (hidden, layers, heads, vocab); random weights; energyframe[models]",
         {"FAMILY": "bloom", "SIZE": BLOOM_560M},
     ),
     ModelRow(
         "bloom-560m",
         "Bloom560M",
-        "BLOOM-560M (hidden 1024, 24 layers, 16 heads, vocabulary 250880); random weights",
+        "BLOOM-560M (hidden 1024, 24 layers, 16 heads, vocabulary 250880); random weights; energyframe[models]",
         {"FAMILY": "bloom", "SIZE": BLOOM_560M},
     ),
     ModelRow(
         "opt",
         "OPT",
-        "OPT of any size by config (hidden, layers, heads, vocab); random weights",
+        "OPT of any size by config (hidden, layers, heads, vocab); random weights; energyframe[models]",
         {"FAMILY": "opt", "SIZE": OPT_125M},
     ),
     ModelRow(
         "opt-125m",
         "OPT125M",
-        "OPT-125m (hidden 768, 12 layers, 12 heads); random weights",
+        "OPT-125m (hidden 768, 12 layers, 12 heads); random weights; energyframe[models]",
         {"FAMILY": "opt", "SIZE": OPT_125M},
     ),
     ModelRow(
         "opt-350m",
         "OPT350M",
-        "OPT-350m (hidden 1024, 24 layers, 16 heads, 512-d embeddings, post-LN); random weights",
+        "OPT-350m (hidden 1024, 24 layers, 16 heads, 512-d embeddings, post-LN); random weights; energyframe[models]",
         {
             "FAMILY": "opt",
             "SIZE": {"hidden": 1024, "layers": 24, "heads": 16, "vocab": 50272, "proj": 512, "pre_ln": 0},
@@ -250,7 +256,7 @@ LANGUAGE_MODELS = (
     ModelRow(
         "opt-1.3b",
         "OPT1_3B",
-        "OPT-1.3b (hidden 2048, 24 layers, 32 heads); random weights",
+        "OPT-1.3b (hidden 2048, 24 layers, 32 heads); random weights; energyframe[models]",
         {"FAMILY": "opt", "SIZE": {"hidden": 2048, "layers": 24, "heads": 32, "vocab": 50272}},
     ),
 )

@@ -1,8 +1,8 @@
 """Named models: a whole forward pass, or (through the ``per-layer`` wrapper, ``--per-layer``)
 a per-layer pipeline derived from the model with its exact layer inputs.
 
-Vision models come from torchvision with random weights (no downloads); RepLKNet-31B and the
-OPT-66B layer are implemented in ``nets/``. ``weights=PATH`` loads a local state dict. The named
+Vision models come from torchvision with random weights (no downloads; ``energyframe[models]``);
+RepLKNet-31B and the OPT-66B layer are implemented in ``nets/``. ``weights=PATH`` loads a local state dict. The named
 models are rows of tables (``VISION_MODELS``, ``OPT66B_MODES``; ``lm.LANGUAGE_MODELS``): each row
 becomes the class its entry point names.
 """
@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .. import extras
 from ..errors import OptionError, WorkloadError
 from ..interfaces import DerivedTable, Phase, Workload
 from ..options import Option
@@ -256,7 +257,19 @@ class VisionModel(ModelWorkload):
     FACTORY_OPTIONS: ClassVar[tuple[str, ...]] = ()
     OPTIONS = COMMON_OPTIONS + VISION_OPTIONS
 
+    def __init__(self, name: str | None = None, **options: Any) -> None:
+        super().__init__(name, **options)
+        if self._extra_package():  # before anything starts; the package is imported in setup
+            extras.check(self._extra_package(), f"workload {self.name!r}")
+
+    def _extra_package(self) -> str | None:
+        """The optional package ``FACTORY`` comes from (torchvision), if any."""
+        package = self.FACTORY.split(":")[0].split(".")[0]
+        return package if package in extras.EXTRA_OF else None
+
     def make_model(self):
+        if self._extra_package():  # installed but broken: one line that says so
+            extras.require(self._extra_package(), f"workload {self.name!r}", WorkloadError)
         factory = import_object(self.FACTORY)
         kwargs = {name: self.options[name] for name in self.FACTORY_OPTIONS}
         if self.FACTORY.startswith("torchvision."):
@@ -293,35 +306,35 @@ VISION_MODELS = (
     _vision(
         "resnet18",
         "ResNet18",
-        "ResNet-18 (torchvision, random weights)",
+        "ResNet-18 (torchvision, random weights; energyframe[models])",
         "torchvision.models:resnet18",
         ("BasicBlock",),
     ),
     _vision(
         "resnet50",
         "ResNet50",
-        "ResNet-50 (torchvision, random weights)",
+        "ResNet-50 (torchvision, random weights; energyframe[models])",
         "torchvision.models:resnet50",
         ("Bottleneck",),
     ),
     _vision(
         "mobilenet_v3_small",
         "MobileNetV3Small",
-        "MobileNetV3-Small (torchvision, random weights)",
+        "MobileNetV3-Small (torchvision, random weights; energyframe[models])",
         "torchvision.models:mobilenet_v3_small",
         ("InvertedResidual",),
     ),
     _vision(
         "efficientnet_b0",
         "EfficientNetB0",
-        "EfficientNet-B0 (torchvision, random weights)",
+        "EfficientNet-B0 (torchvision, random weights; energyframe[models])",
         "torchvision.models:efficientnet_b0",
         ("MBConv",),
     ),
     _vision(
         "vit_b_16",
         "ViTB16",
-        "ViT-B/16 (torchvision, random weights)",
+        "ViT-B/16 (torchvision, random weights; energyframe[models])",
         "torchvision.models:vit_b_16",
         ("EncoderBlock",),
         FACTORY_OPTIONS=("image_size",),

@@ -193,3 +193,23 @@ def test_a_source_that_never_drains_cannot_hang_the_run():
     thread.start()
     assert done.wait(timeout=120), "ef.measure hung on a source whose read() never returns []"
     assert outcome["result"].windows["energy_j"].notna().all()
+
+
+def test_one_meter_in_two_power_specs_is_refused_before_anything_starts(tmp_path):
+    from click.testing import CliRunner
+
+    from energyframe.cli import main
+
+    port = tmp_path / "ttyUSB0"
+    port.write_text("")
+    alias = tmp_path / "meter"
+    alias.symlink_to(port)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", "--power", f"wattsup:ports={port}", "--power", f"wattsup:ports={alias}",
+                                       "--workload", "sleep", "--out", str(out)])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        f"Error: serial:{port} is claimed by power source 'wattsup' and by 'wattsup2': one device measured "
+        "twice would be counted twice"
+    )
+    assert not out.exists()

@@ -1,6 +1,5 @@
 """The rapl source on a fake powercap tree, and a real pip install of the package."""
 
-import importlib.metadata as md
 import os
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ import energyframe_rapl
 import pytest
 from energyframe_rapl import RAPLPowerSource
 
+import energyframe
 import energyframe as ef
 from energyframe.errors import PowerSourceError
 from energyframe.interfaces import Quantity, Scope, SourceContext
@@ -105,7 +105,9 @@ def test_window_energy_across_counter_wraps(tree):
                     time.sleep(0.6)
     w = m.result.windows
     assert len(w) == 3
-    assert w["mean_power_w"].to_numpy() == pytest.approx(40.0, rel=0.03)
+    # ~5 wraps per window: one missed wrap would lose 5 J of the window's 24 J (21 %); the 10 %
+    # leaves room for the burner thread writing late on a loaded machine
+    assert w["mean_power_w"].to_numpy() == pytest.approx(40.0, rel=0.1)
     assert (w["energy_j"] > 0).all()
     assert m.result.meta["sources"][0]["info"]["zones"]["cpu0"]["wraps"] >= 10
 
@@ -155,7 +157,7 @@ def test_detect_uses_the_system_tree(tree, monkeypatch):
 
 def _listing(env):
     return subprocess.run(
-        [sys.executable, "-m", "energyframe", "list", "power"],
+        [sys.executable, "-S", "-m", "energyframe", "list", "power"],
         capture_output=True,
         text=True,
         env=env,
@@ -163,12 +165,45 @@ def _listing(env):
     ).stdout
 
 
+def _is_the_plugin(name: str) -> bool:
+    """A site-packages entry of an installed energyframe-rapl (module, metadata, editable hooks)."""
+    stem = name.lower().replace("-", "_").lstrip("_").removeprefix("editable__").lstrip("_")
+    return stem.startswith("energyframe_rapl")
+
+
+def environment_without_the_plugin(root: Path) -> list[str]:
+    """This interpreter's import path with energyframe-rapl taken out, wherever it is installed
+    (``pip install ./plugins/energyframe-rapl`` puts it beside energyframe): a folder holding it is
+    replaced by a folder of links to everything else in it. For ``python -S``, which reads no
+    ``.pth`` file, so an editable install of the plugin cannot come back either."""
+    # energyframe's own folder too: an editable install may import it through a finder, not sys.path
+    entries = [p for p in sys.path if p] + [str(Path(energyframe.__file__).resolve().parents[1])]
+    paths = []
+    for i, entry in enumerate(dict.fromkeys(p for p in entries if Path(p).is_dir())):
+        folder = Path(entry).resolve()
+        if folder == PLUGIN_DIR:  # this test folder's conftest puts the source on sys.path
+            continue
+        names = [child.name for child in folder.iterdir()]
+        if any(_is_the_plugin(n) for n in names):
+            shadow = root / f"shadow-{i}"
+            shadow.mkdir(parents=True)
+            for name in names:
+                if not _is_the_plugin(name):
+                    (shadow / name).symlink_to(folder / name)
+            folder = shadow
+        paths.append(str(folder))
+    return paths
+
+
+@pytest.mark.slow
 def test_a_real_pip_install_makes_it_appear_in_energyframe_list(tmp_path):
-    with pytest.raises(md.PackageNotFoundError):
-        md.version("energyframe-rapl")  # this test needs an environment without the plugin
+    # a process that sees this environment without the plugin, installed or not (its README says
+    # pip install ./plugins/energyframe-rapl): energyframe, its dependencies and any editable
+    # install of energyframe itself come from the same folders, through sys.path
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = os.pathsep.join(environment_without_the_plugin(tmp_path / "env"))
     assert "rapl" not in _listing(env).split()
-    # build from a copy: a build leaves egg-info in the source folder, which is on sys.path here
+    # build from a copy: a build leaves egg-info in the source folder
     source = tmp_path / "energyframe-rapl"
     shutil.copytree(
         PLUGIN_DIR, source, ignore=shutil.ignore_patterns("tests", "__pycache__", "*.egg-info", "build")
@@ -191,10 +226,20 @@ def test_a_real_pip_install_makes_it_appear_in_energyframe_list(tmp_path):
         capture_output=True,
         text=True,
     )
-    env["PYTHONPATH"] = str(target)
+    env["PYTHONPATH"] = os.pathsep.join([str(target), env["PYTHONPATH"]])
     listing = _listing(env)
     assert "rapl  [energyframe-rapl 0.1.0]  CPU package and DRAM energy from Linux powercap (RAPL)" in listing
     assert "interval_ms (float, default 10): polling period. Units: ms" in listing
+    assert (
+        str(target)
+        in subprocess.run(
+            [sys.executable, "-S", "-c", "import energyframe_rapl; print(energyframe_rapl.__file__)"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        ).stdout
+    )  # the plugin listed is the one just installed
 
 
 def test_the_plugin_imports_only_the_stable_plugin_api():
@@ -204,4 +249,9 @@ def test_the_plugin_imports_only_the_stable_plugin_api():
     used = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     used |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
     ours = {m for m in used if m.split(".")[0] == "energyframe"}
-    assert ours == {"energyframe.errors", "energyframe.interfaces", "energyframe.options", "energyframe.polling"}
+    assert ours == {
+        "energyframe.errors",
+        "energyframe.interfaces",
+        "energyframe.options",
+        "energyframe.polling",
+    }

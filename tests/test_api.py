@@ -1,0 +1,102 @@
+"""The Python API a notebook user meets: ef.measured, timing only, what is logged, CO2e; and the
+console output a person reads."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+from click.testing import CliRunner
+
+import energyframe as ef
+from energyframe.cli import main
+from energyframe.cli.run import reporter_specs
+from energyframe.display import percent
+
+
+def test_measured_decorator_measures_every_call_and_saves_each(tmp_path, power_csv):
+    calls = []
+    csv = power_csv(50.0, period_s=0.02, duration_s=60.0)
+
+    @ef.measured(power=[f"replay:file={csv}"], out=tmp_path / "runs", iterations=10)
+    def train_epoch(n):
+        calls.append(n)
+        return n * 2
+
+    assert train_epoch(3) == 6 and train_epoch(4) == 8  # the function's value passes through
+    assert calls == [3, 4]
+    result = train_epoch.last_result
+    assert result.complete and list(result.windows["phase"]) == ["train_epoch"]
+    assert result.windows["iterations"].iloc[0] == 10 and result.windows["mean_power_w"].iloc[0] == pytest.approx(50.0)
+    saved = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert len(saved) == 2 and all(name.endswith("-train_epoch") for name in saved)
+
+
+def test_measured_call_that_raises_is_saved_incomplete(tmp_path):
+    @ef.measured(power="none", out=tmp_path)
+    def broken():
+        raise ValueError("bad batch")
+
+    with pytest.raises(ValueError, match="bad batch"):
+        broken()
+    assert broken.last_result.status == "incomplete"
+    assert broken.last_result.reason == "ValueError: bad batch"
+
+
+def test_power_none_means_timing_only_in_the_api_too():
+    with ef.measure(power="none") as m:
+        with m.window("w"):
+            pass
+    assert m.result.windows["channel"].tolist() == [""]
+    assert m.sources == []
+
+
+def test_nothing_detected_is_said_where_a_notebook_sees_it(caplog, monkeypatch):
+    from energyframe import registry
+
+    monkeypatch.setattr(registry, "auto_power_sources", lambda: ([], ["nvml: not available (no GPU)"]))
+    with caplog.at_level(logging.WARNING, logger="energyframe"):
+        sources, notes = registry.resolve_power("auto")
+    assert sources == []
+    assert "no power source found, measuring time only: nvml: not available (no GPU)" in caplog.text
+
+
+def test_the_console_summary_stays_when_other_reporters_are_asked_for():
+    assert reporter_specs(("csv",), quiet=False) == ["console", "csv"]
+    assert reporter_specs(("csv",), quiet=True) == ["csv"]
+    assert reporter_specs(("console:all_channels=true", "json"), quiet=False) == ["console:all_channels=true", "json"]
+    assert reporter_specs(("none",), quiet=False) == []
+    assert reporter_specs((), quiet=False, grid_g_per_kwh=400) == ["console:grid_g_per_kwh=400"]
+
+
+@pytest.mark.parametrize("fraction,text", [(0.021, "2.1%"), (1.1, "110%"), (0.00034, "0.034%"), (0.25, "25%")])
+def test_percentages_are_written_for_people(fraction, text):
+    assert percent(fraction) == text
+
+
+def test_co2e_is_shown_only_when_asked(tmp_path, power_csv):
+    csv = power_csv(100.0, period_s=0.02, duration_s=30.0)
+    args = ["run", "--power", f"replay:file={csv}", "--workload", "sleep:seconds=0.1", "--trials", "2",
+            "--warmup-s", "0", "--out"]
+    plain = CliRunner().invoke(main, [*args, str(tmp_path / "a")])
+    assert plain.exit_code == 0 and "CO2e" not in plain.output
+    green = CliRunner().invoke(main, [*args, str(tmp_path / "b"), "--grid-intensity", "400"])
+    assert green.exit_code == 0
+    # 100 W for 0.1 s is 10 J = 2.78e-6 kWh; at 400 g/kWh, 1.11e-3 g per iteration
+    assert re.search(r"sleep \[replay\]: 0\.0011\d* g CO2e per iteration at 400 g/kWh", green.output)
+
+
+def test_measured_rebuilds_a_source_instance_for_every_call():
+    from energyframe.power.replay import ReplayPowerSource
+
+    seen = []
+
+    @ef.measured(power=[ReplayPowerSource(name="r", file="/nonexistent.csv")])
+    def f():
+        seen.append(1)
+
+    for _ in range(2):  # each call fails to start a fresh source, the same way: never "already started"
+        with pytest.raises(ef.PowerSourceError, match="replay file '/nonexistent.csv' does not exist"):
+            f()
+    assert seen == []

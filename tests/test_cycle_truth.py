@@ -1,0 +1,155 @@
+"""The ground truth for windows on a repeated load, against closed-form loads."""
+
+import math
+
+import numpy as np
+import pytest
+
+from energyframe.cycle_truth import Segments, fit_profile, profile_energy, window_truth
+from tests.sensors import PulseLoad, square_wave, tick_times
+
+
+def run(seed=0, cycles=60, rise_s=0.0, fall_s=0.0, spread=0.0, jitter_s=0.002):
+    """A repeated load, its counter, and its segments. ``spread``: each cycle's load power
+    varies by up to this fraction (cycles that are not quite identical)."""
+    rng = np.random.default_rng(seed)
+    load, edges = square_wave(rng, cycles, rise_s=rise_s, fall_s=fall_s)
+    if spread:
+        # one load per cycle, summed: the same edges, each pulse with its own height
+        heights = 1.0 + rng.uniform(-spread, spread, cycles)
+        parts = [
+            PulseLoad(0.0, (load.on_w - load.idle_w) * h, np.array([s]), np.array([length]), rise_s, fall_s)
+            for s, length, h in zip(load.starts_s, load.lengths_s, heights)
+        ]
+        energy = lambda t: load.idle_w * np.atleast_1d(t) + sum(p.energy_j(t) for p in parts)  # noqa: E731
+    else:
+        energy = load.energy_j
+    end = float(edges[-1, 2])
+    ticks = tick_times(rng, end + 0.5, jitter_s=jitter_s)
+    counter = 1e6 + energy(ticks)
+    segments = Segments.from_cycles(edges[:, 0], edges[:, 1], end)
+    return edges, ticks, counter, segments, energy
+
+
+def windows_of(edges):
+    """Windows of each kind, per cycle but the first and last (whose edge tick intervals reach
+    outside the cycles)."""
+    edges = edges[1:-1]
+    kinds = {
+        "on": np.column_stack((edges[:, 0], edges[:, 1])),
+        "off": np.column_stack((edges[:, 1], edges[:, 2])),
+        "on, first 0.2 s": np.column_stack((edges[:, 0], edges[:, 0] + 0.2)),
+        "on, last 0.2 s": np.column_stack((edges[:, 1] - 0.2, edges[:, 1])),
+        "off, first 0.2 s": np.column_stack((edges[:, 1], edges[:, 1] + 0.2)),
+    }
+    return kinds
+
+
+def worst_pct(got, truth):
+    return float(np.nanmax(np.abs(got / truth - 1.0))) * 100
+
+
+@pytest.mark.parametrize(
+    "rise_s,fall_s,spread,loaded_pct,idle_pct",
+    [
+        (0.0, 0.0, 0.0, 0.01, 0.01),  # identical clean steps: exact
+        (0.005, 0.04, 0.0, 0.5, 1.0),
+        (0.02, 0.08, 0.0, 0.5, 1.0),
+        (0.005, 0.04, 0.03, 1.0, 2.5),  # cycles differing by up to ±3 %
+    ],
+)
+def test_window_truth_matches_the_exact_energy(rise_s, fall_s, spread, loaded_pct, idle_pct):
+    edges, ticks, counter, segments, energy = run(
+        seed=5, cycles=100, rise_s=rise_s, fall_s=fall_s, spread=spread
+    )
+    profile = fit_profile(ticks, counter, segments)
+    assert profile.intervals > 500
+    for kind, w in windows_of(edges).items():
+        exact = energy(w[:, 1]) - energy(w[:, 0])
+        got = window_truth(profile, ticks, counter, segments, w)
+        assert np.all(np.isfinite(got)), kind
+        assert worst_pct(got, exact) <= (loaded_pct if kind.startswith("on") else idle_pct), kind
+
+
+def test_window_truth_follows_each_cycle_not_only_the_mean():
+    # cycles whose load differs by up to ±3 %: the mean profile alone is off by that much, the
+    # truth takes each window's own counter between ticks
+    edges, ticks, counter, segments, energy = run(seed=4, spread=0.03)
+    profile = fit_profile(ticks, counter, segments)
+    w = windows_of(edges)["on"]
+    exact = energy(w[:, 1]) - energy(w[:, 0])
+    assert worst_pct(profile_energy(profile, segments, w), exact) > 2.0
+    assert worst_pct(window_truth(profile, ticks, counter, segments, w), exact) < 1.0
+
+
+def test_tick_aligned_windows_are_the_counter_exactly():
+    edges, ticks, counter, segments, _ = run(seed=2)
+    profile = fit_profile(ticks, counter, segments)
+    inside = np.flatnonzero((ticks > segments.starts_s[0]) & (ticks < segments.end_s))
+    pairs = [(inside[0], inside[5]), (inside[10], inside[11]), (inside[3], inside[-1])]
+    w = np.array([(ticks[i], ticks[j]) for i, j in pairs])
+    got = window_truth(profile, ticks, counter, segments, w)
+    np.testing.assert_allclose(got, [counter[j] - counter[i] for i, j in pairs], rtol=1e-12)
+
+
+def test_the_profile_shows_where_the_load_steps():
+    # the load falls linearly over 40 ms: half-way 20 ms after the off edge; it rises at once
+    edges, ticks, counter, segments, _ = run(seed=5, cycles=80, fall_s=0.04)
+    profile = fit_profile(ticks, counter, segments)
+    assert profile.crossing_s("off") == pytest.approx(0.02, abs=0.003)
+    assert 0.0 <= profile.crossing_s("on") <= profile.bin_s
+    assert profile.power_w["on"][50] == pytest.approx(680.0, rel=0.01)  # 0.25 s into the load
+    assert profile.power_w["off"][-20] == pytest.approx(110.0, rel=0.03)
+
+
+def test_the_mean_cycle_energy_is_close_for_identical_cycles():
+    edges, ticks, counter, segments, energy = run(seed=6)
+    profile = fit_profile(ticks, counter, segments)
+    for kind, w in windows_of(edges).items():
+        exact = energy(w[:, 1]) - energy(w[:, 0])
+        assert worst_pct(profile_energy(profile, segments, w), exact) < 2.0, kind
+
+
+def test_windows_outside_the_cycles_or_across_a_reset_have_no_truth():
+    edges, ticks, counter, segments, _ = run(seed=7, cycles=30)
+    profile = fit_profile(ticks, counter, segments)
+    reset = int(np.searchsorted(ticks, edges[20, 0]))
+    broken = counter.copy()
+    broken[reset:] -= 2e6
+    w = np.array([(edges[0, 0] - 0.5, edges[0, 1]), (edges[19, 0], edges[21, 0]), (edges[5, 0], edges[5, 1])])
+    got = window_truth(profile, ticks, broken, segments, w)
+    assert math.isnan(got[0]) and math.isnan(got[1]) and math.isfinite(got[2])
+    assert math.isnan(profile_energy(profile, segments, w[:1])[0])
+
+
+def test_too_few_ticks_for_the_profile_are_refused():
+    edges, ticks, counter, segments, _ = run(seed=8, cycles=3)
+    with pytest.raises(
+        ValueError, match=r"tick intervals cannot determine \d+ profile bins: run more cycles"
+    ):
+        fit_profile(ticks, counter, segments)
+
+
+def test_segments_must_be_consistent():
+    with pytest.raises(ValueError, match="one kind per segment start"):
+        Segments(np.array([0.0, 1.0]), ("on",), 2.0)
+    with pytest.raises(ValueError, match="must ascend"):
+        Segments(np.array([0.0, 1.0]), ("on", "off"), 0.5)
+    with pytest.raises(ValueError, match="2 on edges but 1 off edges"):
+        Segments.from_cycles([0.0, 1.0], [0.5], 2.0)
+
+
+def test_a_profile_from_some_cycles_gives_the_truth_of_the_others():
+    # fitted on the first half, laid along every cycle; the last idle segment is longer than any
+    # the profile saw, and its extra bins take the profile's last bin
+    edges, ticks, counter, segments, energy = run(seed=10, cycles=80, fall_s=0.03)
+    half = Segments.from_cycles(edges[:40, 0], edges[:40, 1], float(edges[39, 2]))
+    profile = fit_profile(ticks, counter, half)
+    longer = Segments.from_cycles(edges[:, 0], edges[:, 1], float(edges[-1, 2]) + 0.4)
+    assert profile.power_w["off"].size * profile.bin_s < longer.end_s - longer.starts_s[-1]
+    # windows ending around and past the longest idle the profile saw (0.5 s + the gap)
+    seen = profile.power_w["off"].size * profile.bin_s
+    tails = [[edges[-1, 1], edges[-1, 1] + seen + d] for d in (-0.04, -0.01, 0.01, 0.04, 0.3)]
+    w = np.vstack([windows_of(edges[40:])["off"], tails])
+    exact = energy(w[:, 1]) - energy(w[:, 0])
+    assert worst_pct(window_truth(profile, ticks, counter, longer, w), exact) < 1.0
