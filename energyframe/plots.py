@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UsageError
 from .extras import require
 from .results import RunResult
 
@@ -111,6 +110,19 @@ def trace_lines(result: RunResult, all_channels: bool = True, show_raw: bool = F
     return lines
 
 
+def missing_power(result: RunResult) -> str | None:
+    """Why ``result`` has no power to draw (None when it has some): a timing-only run, or
+    power channels without a sample."""
+    channels = {c["name"]: c for s in result.meta.get("sources", []) for c in s.get("channels", [])}
+    power = [n for n, c in channels.items() if c.get("quantity") in ("power", "energy")]
+    if not power:
+        return "no power channels: this run measured timing only"
+    samples = result.samples
+    if len(samples) == 0 or "channel" not in samples.columns or not samples["channel"].isin(power).any():
+        return f"no power samples: the run's power channels ({', '.join(power)}) recorded none"
+    return None
+
+
 def power_trace(
     result: RunResult,
     path: Path | str,
@@ -119,23 +131,12 @@ def power_trace(
     show_raw: bool = False,
 ) -> Path:
     """Draw ``result``'s power channels and windows into a PNG at ``path``; ``show_raw`` also
-    draws moved (aligned) channels where they were recorded, dashed.
+    draws moved (aligned) channels where they were recorded, dashed. A run with no power (timing
+    only) gets its windows on the time axis and says so where the power would be.
 
     Raises:
-        UsageError: the run has no power channel, or no sample of one (nothing to draw), or
-            matplotlib is not installed (the message names the extra).
+        UsageError: matplotlib is not installed (the message names the extra).
     """
-    samples = result.samples
-    channels = {c["name"]: c for s in result.meta.get("sources", []) for c in s.get("channels", [])}
-    power = [n for n, c in channels.items() if c.get("quantity") in ("power", "energy")]
-    workload = result.meta.get("workload", {}).get("name") or "a workload"
-    run = f"the run of {workload} started {result.meta.get('started_at') or '(unknown)'}"
-    if not power:
-        raise UsageError(f"{run} has no power channels (it measured timing only): no power trace to draw")
-    if len(samples) == 0 or not samples["channel"].isin(power).any():
-        raise UsageError(
-            f"{run} has no samples of its power channels ({', '.join(power)}): no power trace to draw"
-        )
     plt = pyplot("the power-trace plot")
 
     windows = result.windows
@@ -168,7 +169,12 @@ def power_trace(
             ax.plot(line.times_s, line.power_w, lw=1.0, drawstyle=style, label=line.label)
     drawn = len(lines)
     ax.set_xlabel("time since the run started (s)")
-    ax.set_ylabel("power (W)")
+    note = missing_power(result) if not drawn else None
+    if note is None:
+        ax.set_ylabel("power (W)")
+    else:  # no empty power axis pretending to be a measurement
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize=12)
     workload = result.meta.get("workload", {}).get("name", "")
     ax.set_title(title or f"{workload} — {result.meta.get('started_at', '')} ({result.status})")
     if drawn or phases:
