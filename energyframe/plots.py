@@ -55,7 +55,7 @@ def origin_s(result: RunResult) -> float:
     """The time axis' zero: the first sample or window (Unix seconds)."""
     samples, windows = result.samples, result.windows
     t0 = float(samples["time_s"].min()) if len(samples) else 0.0
-    if len(windows):
+    if len(windows) and "start_s" in windows.columns:
         t0 = min(t0, float(windows["start_s"].min())) if len(samples) else float(windows["start_s"].min())
     return t0
 
@@ -77,6 +77,8 @@ def trace_lines(result: RunResult, all_channels: bool = True, show_raw: bool = F
         v = rows["value"].to_numpy(float)
         label = name
         shift = maps.get(name)
+        if shift:  # a time map written as null (NaN) moves nothing
+            shift = {k: shift.get(k) or 0.0 for k in ("lag_s", "drift", "reference_s")}
         moved = bool(shift and (shift.get("lag_s") or shift.get("drift")))
         if moved and show_raw:
             # a record reports the interval that ended when it arrived
@@ -108,6 +110,19 @@ def trace_lines(result: RunResult, all_channels: bool = True, show_raw: bool = F
     return lines
 
 
+def missing_power(result: RunResult) -> str | None:
+    """Why ``result`` has no power to draw (None when it has some): a timing-only run, or
+    power channels without a sample."""
+    channels = {c["name"]: c for s in result.meta.get("sources", []) for c in s.get("channels", [])}
+    power = [n for n, c in channels.items() if c.get("quantity") in ("power", "energy")]
+    if not power:
+        return "no power channels: this run measured timing only"
+    samples = result.samples
+    if len(samples) == 0 or "channel" not in samples.columns or not samples["channel"].isin(power).any():
+        return f"no power samples: the run's power channels ({', '.join(power)}) recorded none"
+    return None
+
+
 def power_trace(
     result: RunResult,
     path: Path | str,
@@ -116,16 +131,19 @@ def power_trace(
     show_raw: bool = False,
 ) -> Path:
     """Draw ``result``'s power channels and windows into a PNG at ``path``; ``show_raw`` also
-    draws moved (aligned) channels where they were recorded, dashed.
+    draws moved (aligned) channels where they were recorded, dashed. A run with no power (timing
+    only) gets its windows on the time axis and says so where the power would be.
 
     Raises:
         UsageError: matplotlib is not installed (the message names the extra).
     """
     plt = pyplot("the power-trace plot")
 
-    windows = (
-        result.windows.drop_duplicates(["phase", "trial"]) if not result.windows.empty else result.windows
-    )
+    windows = result.windows
+    if windows.empty or not {"start_s", "end_s"} <= set(windows.columns):
+        windows = windows.iloc[0:0]
+    else:
+        windows = windows.drop_duplicates(["phase", "trial"])
     t0 = origin_s(result)
     fig, ax = plt.subplots(figsize=(12, 5))
     phases = list(dict.fromkeys(windows["phase"])) if len(windows) else []
@@ -151,7 +169,12 @@ def power_trace(
             ax.plot(line.times_s, line.power_w, lw=1.0, drawstyle=style, label=line.label)
     drawn = len(lines)
     ax.set_xlabel("time since the run started (s)")
-    ax.set_ylabel("power (W)")
+    note = missing_power(result) if not drawn else None
+    if note is None:
+        ax.set_ylabel("power (W)")
+    else:  # no empty power axis pretending to be a measurement
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize=12)
     workload = result.meta.get("workload", {}).get("name", "")
     ax.set_title(title or f"{workload} — {result.meta.get('started_at', '')} ({result.status})")
     if drawn or phases:

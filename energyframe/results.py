@@ -11,6 +11,7 @@ import pandas as pd
 
 from . import store
 from .display import render, summary_table
+from .errors import StoreError
 from .model import DerivedTable
 from .windows import PhaseSummary
 
@@ -96,7 +97,9 @@ class RunResult:
         directory.mkdir(parents=True, exist_ok=True)
         store.write_csv(directory / store.WINDOWS_CSV, self.windows)
         for table in self.derived:
-            store.write_csv(directory / store.safe_file_name(f"{table.name}.csv"), pd.DataFrame(list(table.rows)))
+            store.write_csv(
+                directory / store.safe_file_name(f"{table.name}.csv"), pd.DataFrame(list(table.rows))
+            )
         store.write_samples(directory / store.SAMPLES_PARQUET, self.samples)
         store.write_json(directory / store.RUN_JSON, self.to_json())
         return directory
@@ -105,9 +108,15 @@ class RunResult:
     def load(cls, directory: Path | str) -> RunResult:
         """Read a run directory written by ``save`` or by a run that did not finish."""
         directory = Path(directory)
-        meta = store.read_meta(directory)
+        meta = store.read_meta(directory)  # checks every field's type: a damaged file is a StoreError
         samples, origin = store.read_samples(directory)
         meta = dict(meta)
         meta["samples_origin"] = origin
-        summaries = tuple(PhaseSummary.from_json(p) for p in meta.pop("phases", []) or [])
+        try:
+            summaries = tuple(PhaseSummary.from_json(p) for p in meta.pop("phases", []) or [])
+        except (KeyError, TypeError, ValueError) as e:
+            raise StoreError(
+                f"{directory / store.RUN_JSON}: a phase summary cannot be read ({type(e).__name__}: {e}); "
+                "the file is damaged"
+            ) from e
         return cls(meta, store.read_windows(directory), samples, summaries)

@@ -229,32 +229,212 @@ def write_samples(path: Path, samples: pd.DataFrame) -> None:
     _atomic_write(path, lambda p: samples.to_parquet(p, index=False))
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``; a ``StoreError`` naming the file and the cause when it cannot be read.
+    (Callers check what it holds: ``read_meta`` wants a run description.)"""
+    path = Path(path)
+    if path.parent.exists() and not path.parent.is_dir():
+        raise StoreError(f"{path.parent} is a file, not a run directory")
     try:
         return json.loads(path.read_text())
     except FileNotFoundError as e:
         raise StoreError(f"{path.parent} is not a run directory: it has no {path.name}") from e
+    except IsADirectoryError as e:
+        raise StoreError(f"{path} is a directory, not a JSON file") from e
+    except UnicodeDecodeError as e:
+        raise StoreError(f"{path} is not text (binary data at byte {e.start}): the file is damaged") from e
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
     except json.JSONDecodeError as e:
         raise StoreError(f"{path} is not valid JSON ({e})") from e
 
 
 def read_meta(directory: Path) -> dict:
-    meta = read_json(Path(directory) / RUN_JSON)
+    """run.json, checked: the format version, and every field energyframe reads of the type it writes."""
+    path = Path(directory) / RUN_JSON
+    meta = read_json(path)
+    if not isinstance(meta, dict):
+        raise StoreError(
+            f"{path} should hold a JSON object, but holds {_described(meta)}: the file is damaged"
+        )
     version = meta.get("format_version")
     if version != FORMAT_VERSION:
         raise StoreError(
             f"{directory} has run format version {version!r}; this energyframe reads version "
             f"{FORMAT_VERSION}. Upgrade energyframe to read it."
         )
+    problem = _meta_problem(meta)
+    if problem:
+        raise StoreError(f"{path}: {problem}; the file is damaged (energyframe writes it whole)")
     return meta
 
 
+_NONE = type(None)
+_NUMBER = (int, float)
+#: run.json's fields and the JSON types energyframe writes them as
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "status": (str,),
+    "reason": (str, _NONE),
+    "started_at": (str, _NONE),
+    "ended_at": (str, _NONE),
+    "command_line": (list,),
+    "host": (dict,),
+    "versions": (dict,),
+    "clock": (dict,),
+    "sources": (list,),
+    "primary_channels": (list,),
+    "workload": (dict,),
+    "reporters": (list,),
+    "config": (dict,),
+    "idle_baseline": (dict,),
+    "time_maps": (dict,),
+    "alignment": (dict,),
+    "exit_code": (int, _NONE),
+    "phases": (list,),
+    "notes": (list,),
+    "warnings": (list,),
+    "derived": (list,),
+}
+_QUANTITIES = ("energy", "power", "state")
+_SPREADS = ("time_per_iter_s", "energy_per_iter_j", "mean_power_w", "dynamic_energy_per_iter_j")
+
+
+def _described(value: Any) -> str:
+    if value is None or isinstance(value, (dict, list)):
+        return {dict: "an object", list: "a list"}.get(type(value), "null")
+    kind = {str: "a string", bool: "a boolean"}.get(type(value), "a number")
+    return f"{kind} ({json.dumps(value)[:40]})"
+
+
+def _wrong(where: str, value: Any, expected: str) -> str:
+    return f"{where} should be {expected}, not {_described(value)}"
+
+
+def _meta_problem(meta: dict) -> str | None:
+    """What in run.json is not of the type energyframe writes, or None."""
+    for key, types in _META_TYPES.items():
+        if key in meta and (
+            not isinstance(meta[key], types) or isinstance(meta[key], bool) and bool not in types
+        ):
+            expected = " or ".join(
+                {str: "a string", list: "a list", dict: "an object", int: "a whole number", _NONE: "null"}[t]
+                for t in types
+            )
+            return _wrong(f"{key!r}", meta[key], expected)
+    for i, source in enumerate(meta.get("sources", [])):
+        if not isinstance(source, dict) or not isinstance(source.get("name"), str):
+            return _wrong(f"sources[{i}]", source, "an object with a name")
+        channels = source.get("channels", [])
+        if not isinstance(channels, list):
+            return _wrong(f"sources[{i}].channels", channels, "a list")
+        for j, channel in enumerate(channels):
+            where = f"sources[{i}].channels[{j}]"
+            if not isinstance(channel, dict) or not isinstance(channel.get("name"), str):
+                return _wrong(where, channel, "an object with a name")
+            if channel.get("quantity") not in _QUANTITIES:
+                return _wrong(f"{where}.quantity", channel.get("quantity"), "energy, power or state")
+            if not isinstance(channel.get("resolution_s", 0.0), _NUMBER + (_NONE,)):
+                return _wrong(f"{where}.resolution_s", channel.get("resolution_s"), "a number")
+    for key in ("primary_channels", "notes", "warnings"):
+        for i, item in enumerate(meta.get(key, [])):
+            if not isinstance(item, str):
+                return _wrong(f"{key}[{i}]", item, "a string")
+    for key, value in meta.get("clock", {}).items():
+        if not isinstance(value, _NUMBER + (_NONE,)) or isinstance(value, bool):
+            return _wrong(f"clock.{key}", value, "a number")
+    for name, time_map in meta.get("time_maps", {}).items():
+        if not isinstance(time_map, dict) or not all(
+            isinstance(time_map.get(k, 0.0), _NUMBER + (_NONE,)) for k in ("lag_s", "drift", "reference_s")
+        ):
+            return _wrong(f"time_maps[{name!r}]", time_map, "an object of lag_s, drift and reference_s")
+    for i, phase in enumerate(meta.get("phases", [])):
+        problem = _phase_problem(phase)
+        if problem:
+            return f"phases[{i}]{problem}"
+    for i, table in enumerate(meta.get("derived", [])):
+        if (
+            not isinstance(table, dict)
+            or not isinstance(table.get("name"), str)
+            or not isinstance(table.get("rows", []), list)
+            or not all(isinstance(r, dict) for r in table.get("rows", []))
+        ):
+            return _wrong(f"derived[{i}]", table, "an object with a name and a list of rows")
+    return None
+
+
+def _phase_problem(phase: Any) -> str | None:
+    if not isinstance(phase, dict):
+        return " " + _wrong("", phase, "an object").strip()
+    for key in ("phase", "channel"):
+        if not isinstance(phase.get(key), str):
+            return _wrong(f".{key}", phase.get(key), "a string")
+    for key in ("trials", "iterations"):
+        if not isinstance(phase.get(key), int) or isinstance(phase.get(key), bool):
+            return _wrong(f".{key}", phase.get(key), "a whole number")
+    for key in _SPREADS:
+        spread = phase.get(key)
+        if spread is None and key == "dynamic_energy_per_iter_j":
+            continue
+        if not isinstance(spread, dict) or not all(
+            isinstance(v, _NUMBER + (_NONE,)) and not isinstance(v, bool) for v in spread.values()
+        ):
+            return _wrong(f".{key}", spread, "an object of numbers (n, median, q1, q3, ...)")
+    if not isinstance(phase.get("flags", []), list) or not isinstance(phase.get("work", {}), dict):
+        return " flags should be a list and work an object"
+    return None
+
+
+def _damaged(path: Path, error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    cause = f"{type(error).__name__}: {lines[0][:160]}" if lines else type(error).__name__
+    return f"{path} cannot be read ({cause})"
+
+
+#: windows.csv columns that hold numbers
+_NUMERIC_WINDOW_COLUMNS = (
+    "trial",
+    "start_s",
+    "end_s",
+    "duration_s",
+    "iterations",
+    "time_per_iter_s",
+    "energy_j",
+    "mean_power_w",
+    "energy_per_iter_j",
+    "dynamic_energy_j",
+    "dynamic_energy_per_iter_j",
+)
+
+
 def read_windows(directory: Path) -> pd.DataFrame:
+    """windows.csv (an empty table when the run has none); a damaged file is a ``StoreError``."""
     path = Path(directory) / WINDOWS_CSV
     if not path.exists():
         return pd.DataFrame()
     text_columns = ["phase", "channel", "flags"]
-    frame = pd.read_csv(path, dtype={c: str for c in text_columns})
+    what_to_do = f"restore it, or delete it to see the run from {RUN_JSON} alone"
+    try:
+        frame = pd.read_csv(path, dtype={c: str for c in text_columns})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
+        raise StoreError(f"{_damaged(path, e)}: the file is damaged; {what_to_do}") from e
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
+    missing = [c for c in ("phase", "trial") if c not in frame.columns]
+    if missing:
+        raise StoreError(
+            f"{path} lacks the column(s) {missing} of a windows.csv: the file is damaged; {what_to_do}"
+        )
+    for column in _NUMERIC_WINDOW_COLUMNS:
+        if column not in frame.columns or pd.api.types.is_numeric_dtype(frame[column]):
+            continue
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        bad = frame[column][numbers.isna() & frame[column].notna()]
+        if len(bad):
+            raise StoreError(
+                f"{path} has text in its numeric column {column} (row {int(bad.index[0]) + 2}: "
+                f"{str(bad.iloc[0])[:40]!r}): the file is damaged; {what_to_do}"
+            )
+        frame[column] = numbers  # a header with no rows reads as text: no number is wrong there
     for column in text_columns:
         if column in frame.columns:
             frame[column] = frame[column].fillna("")
@@ -266,10 +446,35 @@ def read_samples(directory: Path) -> tuple[pd.DataFrame, str]:
     directory = Path(directory)
     parquet = directory / SAMPLES_PARQUET
     if parquet.exists():
-        return pd.read_parquet(parquet), SAMPLES_PARQUET
+        try:
+            frame = pd.read_parquet(parquet)
+        except Exception as e:  # pyarrow raises many types for a damaged file
+            raise StoreError(
+                f"{_damaged(parquet, e)}: it is truncated or corrupt; restore it, or delete it to see the run "
+                f"without its samples"
+            ) from e
+        _check_samples(parquet, frame)
+        return frame, SAMPLES_PARQUET
     partial = directory / PARTIAL_NAME
     if partial.exists() and partial.stat().st_size > 0:
         # a process that died mid-line leaves a short last row: skip it
-        frame = pd.read_csv(partial, on_bad_lines="skip").dropna(subset=["time_s", "value"])
+        try:
+            frame = pd.read_csv(partial, on_bad_lines="skip")
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
+            raise StoreError(f"{_damaged(partial, e)}: the file is damaged; delete it to see the run") from e
+        _check_samples(partial, frame)
+        for column in ("time_s", "value"):
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+        frame = frame.dropna(subset=["time_s", "value"])
         return frame.reset_index(drop=True), PARTIAL_NAME
     return pd.DataFrame(columns=SAMPLE_COLUMNS), ""
+
+
+def _check_samples(path: Path, frame: pd.DataFrame) -> None:
+    missing = [c for c in ("channel", "time_s", "value") if c not in frame.columns]
+    if missing:
+        raise StoreError(f"{path} lacks the column(s) {missing} of the run's samples: the file is damaged")
+    if path.suffix == ".parquet":
+        for column in ("time_s", "value"):
+            if not pd.api.types.is_numeric_dtype(frame[column]):
+                raise StoreError(f"{path} has text in its numeric column {column}: the file is damaged")

@@ -133,7 +133,8 @@ def test_run_with_file_reporters_to_stdout(tmp_path):
         ),
         (
             ["--power", "replay", "--workload", "sleep"],
-            "Error: power source 'replay' needs option 'file': samples.parquet, or CSV with time_s and power_w or energy_j\n",
+            "Error: power source 'replay' needs option 'file': samples.parquet, a CSV with time_s and power_w "
+            "or energy_j, the earlier tool's time,id,pm1,pm2,sum CSV, or an nvidia-smi CSV log\n",
         ),
         (
             ["--power", "none", "--power", "replay:file=x", "--workload", "sleep"],

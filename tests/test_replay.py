@@ -143,3 +143,44 @@ def test_unknown_channel_of_a_parquet(tmp_path):
     )
     with pytest.raises(PowerSourceError, match=r"has no channel\(s\) \['cpu'\]"):
         ReplayPowerSource(name="r", file=out / "samples.parquet", channels="cpu").start(SourceContext())
+
+
+def test_the_earlier_tools_wattsup_csv_replays_with_its_timing(tmp_path):
+    """A wall-meter log keeps what its timestamps mean, and its negative record is replayed as
+    recorded (a run's sample store decides what to do with it)."""
+    from energyframe.interfaces import Timing
+
+    start = time.time() - 10.0
+    rows = [
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(start + i))},{i},100.0,{-100.0 if i == 2 else 50.0}"
+        for i in range(5)
+    ]
+    path = tmp_path / "power.csv"
+    path.write_text("time,id,pm1,sum\n" + "\n".join(rows) + "\n")
+    source = ReplayPowerSource(name="wall", file=path, align="absolute", channels="sum")
+    (channel,) = source.start(SourceContext())
+    samples = source.read()
+    source.stop()
+    assert channel.name == "sum" and channel.scope == Scope.SYSTEM_WALL
+    assert (channel.timing, channel.averaging_s) == (Timing.UNKNOWN, 1.0)
+    assert [s.value for s in samples] == [50.0, 50.0, -100.0, 50.0, 50.0]
+
+
+def test_an_nvidia_smi_log_replays_and_skips_na_rows(tmp_path):
+    start = time.time() - 5.0
+    lines = ["timestamp, index, uuid, power.draw.instant [W], power.draw.average [W]"]
+    for i in range(10):
+        stamp = time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(start + 0.1 * i))
+        stamp += f".{int(round(((start + 0.1 * i) % 1) * 1000)) % 1000:03d}"
+        instant = "[N/A]" if i == 3 else ("-500.00" if i == 4 else "300.00")
+        lines.append(f"{stamp}, 0, GPU-0, {instant}, 290.00")
+    path = tmp_path / "smi.csv"
+    path.write_text("\n".join(lines) + "\n")
+    source = ReplayPowerSource(name="smi", file=path, prefix="old.")
+    channels = {c.name: c for c in source.start(SourceContext())}
+    samples = drain_for(source, 1.2)
+    source.stop()
+    assert set(channels) == {"old.gpu0", "old.gpu0.power_average"}
+    assert channels["old.gpu0"].scope == Scope.GPU and channels["old.gpu0.power_average"].primary is False
+    values = [s.value for s in samples if s.channel == "old.gpu0"]
+    assert values == [300.0, 300.0, 300.0, -500.0, 300.0, 300.0, 300.0, 300.0, 300.0]  # [N/A]: no sample

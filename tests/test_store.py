@@ -73,3 +73,22 @@ def test_invalid_json_is_a_store_error(tmp_path):
     (tmp_path / "run.json").write_text("{")
     with pytest.raises(StoreError, match="run.json is not valid JSON"):
         RunResult.load(tmp_path)
+
+
+def test_a_header_only_windows_csv_is_a_run_without_windows(tmp_path):
+    """An interrupted run that finished no window writes the header alone: not damage."""
+    from energyframe.windows import WINDOW_COLUMNS
+
+    (tmp_path / store.WINDOWS_CSV).write_text(",".join(WINDOW_COLUMNS) + "\n")
+    frame = store.read_windows(tmp_path)
+    assert frame.empty and list(frame.columns) == WINDOW_COLUMNS
+
+
+def test_text_in_a_numeric_column_of_windows_csv_is_a_store_error(tmp_path):
+    (tmp_path / store.WINDOWS_CSV).write_text("phase,trial,start_s\na,0,1.5\nb,1,soon\n")
+    with pytest.raises(StoreError) as e:
+        store.read_windows(tmp_path)
+    assert str(e.value) == (
+        f"{tmp_path / store.WINDOWS_CSV} has text in its numeric column start_s (row 3: 'soon'): the file is "
+        "damaged; restore it, or delete it to see the run from run.json alone"
+    )

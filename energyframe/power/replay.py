@@ -1,15 +1,18 @@
 """``replay``: play back recorded samples as if a meter produced them now.
 
-Reads an energyframe ``samples.parquet`` (channels, units and, from the ``run.json`` beside it,
-scopes and resolutions) or a CSV with ``time_s`` (Unix seconds) and ``power_w`` or ``energy_j``.
-With ``align=start`` the recording is shifted so that its first sample falls when the source
-starts, and each sample is handed over once its time has come; ``loop=true`` repeats it.
-With ``align=absolute`` samples keep their own times (for re-analysing a recorded period).
+Reads any power log ``energyframe.logs`` knows: an energyframe ``samples.parquet`` (channels,
+units and, from the ``run.json`` beside it, scopes, resolutions and timing), a CSV with
+``time_s`` (Unix seconds) and ``power_w`` or ``energy_j``, the earlier tool's WattsUp? CSV
+(``time,id,pm1,pm2,sum``) or an nvidia-smi CSV log. With ``align=start`` the recording is shifted
+so that its first sample falls when the source starts, and each sample is handed over once its
+time has come; ``loop=true`` repeats it. With ``align=absolute`` samples keep their own times
+(for re-analysing a recorded period). Values are replayed as recorded, negative ones included;
+rows a logger printed without a value (``[N/A]``) are skipped, as the live sources skip them.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,13 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from ..errors import PowerSourceError
+from ..errors import PowerSourceError, UsageError
 from ..interfaces import Channel, ClockBase, PowerSource, Quantity, Sample, Scope, SourceContext, Timing
 from ..options import Option
-
-_QUANTITY_BY_UNIT = {"J": Quantity.ENERGY, "W": Quantity.POWER}
 
 
 @dataclass
@@ -40,10 +40,17 @@ class _Track:
 class ReplayPowerSource(PowerSource):
     """Replays a recording as a live source."""
 
-    DESCRIPTION = "replay samples.parquet, or a CSV of time_s and power_w (or energy_j), as a live source"
+    DESCRIPTION = (
+        "replay samples.parquet, a CSV of time_s and power_w (or energy_j), a WattsUp? or nvidia-smi log, "
+        "as a live source"
+    )
     OPTIONS = (
         Option(
-            "file", "path", required=True, help="samples.parquet, or CSV with time_s and power_w or energy_j"
+            "file",
+            "path",
+            required=True,
+            help="samples.parquet, a CSV with time_s and power_w or energy_j, the earlier tool's "
+            "time,id,pm1,pm2,sum CSV, or an nvidia-smi CSV log",
         ),
         Option(
             "align",
@@ -53,7 +60,7 @@ class ReplayPowerSource(PowerSource):
             choices=("start", "absolute"),
         ),
         Option("loop", "bool", False, "repeat the recording when it ends (align=start)"),
-        Option("channels", "list", None, "replay only these channels of a samples.parquet"),
+        Option("channels", "list", None, "replay only these channels of the log"),
         Option("prefix", "str", "", "prepended to channel names (avoids clashes with live sources)"),
         Option(
             "scope",
@@ -70,6 +77,7 @@ class ReplayPowerSource(PowerSource):
             "estimates their lag after the run, as for a wall meter",
             choices=tuple(t.value for t in Timing),
         ),
+        Option("tz", "str", "local", "zone of log times written without one: local, UTC, +01:00"),
     )
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
@@ -79,17 +87,40 @@ class ReplayPowerSource(PowerSource):
         self._stop_s: float | None = None
 
     def start(self, context: SourceContext) -> Sequence[Channel]:
+        from ..logs import POWER_CSV, SAMPLES, read_log
+
         path: Path = self.options["file"]
         if not path.exists():
             raise PowerSourceError(f"replay file {str(path)!r} does not exist")
         try:
-            frame = self._load(path)
-        except PowerSourceError:
-            raise
+            log = read_log(path, tz=self.options["tz"], name=self.name)
+        except UsageError as e:
+            raise PowerSourceError(str(e)) from e
         except Exception as e:
             raise PowerSourceError(f"cannot read replay file {str(path)!r}: {e}") from e
+        for warning in log.warnings:
+            context.warn(f"replay: {warning}")
+        names = list(log.channels)
+        wanted = self.options["channels"]
+        if wanted:
+            unknown = set(wanted) - set(names)
+            if unknown:
+                raise PowerSourceError(f"{path} has no channel(s) {sorted(unknown)}; it has {sorted(names)}")
+            names = [n for n in names if n in wanted]
+        if log.kind in (SAMPLES, POWER_CSV):
+            # a file made for replaying has a number in every row; a logger's [N/A] is skipped
+            for name in names:
+                if log.missing[name].size or (log.kind == POWER_CSV and log.skipped_lines):
+                    raise PowerSourceError(
+                        f"channel {name!r} of the replay file has missing or non-numeric values"
+                    )
+                if not np.all(np.isfinite(log.series[name].values)):
+                    raise PowerSourceError(
+                        f"channel {name!r} of the replay file has missing or non-numeric values"
+                    )
         absolute = self.options["align"] == "absolute"
-        self._tracks = self._build_tracks(frame, self._recorded_channels(path), absolute)
+        self._tracks = [self._track(log.channels[n], log.series[n], absolute) for n in names]
+        self._tracks = [t for t in self._tracks if t.times_s.size]
         if not self._tracks:
             raise PowerSourceError(f"replay file {str(path)!r} holds no energy or power samples to replay")
         first = min(float(t.times_s[0]) for t in self._tracks)
@@ -99,84 +130,29 @@ class ReplayPowerSource(PowerSource):
             self._origin_s = time.monotonic()
         return [t.channel for t in self._tracks]
 
-    def _load(self, path: Path) -> pd.DataFrame:
-        if path.suffix == ".parquet":
-            frame = pd.read_parquet(path)
-            missing = {"channel", "time_s", "value", "unit"} - set(frame.columns)
-            if missing:
-                raise PowerSourceError(f"{path} lacks column(s) {sorted(missing)} of a samples.parquet")
-            wanted = self.options["channels"]
-            if wanted:
-                unknown = set(wanted) - set(frame["channel"])
-                if unknown:
-                    raise PowerSourceError(
-                        f"{path} has no channel(s) {sorted(unknown)}; it has {sorted(set(frame['channel']))}"
-                    )
-                frame = frame[frame["channel"].isin(wanted)]
-            return frame[["channel", "time_s", "value", "unit"]]
-        frame = pd.read_csv(path)
-        if "time_s" not in frame.columns:
-            raise PowerSourceError(
-                f"{path} needs a time_s column (Unix seconds); it has {list(frame.columns)}"
-            )
-        for column, unit in (("power_w", "W"), ("energy_j", "J")):
-            if column in frame.columns:
-                return pd.DataFrame(
-                    {"channel": self.name, "time_s": frame["time_s"], "value": frame[column], "unit": unit}
-                )
-        raise PowerSourceError(f"{path} needs a power_w or energy_j column; it has {list(frame.columns)}")
-
-    @staticmethod
-    def _recorded_channels(path: Path) -> Mapping[str, dict]:
-        """Channel descriptions from the run.json next to a samples.parquet, if there is one."""
-        run_json = path.with_name("run.json")
-        if path.suffix != ".parquet" or not run_json.exists():
-            return {}
-        try:
-            meta = json.loads(run_json.read_text())
-        except (OSError, json.JSONDecodeError):
-            return {}
-        return {c["name"]: c for s in meta.get("sources", []) for c in s.get("channels", [])}
-
-    def _build_tracks(
-        self, frame: pd.DataFrame, recorded: Mapping[str, dict], absolute: bool
-    ) -> list[_Track]:
-        tracks = []
-        for name, group in frame.groupby("channel", sort=True):
-            unit = str(group["unit"].iloc[0])
-            quantity = _QUANTITY_BY_UNIT.get(unit, Quantity.STATE)
-            times = pd.to_numeric(group["time_s"], errors="coerce").to_numpy(dtype=float)
-            values = pd.to_numeric(group["value"], errors="coerce").to_numpy(dtype=float)
-            if not np.all(np.isfinite(times)) or not np.all(np.isfinite(values)):
-                raise PowerSourceError(
-                    f"channel {name!r} of the replay file has missing or non-numeric values"
-                )
-            order = np.argsort(times, kind="stable")
-            times, values = times[order], values[order]
-            spacing = float(np.median(np.diff(times))) if times.size > 1 else 0.0
-            info = recorded.get(str(name), {})
-            scope = self.options["scope"] or info.get("scope", Scope.OTHER.value)
-            timing = Timing(self.options["timing"] or info.get("timing", Timing.EXACT.value))
-            channel = Channel(
-                name=self.options["prefix"] + str(name),
-                quantity=quantity,
-                scope=Scope(scope),
-                resolution_s=float(info.get("resolution_s") or spacing),
-                clock=ClockBase.WALL if absolute else ClockBase.MONOTONIC,
-                unit=unit,
-                primary=bool(info.get("primary", True)),
-                timing=timing,
-                averaging_s=float(info.get("averaging_s") or (spacing if timing != Timing.EXACT else 0.0)),
-                description=f"replayed from {self.options['file']}"
-                + (f": {info['description']}" if info.get("description") else ""),
-            )
-            duration = float(times[-1] - times[0])
-            period = duration + spacing
-            increment = 0.0
-            if quantity == Quantity.ENERGY and duration > 0:
-                increment = float(values[-1] - values[0]) * period / duration
-            tracks.append(_Track(channel, times, values, period, increment))
-        return tracks
+    def _track(self, recorded: Channel, series, absolute: bool) -> _Track:
+        times, values = series.times_s, series.values
+        spacing = float(np.median(np.diff(times))) if times.size > 1 else 0.0
+        description = f"replayed from {self.options['file']}" + (
+            f": {recorded.description}" if recorded.description else ""
+        )
+        timing = Timing(self.options["timing"]) if self.options["timing"] else recorded.timing
+        channel = dataclasses.replace(
+            recorded,
+            name=self.options["prefix"] + recorded.name,
+            scope=Scope(self.options["scope"]) if self.options["scope"] else recorded.scope,
+            resolution_s=recorded.resolution_s or spacing,
+            clock=ClockBase.WALL if absolute else ClockBase.MONOTONIC,
+            description=description,
+            timing=timing,
+            averaging_s=recorded.averaging_s or (spacing if timing != Timing.EXACT else 0.0),
+        )
+        duration = float(times[-1] - times[0]) if times.size else 0.0
+        period = duration + spacing
+        increment = 0.0
+        if recorded.quantity == Quantity.ENERGY and duration > 0:
+            increment = float(values[-1] - values[0]) * period / duration
+        return _Track(channel, times, values, period, increment)
 
     def _now(self) -> float:
         """The recording's current time: Unix seconds, or seconds since the source started."""

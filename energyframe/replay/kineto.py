@@ -196,8 +196,13 @@ def load_events(path: Path | str) -> list[dict]:
         raise UsageError(f"trace file {path} does not exist")
     try:
         opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt") as f:
+        with opener(path, "rt", encoding="utf-8") as f:
             data = json.load(f)
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            f"{path} is not UTF-8 text (byte {e.object[e.start : e.start + 1]!r} at offset {e.start}): "
+            "not a PyTorch profiler trace"
+        ) from e
     except (OSError, EOFError) as e:
         raise UsageError(f"{path} cannot be read as a trace ({e}); is it truncated?") from e
     except json.JSONDecodeError as e:
@@ -205,25 +210,70 @@ def load_events(path: Path | str) -> list[dict]:
             f"{path} is not complete JSON (line {e.lineno}, column {e.colno}): truncated or not a "
             "PyTorch profiler trace"
         ) from e
+    except (ValueError, RecursionError) as e:  # numbers json cannot hold, nesting too deep
+        raise UsageError(
+            f"{path} is not a PyTorch profiler trace ({type(e).__name__}: {str(e)[:120]})"
+        ) from e
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise UsageError(f"{path} has no traceEvents list: not a PyTorch profiler (Kineto) trace")
+    for index, event in enumerate(events):
+        if not isinstance(event, dict):
+            raise UsageError(
+                f"{path}: event {index} is {type(event).__name__} {json.dumps(event)[:40]}, not an object: "
+                "not a PyTorch profiler (Kineto) trace"
+            )
     return events
 
 
+def _number(path: Path, index: int, event: dict, key: str, default: float | None = None) -> float:
+    """An event's time field as a number; a clear error for text or nonsense."""
+    value = event.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UsageError(
+            f"{path}: event {index} ({str(event.get('name'))[:60]!r}) has {key} {value!r}, not a number"
+        )
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if number != number or number in (float("inf"), float("-inf")):
+        raise UsageError(
+            f"{path}: event {index} ({str(event.get('name'))[:60]!r}) has {key} {str(value)[:40]!r}, not a number"
+        )
+    return number
+
+
 def parse(path: Path | str) -> Trace:
+    """The ops, kernels and steps of a trace file, linked.
+
+    Raises:
+        UsageError: the file is missing, not JSON, not UTF-8, or not a profiler trace.
+    """
     events = load_events(path)
+    try:
+        return _parse(Path(path), events)
+    except (TypeError, AttributeError, KeyError) as e:  # a field of a type the profiler never writes
+        raise UsageError(
+            f"{path} is not a PyTorch profiler trace: a field has an unexpected type ({type(e).__name__}: "
+            f"{str(e)[:120]})"
+        ) from e
+
+
+def _parse(path: Path, events: list[dict]) -> Trace:
     ops: list[Op] = []
     kernels: list[Kernel] = []
     runtime_by_corr: dict[int, dict] = {}
     steps: list[tuple[float, float]] = []
-    for e in events:
+    for index, e in enumerate(events):
         if e.get("ph") != "X" or "ts" not in e:
             continue
         cat = e.get("cat", "")
         args = e.get("args") or {}
-        start = float(e["ts"])
-        end = start + float(e.get("dur", 0.0))
+        if not isinstance(args, dict):
+            raise UsageError(f"{path}: event {index} has args {str(args)[:40]!r}, not an object")
+        start = _number(path, index, e, "ts")
+        end = start + _number(path, index, e, "dur", 0.0)
         if cat == "cpu_op":
             ops.append(
                 Op(
@@ -250,6 +300,7 @@ def parse(path: Path | str) -> Trace:
                 )
             )
         elif cat in ("cuda_runtime", "cuda_driver") and args.get("correlation") is not None:
+            e = {**e, "ts": start}  # checked above: linking reads it as a number
             runtime_by_corr[args["correlation"]] = e
         elif cat == "user_annotation" and e.get("name") == STEP_ANNOTATION:
             steps.append((start, end))
@@ -440,18 +491,30 @@ def write_jsonl(path: Path, records: Iterable[dict]) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict]:
+    """One JSON object per line; a ``UsageError`` naming the line for anything else."""
     if not path.exists():
         raise UsageError(
             f"{path} does not exist: is {path.parent} a trace directory (energyframe trace --out)?"
         )
     out = []
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if line.strip():
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
                 try:
-                    out.append(json.loads(line))
+                    record = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise UsageError(f"{path} line {number} is not JSON ({e.msg}): truncated?") from e
+                if not isinstance(record, dict):
+                    raise UsageError(f"{path} line {number} is {type(record).__name__}, not a JSON object")
+                out.append(record)
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            f"{path} is not UTF-8 text (binary data at byte {e.start}): the file is damaged"
+        ) from e
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from e
     return out
 
 

@@ -83,14 +83,11 @@ class ReplayWorkload(Workload):
         self.world = distributed.world()
         trace: Path = rank_trace(self.options["trace"], self.world)
         self.trace_dir = trace
-        self.meta = (
-            json.loads((trace / "trace_meta.json").read_text())
-            if (trace / "trace_meta.json").exists()
-            else {}
-        )
-        self.records = kineto.read_jsonl(trace / "ops.jsonl")
+        self.meta = read_trace_meta(trace / "trace_meta.json")
+        self.records = _checked(trace / "ops.jsonl", kineto.read_jsonl(trace / "ops.jsonl"), OP_FIELDS)
+        kernels = trace / "kernels.jsonl"
         self.kernels = (
-            kineto.read_jsonl(trace / "kernels.jsonl") if (trace / "kernels.jsonl").exists() else []
+            _checked(kernels, kineto.read_jsonl(kernels), KERNEL_FIELDS) if kernels.exists() else []
         )
         collectives = (
             kineto.read_jsonl(trace / "collectives.jsonl") if (trace / "collectives.jsonl").exists() else []
@@ -411,6 +408,83 @@ class ReplayWorkload(Workload):
             "device": str(self.device),
             "traced": self.meta,
         }
+
+
+_DAMAGED = "the trace directory is damaged: write it again with energyframe trace (or trace import)"
+_NUMBER = (int, float)
+#: the fields of a trace directory's files that replaying reads, and their JSON types
+META_FIELDS: dict[str, tuple[type, ...]] = {
+    "workload": (str, type(None)),
+    "iterations": (int,),
+    "iterations_per_step": (int,),
+    "gpu_time_us": _NUMBER,
+    "gaps": (dict,),
+}
+OP_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "count": (int,),
+    "count_per_iteration": _NUMBER,
+    "gpu_time_us": _NUMBER,
+    "gpu_time_by_tier_us": (dict, type(None)),
+    "input_dims": (list, type(None)),
+    "input_types": (list, type(None)),
+    "input_strides": (list, type(None)),
+    "concrete_inputs": (list, type(None)),
+    "kernel_names": (list, type(None)),
+}
+KERNEL_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "tier": (str,),
+    "count_per_iteration": _NUMBER,
+    "total_us": _NUMBER,
+}
+#: fields an op record cannot do without
+_REQUIRED_OP = ("name", "count", "count_per_iteration", "gpu_time_us")
+
+
+def read_trace_meta(path: Path) -> dict:
+    """trace_meta.json, checked (an empty description when the directory has none)."""
+    if not path.exists():
+        return {}
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise UsageError(
+            f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); {_DAMAGED}"
+        ) from e
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path} is not UTF-8 text (binary data at byte {e.start}); {_DAMAGED}") from e
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from e
+    if not isinstance(meta, dict):
+        raise UsageError(f"{path} should hold a JSON object, not a {type(meta).__name__}; {_DAMAGED}")
+    problem = _field_problem(meta, META_FIELDS)
+    if problem:
+        raise UsageError(f"{path}: {problem}; {_DAMAGED}")
+    for key in ("iterations", "iterations_per_step"):
+        if key in meta and meta[key] < 1:
+            raise UsageError(f"{path}: {key} should be at least 1, not {meta[key]}; {_DAMAGED}")
+    return meta
+
+
+def _checked(path: Path, records: list[dict], fields: Mapping[str, tuple[type, ...]]) -> list[dict]:
+    required = _REQUIRED_OP if fields is OP_FIELDS else tuple(fields)
+    for number, record in enumerate(records, 1):
+        missing = [k for k in required if k not in record]
+        problem = f"lacks {missing}" if missing else _field_problem(record, fields)
+        if problem:
+            raise UsageError(f"{path} record {number}: {problem}; {_DAMAGED}")
+    return records
+
+
+def _field_problem(data: Mapping[str, Any], fields: Mapping[str, tuple[type, ...]]) -> str | None:
+    for key, types in fields.items():
+        if key in data:
+            value = data[key]
+            if isinstance(value, bool) or not isinstance(value, types):
+                wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+                return f"{key} should be {wanted}, not {json.dumps(value)[:40]}"
+    return None
 
 
 def _shapes(record: dict) -> str:

@@ -1,0 +1,441 @@
+"""Every malformed file a command can meet: one line ``Error: ...`` naming the file and the
+cause, exit 1 or 2, no traceback, no hang, and nothing written that claims success.
+
+Each case damages one file of a valid run directory, power log or trace directory, and runs the
+real command line (click's CliRunner) on it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import energyframe as ef
+from energyframe.cli import main
+from tests.fakes import ListWorkload, SignalSource, busy_phase
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+#: no command may take longer than this on a malformed file. Units: s.
+HANG_S = 120
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """A small complete run with a power source: run.json, windows.csv, samples.parquet."""
+    out = tmp_path_factory.mktemp("template") / "run"
+    ef.run(
+        ListWorkload([busy_phase()]),
+        power=[SignalSource(name="gpu", watts=200.0)],
+        reporters=[],
+        out=out,
+        config=ef.RunConfig(trials=2, min_window_s=0.05, warmup_s=0.0),
+    )
+    return out
+
+
+@dataclass(frozen=True)
+class Case:
+    """One command on one damaged file.
+
+    Args:
+        damage: given a fresh copy of the template run (``run``) and a scratch folder, damages
+            a file and returns ``(argv, the damaged file, outputs that must not appear)``.
+        cause: words of the error that say what is wrong.
+    """
+
+    id: str
+    damage: Callable[[Path, Path], tuple[list[str], Path, list[Path]]]
+    code: int
+    cause: str
+
+
+# -- the damage --------------------------------------------------------------------------------
+
+
+def write(path: Path, data: bytes | str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return path
+
+
+WATTSUP = "time,id,pm1,pm2,sum\n" + "".join(
+    f"2026-02-04 10:15:{20 + i:02d},{i},125.3,118.7,244.0\n" for i in range(30)
+)
+BINARY = bytes(range(256)) * 4
+
+
+def analyze_log(log: Callable[[Path], Path]):
+    """``analyze`` of a damaged power log over a window of the earlier tool's day."""
+
+    def damage(run: Path, tmp: Path):
+        path = log(tmp)
+        out = tmp / "results"
+        argv = ["analyze", "--power-log", str(path), "--window", "2026-02-04 10:15:25,2026-02-04 10:15:40"]
+        return [*argv, "--out", str(out)], path, [out / "energy_report.json", out / "windows.csv"]
+
+    return damage
+
+
+def analyze_run(damage_run: Callable[[Path], Path]):
+    """``analyze`` of a run's own samples over the windows of its (damaged) directory."""
+
+    def damage(run: Path, tmp: Path):
+        path = damage_run(run)
+        out = tmp / "results"
+        argv = ["analyze", "--power-log", str(run / "samples.parquet"), "--run", str(run), "--out", str(out)]
+        return argv, path, [out / "energy_report.json", out / "windows.csv"]
+
+    return damage
+
+
+def on_run(command: str, damage_run: Callable[[Path], Path]):
+    """``show`` or ``plot`` of a run directory with one damaged file."""
+
+    def damage(run: Path, tmp: Path):
+        path = damage_run(run)
+        return [command, str(run)], path, [run / "power-trace.png"]
+
+    return damage
+
+
+def truncated(path: Path) -> Path:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def run_json(content) -> Callable[[Path], Path]:
+    def damage(run: Path) -> Path:
+        text = content if isinstance(content, (str, bytes)) else json.dumps(content)
+        return write(run / "run.json", text)
+
+    return damage
+
+
+def run_json_with(**fields) -> Callable[[Path], Path]:
+    def damage(run: Path) -> Path:
+        meta = json.loads((run / "run.json").read_text())
+        meta.update(fields)
+        return write(run / "run.json", json.dumps(meta))
+
+    return damage
+
+
+def phase_spread_as_text(run: Path) -> Path:
+    meta = json.loads((run / "run.json").read_text())
+    meta["phases"][0]["time_per_iter_s"]["median"] = "fast"
+    return write(run / "run.json", json.dumps(meta))
+
+
+def windows_csv(content: bytes | str) -> Callable[[Path], Path]:
+    return lambda run: write(run / "windows.csv", content)
+
+
+def text_in_start_s(run: Path) -> Path:
+    lines = (run / "windows.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    fields = lines[1].split(",")
+    fields[header.index("start_s")] = "yesterday"
+    lines[1] = ",".join(fields)
+    return write(run / "windows.csv", "\n".join(lines) + "\n")
+
+
+def a_file_not_a_directory(run: Path, tmp: Path, command: str):
+    path = write(tmp / "not-a-run.txt", "hello\n")
+    return [command, str(path)], path, [tmp / "power-trace.png"]
+
+
+def trace_import(content: Callable[[Path], Path]):
+    def damage(run: Path, tmp: Path):
+        path = content(tmp)
+        out = tmp / "trace"
+        return ["trace", "import", str(path), "--out", str(out)], path, [out / "trace_meta.json"]
+
+    return damage
+
+
+def replay_trace(name: str, content: bytes | str):
+    """``run --workload replay:trace=DIR`` on a trace directory with one damaged file."""
+
+    def damage(run: Path, tmp: Path):
+        trace = tmp / "trace"
+        write(trace / "ops.jsonl", json.dumps(OP) + "\n")
+        write(trace / "kernels.jsonl", "")
+        write(trace / "trace_meta.json", json.dumps({"workload": None, "iterations": 1, "gpu_time_us": 3.0}))
+        path = write(trace / name, content)
+        out = tmp / "replayed"
+        argv = ["run", "--power", "none", "--workload", f"replay:trace={trace},full=none", "--out", str(out)]
+        return argv, path, [out / "run.json", out / "windows.csv", out / "comparison_report.json"]
+
+    return damage
+
+
+OP = {
+    "name": "aten::add",
+    "count": 1,
+    "count_per_iteration": 1.0,
+    "gpu_time_us": 3.0,
+    "input_dims": [[4], [4]],
+}
+
+
+def kineto_events(events) -> Callable[[Path], Path]:
+    return lambda tmp: write(tmp / "trace.json", json.dumps(events))
+
+
+def truncated_gzip(tmp: Path) -> Path:
+    data = (FIXTURES / "kineto-h200" / "bloom-tiny.json.gz").read_bytes()
+    return write(tmp / "trace.json.gz", data[: len(data) // 2])
+
+
+def parquet_of_other_columns(tmp: Path) -> Path:
+    import pandas as pd
+
+    path = tmp / "other.parquet"
+    pd.DataFrame({"a": [1.0], "b": [2.0]}).to_parquet(path)
+    return path
+
+
+CASES = [
+    # analyze: power logs
+    Case("analyze-empty-log", analyze_log(lambda t: write(t / "p.csv", b"")), 2, "is empty"),
+    Case("analyze-blank-log", analyze_log(lambda t: write(t / "p.csv", b"\n\n  \n")), 2, "is empty"),
+    Case("analyze-binary-log", analyze_log(lambda t: write(t / "p.csv", BINARY)), 2, "is binary"),
+    Case(
+        "analyze-truncated-log",
+        analyze_log(lambda t: write(t / "p.csv", WATTSUP[: len(WATTSUP) - 9])),
+        2,
+        "is truncated: its last line (31: '2026-02-04 10:15:49,29,125.3,118') ends in the middle of a row",
+    ),
+    Case(
+        "analyze-log-cut-in-its-last-number",
+        analyze_log(lambda t: write(t / "p.csv", WATTSUP[: len(WATTSUP) - 4])),  # sum 244.0 cut to 24
+        2,
+        "is truncated",
+    ),
+    Case(
+        "analyze-header-only-log",
+        analyze_log(lambda t: write(t / "p.csv", "time,id,pm1,pm2,sum\n")),
+        2,
+        "has a header but no rows",
+    ),
+    Case(
+        "analyze-log-of-garbage-rows",
+        analyze_log(lambda t: write(t / "p.csv", "time,id,pm1,pm2,sum\n\x00\x1b[0m###\ngarbage,1,2,3,4\n")),
+        2,
+        "line 3: cannot read the time 'garbage'",
+    ),
+    Case(
+        "analyze-nvidia-smi-log-of-garbage",
+        analyze_log(
+            lambda t: write(
+                t / "nvidia-smi.csv",
+                "timestamp, index, power.draw [W]\n" + "\x00\x1b[0m###### garbage ######\n" * 30,
+            )
+        ),
+        2,
+        "has no rows (line 2: '\\x00\\x1b[0m###### garbage ######' is not one)",
+    ),
+    Case(
+        "analyze-unknown-log",
+        analyze_log(lambda t: write(t / "p.csv", "a,b\n1,2\n")),
+        2,
+        "is not a power log",
+    ),
+    Case(
+        "analyze-corrupt-parquet",
+        analyze_log(lambda t: truncated(Path(shutil.copy(t / "run" / "samples.parquet", t / "s.parquet")))),
+        2,
+        "is not a readable parquet file",
+    ),
+    Case(
+        "analyze-parquet-not-samples",
+        analyze_log(parquet_of_other_columns),
+        2,
+        "lacks column(s) ['channel', 'time_s', 'value', 'unit'] of a samples.parquet",
+    ),
+    # analyze: a run directory's windows
+    Case("analyze-run-binary-windows", analyze_run(windows_csv(BINARY)), 1, "cannot be read"),
+    Case("analyze-run-empty-windows", analyze_run(windows_csv(b"")), 1, "cannot be read (EmptyDataError"),
+    Case(
+        "analyze-run-windows-of-other-columns",
+        analyze_run(windows_csv("a,b\n1,2\n")),
+        1,
+        "lacks the column(s) ['phase', 'trial'] of a windows.csv",
+    ),
+    Case(
+        "analyze-run-text-in-start_s",
+        analyze_run(text_in_start_s),
+        1,
+        "has text in its numeric column start_s (row 2: 'yesterday')",
+    ),
+    Case(
+        "analyze-timing-json-list",
+        lambda run, tmp: (
+            [
+                "analyze",
+                "--power-log",
+                str(write(tmp / "p.csv", WATTSUP)),
+                "--timing",
+                str(write(tmp / "timing.json", "[1, 2]")),
+                "--out",
+                str(tmp / "results"),
+            ],
+            tmp / "timing.json",
+            [tmp / "results" / "energy_report.json"],
+        ),
+        2,
+        "is not the earlier tool's timing JSON (an object), it holds a list",
+    ),
+    # show and plot: a run directory with one damaged file
+    *[
+        Case(f"{command}-{name}", on_run(command, damage), 1, cause)
+        for command in ("show", "plot")
+        for name, damage, cause in [
+            (
+                "truncated-parquet",
+                lambda run: truncated(run / "samples.parquet"),
+                "it is truncated or corrupt",
+            ),
+            ("binary-windows", windows_csv(BINARY), "cannot be read"),
+            ("text-in-start_s", text_in_start_s, "has text in its numeric column start_s"),
+            ("run-json-list", run_json([]), "should hold a JSON object, but holds a list"),
+            ("run-json-truncated", lambda run: truncated(run / "run.json"), "is not valid JSON"),
+            ("run-json-binary", run_json(BINARY), "is not text"),
+            ("sources-as-text", run_json_with(sources="nvml"), "'sources' should be a list, not a string"),
+            (
+                "warnings-as-number",
+                run_json_with(warnings=3),
+                "'warnings' should be a list, not a number (3)",
+            ),
+            ("status-as-number", run_json_with(status=1), "'status' should be a string, not a number (1)"),
+            (
+                "channel-without-quantity",
+                run_json_with(sources=[{"name": "x", "channels": [{"name": "c"}]}]),
+                "sources[0].channels[0].quantity should be energy, power or state, not null",
+            ),
+            (
+                "phase-spread-as-text",
+                phase_spread_as_text,
+                "phases[0].time_per_iter_s should be an object of numbers",
+            ),
+        ]
+    ],
+    Case(
+        "show-a-file",
+        lambda run, tmp: a_file_not_a_directory(run, tmp, "show"),
+        1,
+        "is a file, not a run directory",
+    ),
+    Case(
+        "plot-a-file",
+        lambda run, tmp: a_file_not_a_directory(run, tmp, "plot"),
+        1,
+        "is a file, not a run directory",
+    ),
+    # trace import
+    Case(
+        "trace-import-json-list",
+        trace_import(kineto_events([1, 2, 3])),
+        2,
+        "event 0 is int 1, not an object",
+    ),
+    Case(
+        "trace-import-text-ts",
+        trace_import(
+            kineto_events([{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": "soon", "dur": 3}])
+        ),
+        2,
+        "event 0 ('aten::mm') has ts 'soon', not a number",
+    ),
+    Case(
+        "trace-import-not-utf8",
+        trace_import(lambda tmp: write(tmp / "trace.json", b'{"traceEvents": [{"name": "\xff\xfe"}]}')),
+        2,
+        "is not UTF-8 text",
+    ),
+    Case(
+        "trace-import-gzip-not-utf8",
+        trace_import(
+            lambda tmp: write(tmp / "trace.json.gz", gzip.compress(b'{"traceEvents": ["\xc3\x28"]}'))
+        ),
+        2,
+        "is not UTF-8 text",
+    ),
+    Case("trace-import-truncated-gzip", trace_import(truncated_gzip), 2, "is it truncated?"),
+    # run --workload replay:trace=DIR
+    Case(
+        "replay-truncated-trace-meta",
+        replay_trace("trace_meta.json", '{"workload": "bloom-560m", "iter'),
+        2,
+        "is not valid JSON (line 1, column 28: Unterminated string",
+    ),
+    Case(
+        "replay-trace-meta-list",
+        replay_trace("trace_meta.json", "[]"),
+        2,
+        "should hold a JSON object, not a list",
+    ),
+    Case(
+        "replay-trace-meta-wrong-type",
+        replay_trace("trace_meta.json", json.dumps({"iterations": "three"})),
+        2,
+        'iterations should be int, not "three"',
+    ),
+    Case(
+        "replay-trace-meta-binary",
+        replay_trace("trace_meta.json", BINARY),
+        2,
+        "is not UTF-8 text",
+    ),
+    Case(
+        "replay-ops-not-objects",
+        replay_trace("ops.jsonl", "[1, 2]\n"),
+        2,
+        "line 1 is list, not a JSON object",
+    ),
+    Case(
+        "replay-op-without-name",
+        replay_trace("ops.jsonl", json.dumps({k: v for k, v in OP.items() if k != "name"}) + "\n"),
+        2,
+        "record 1: lacks ['name']",
+    ),
+]
+
+
+def _alarm(signum, frame):
+    raise TimeoutError(f"the command ran longer than {HANG_S} s on a malformed file")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_a_malformed_file_is_a_one_line_error(case: Case, template: Path, tmp_path: Path):
+    run = tmp_path / "run"
+    shutil.copytree(template, run)
+    argv, bad_file, outputs = case.damage(run, tmp_path)
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(HANG_S)
+    try:
+        result = CliRunner().invoke(main, argv)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert isinstance(result.exception, SystemExit), f"{type(result.exception).__name__}: {result.exception}"
+    assert result.exit_code == case.code, result.output
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1, result.output
+    (error,) = errors
+    assert result.output.endswith(error + "\n"), result.output  # the message is one line, and the last
+    assert str(bad_file) in error, error
+    assert case.cause in error, error
+    assert "wrote" not in result.output
+    for path in outputs:
+        assert not path.exists(), f"{path} was written although the command failed"
