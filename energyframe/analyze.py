@@ -28,13 +28,12 @@ import pandas as pd
 
 from .assemble import Recording, place_samples
 from .clock import ChannelTimeMap, ClockModel, ClockPair
-from .energy import INVALID_READING
+from .energy import INVALID_READING, MISSING_POWER
 from .errors import EnergyFrameError, UsageError
 from .interfaces import Channel, Quantity, Scope, Timing, WindowAnnotation
 from .logs import (  # noqa: F401  (parse_time, zone: the analyze API users know)
     IMPLAUSIBLE,
     MISSING,
-    MISSING_POWER,
     SAMPLES,
     PowerLog,
     parse_time,

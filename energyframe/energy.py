@@ -32,6 +32,7 @@ GAP = "gap"  # samples around the window are further apart than three update per
 COUNTER_RESET = "counter_reset"  # the counter went down inside the window
 NEGATIVE_POWER = "negative_power"  # a negative reading near the window was rejected, not integrated
 INVALID_READING = "invalid_reading"  # a NaN or infinite reading near the window was rejected
+MISSING_POWER = "missing_power"  # offline: a log row without a power value ([N/A]) near the window
 
 
 @dataclass(frozen=True)

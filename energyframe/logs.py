@@ -46,10 +46,6 @@ NVIDIA_SMI = "nvidia-smi"
 #: ``samples.NOT_FINITE``: a power no sensor reports, and a row with no value at all
 IMPLAUSIBLE = "implausible"
 MISSING = "missing"
-#: window flag of the offline path (docs/result-format.md): a row without a power value
-#: ([N/A], empty, text) near the window was left out; the core's ``negative_power`` and
-#: ``invalid_reading`` (energy.py) flag the rest
-MISSING_POWER = "missing_power"
 
 #: no channel energyframe reads can report more than this; above it a reading is a sensor's
 #: error value (0xFFFFFFFF mW is 4.3 MW), never power. Units: W.

@@ -148,8 +148,9 @@ def compute_windows(
             }
             flags = list(we.flags)
             if channel.name in rejected:
-                flags += [f for f in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s)
-                          if f not in flags]
+                for flag in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s):
+                    if flag not in flags:
+                        flags.append(flag)
             baseline = idle.get(channel.name)
             if baseline is not None:
                 dynamic = we.energy_j - baseline.power_w * w.duration_s

@@ -317,7 +317,7 @@ class WattsUpPowerSource(PollingSource):
         if not self._logs:
             return
         self._row += 1
-        stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        stamp = dt.datetime.now().isoformat(sep=" ", timespec="milliseconds")  # the earlier tool's column, to the ms
         values = ["" if v is None else f"{v:.1f}" for v in latest]
         total = f"{sum(v for v in latest if v is not None):.1f}"
         line = ",".join([stamp, str(self._row), *values, total]) + "\n"
