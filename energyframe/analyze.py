@@ -556,7 +556,8 @@ def analyze(
         WindowRecord(w.phase or w.name, w.trial, w.start_s - ref_s, w.end_s - ref_s, w.runs or 1)
         for w in windows
     ]
-    frames, reports, warnings = [], [], []
+    frames, reports = [], []
+    warnings: list[str] = []
     rejected_rows: dict[str, dict[str, dict[str, int]]] = {}
     names = [log.path.name for log in logs]
     # how windows.csv and the report name each log: its file name, its path when names repeat

@@ -87,7 +87,7 @@ def rebuild_collective(record: dict, world_size: int) -> Collective:
 def collective_phase(name: str, collective: Collective, device, unroll: int, window_s: float) -> Phase:
     """A phase of ``unroll`` calls per step, its tensors made and its steps per window agreed
     with the other ranks now (call it on every rank, in the same order)."""
-    holder = {"state": collective.make_state(device)}
+    holder: dict[str, Any] = {"state": collective.make_state(device)}  # freed by teardown
     sync = distributed.barrier_sync(device)
 
     def step() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .rebuild import DTYPE_NAMES
@@ -133,7 +134,7 @@ def describe(op: Op, dtype_hint: str, world_size: int) -> dict:
     else:
         kind, index = FUNCTIONAL[op.name], 0
     shapes = _shapes(dims[index]) if index < len(dims) else []
-    params = next((d.args for d in [op, *descendants(op)] if d.name == PARAM_COMMS), {})
+    params: Mapping[str, Any] = next((d.args for d in [op, *descendants(op)] if d.name == PARAM_COMMS), {})
     dtype = SCALAR_TYPE_NAMES.get(str(params.get("dtype", "")))
     if dtype is None and index < len(types):
         dtype = DTYPE_NAMES.get(types[index])

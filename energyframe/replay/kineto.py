@@ -26,6 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import UsageError
 from ..workloads.torchops import is_free
@@ -343,12 +344,12 @@ def _contains(outer: Op, inner: Op) -> bool:
 
 def _link(ops: list[Op], kernels: list[Kernel], runtime_by_corr: dict[int, dict]) -> None:
     by_external: dict[int, list[Op]] = defaultdict(list)
-    for op in ops:
-        if op.external_id is not None:
-            by_external[op.external_id].append(op)
+    for each in ops:
+        if each.external_id is not None:
+            by_external[each.external_id].append(each)
     by_thread: dict[object, list[Op]] = defaultdict(list)
-    for op in ops:
-        by_thread[op.tid].append(op)
+    for each in ops:
+        by_thread[each.tid].append(each)
     for k in kernels:
         candidates = by_external.get(k.external_id, []) if k.external_id is not None else []
         op = min(candidates, key=lambda o: o.end_us - o.start_us) if candidates else None
@@ -450,15 +451,15 @@ def gaps(trace: Trace) -> dict:
     per_step: dict[int | None, list[Kernel]] = defaultdict(list)
     for k in trace.kernels:
         per_step[k.step].append(k)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for step, members in per_step.items():
         if trace.steps and step is None:
             continue
         intervals = sorted((k.start_us, k.end_us) for k in members)
-        busy, end = 0.0, None
-        start = intervals[0][0]
-        for a, b in intervals:
-            if end is None or a > end:
+        start, end = intervals[0]
+        busy = end - start
+        for a, b in intervals[1:]:
+            if a > end:
                 busy += b - a
                 end = b
             elif b > end:

@@ -13,7 +13,7 @@ import importlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import extras
 from ..errors import OptionError, WorkloadError
@@ -21,6 +21,11 @@ from ..interfaces import DerivedTable, Phase, Workload
 from ..options import Option
 from .graph import Captured, device_sync, l2_cache_bytes, torch_device, torch_dtype
 from .perlayer import GRANULARITY, L2, UNROLL, VALIDATE
+
+if TYPE_CHECKING:
+    import torch
+
+    from .perlayer import PerLayerWorkload
 
 log = logging.getLogger("energyframe")
 
@@ -105,7 +110,7 @@ class ModelWorkload(Workload):
     """Base of the named models: builds the model and measures its whole forward pass."""
 
     BLOCKS: ClassVar[tuple[str, ...]] = ()
-    OPTIONS = COMMON_OPTIONS
+    OPTIONS: ClassVar[Sequence[Option]] = COMMON_OPTIONS
     #: the model can be decomposed into layers (the ``per-layer`` wrapper takes it)
     PER_LAYER: ClassVar[bool] = True
 
@@ -125,11 +130,11 @@ class ModelWorkload(Workload):
                 f"{self.name}: validate compares a per-layer run with the whole model; "
                 f"use per-layer:model={self.name},validate=true"
             )
-        self.device = None
+        self.device: torch.device | None = None
         #: the whole model's CUDA graph (execution=graph), once phases() made it
         self.whole_captured: Captured | None = None
         #: the deprecated ``per_layer=true``: the per-layer wrapper around this model
-        self.per_layer = None
+        self.per_layer: PerLayerWorkload | None = None
         if self.options["per_layer"]:
             from .perlayer import PerLayerWorkload
 
@@ -198,7 +203,7 @@ class ModelWorkload(Workload):
         """``whole_unroll`` forward passes, captured as one CUDA graph on a GPU."""
         return Captured(lambda device: None, self._forward, self.options["whole_unroll"], self.device)
 
-    def phases(self) -> Sequence[Phase]:
+    def phases(self) -> Iterable[Phase]:
         if self.per_layer is not None:
             return self.per_layer.phases()
         return [self._whole_phase()]
@@ -259,8 +264,9 @@ class VisionModel(ModelWorkload):
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
-        if self._extra_package():  # before anything starts; the package is imported in setup
-            extras.check(self._extra_package(), f"workload {self.name!r}")
+        package = self._extra_package()
+        if package:  # before anything starts; the package is imported in setup
+            extras.check(package, f"workload {self.name!r}")
 
     def _extra_package(self) -> str | None:
         """The optional package ``FACTORY`` comes from (torchvision), if any."""
@@ -268,8 +274,9 @@ class VisionModel(ModelWorkload):
         return package if package in extras.EXTRA_OF else None
 
     def make_model(self):
-        if self._extra_package():  # installed but broken: one line that says so
-            extras.require(self._extra_package(), f"workload {self.name!r}", WorkloadError)
+        package = self._extra_package()
+        if package:  # installed but broken: one line that says so
+            extras.require(package, f"workload {self.name!r}", WorkloadError)
         factory = import_object(self.FACTORY)
         kwargs = {name: self.options[name] for name in self.FACTORY_OPTIONS}
         if self.FACTORY.startswith("torchvision."):

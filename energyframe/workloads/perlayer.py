@@ -17,15 +17,21 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import OptionError, UsageError
 from ..interfaces import DerivedTable, Phase, Workload
 from ..options import Option, Spec, parse_spec
 from .graph import Captured, l2_cache_bytes
 from .pipeline import PIPELINE_RUN_DEFAULTS, Pipeline, Stage
+
+if TYPE_CHECKING:
+    from ..replay.graphgap import GraphKernels
+    from .layers import Decomposition
+    from .models import ModelWorkload
+    from .unitplan import GranularityChoice
 
 log = logging.getLogger("energyframe")
 
@@ -164,7 +170,7 @@ def per_layer_models() -> list[str]:
     ]
 
 
-def _model_class(name: str) -> type:
+def _model_class(name: str) -> type[ModelWorkload]:
     from .. import registry
     from .models import ModelWorkload
 
@@ -265,17 +271,17 @@ class PerLayerWorkload(Workload):
             self._check_passed(model_name, cls, passed)
             self.model = cls(name=model_name, **passed)
         self._check_combinations()
-        self.decomposition = None
-        #: the granularity and why (``unitplan.GranularityChoice``), once set up
-        self.granularity_choice = None
+        self.decomposition: Decomposition | None = None
+        #: the granularity and why, once set up
+        self.granularity_choice: GranularityChoice | None = None
         self._plans: dict[int, UnitPlan] = {}
         self._whole: UnitPlan | None = None
-        self._whole_kernels = None  # graphgap.GraphKernels of one replay of the whole graph
+        self._whole_kernels: GraphKernels | None = None  # one replay of the whole graph
         self._gaps_note = ""
         self._spans: dict[str, float] = {}
 
     @staticmethod
-    def _check_passed(model_name: str, cls: type, passed: Mapping[str, Any]) -> None:
+    def _check_passed(model_name: str, cls: type[ModelWorkload], passed: Mapping[str, Any]) -> None:
         allowed = sorted(o.name for o in cls.OPTIONS if o.name not in NOT_PASSED)
         unknown = [k for k in passed if k not in allowed]
         if unknown:
@@ -317,27 +323,27 @@ class PerLayerWorkload(Workload):
         t0 = time.monotonic()
         timed_inside = self._spans.get("capture", 0.0) + self._spans.get("probe", 0.0)
         if granularity == "auto":
-            self.decomposition = self._decompose_auto()
+            decomposition, choice = self._decompose_auto()
         else:
-            self.decomposition = decompose(model.model, model.args, model.kwargs, granularity, model.BLOCKS)
-            self.granularity_choice = GranularityChoice(granularity, f"{granularity} (asked for)")
-        model.finish_decomposition(self.decomposition)
+            decomposition = decompose(model.model, model.args, model.kwargs, granularity, model.BLOCKS)
+            choice = GranularityChoice(granularity, f"{granularity} (asked for)")
+        self.decomposition, self.granularity_choice = decomposition, choice
+        model.finish_decomposition(decomposition)
         # the whole model's capture and timing for auto are counted as capture and probe
         timed_inside = self._spans.get("capture", 0.0) + self._spans.get("probe", 0.0) - timed_inside
         self._span("decompose", time.monotonic() - t0 - timed_inside)
-        log.info("%s: %s", model.name, self.granularity_choice.reason)
+        log.info("%s: %s", model.name, choice.reason)
 
-    def _decompose_auto(self):
+    def _decompose_auto(self) -> tuple[Decomposition, GranularityChoice]:
         """Leaf units, or blocks when leaf units would leave too much of the forward out
-        (``unitplan.choose_granularity``); times the whole model's graph to decide."""
+        (``unitplan.choose_granularity``), and why; times the whole model's graph to decide."""
         from .layers import decompose
         from .unitplan import GranularityChoice, choose_granularity, probe_step_s
 
         model = self.model
         leaf = decompose(model.model, model.args, model.kwargs, "leaf", model.BLOCKS)
         if not model.BLOCKS:
-            self.granularity_choice = choose_granularity(leaf.single_kernel_calls, math.nan, False)
-            return leaf
+            return leaf, choose_granularity(leaf.single_kernel_calls, math.nan, False)
         plan = self._whole_plan()
         self._build(plan)
         if plan.steps is None:  # timed already when window_s is set
@@ -352,16 +358,13 @@ class PerLayerWorkload(Workload):
             self._whole = None
         choice = choose_granularity(leaf.single_kernel_calls, whole_s, True)
         if choice.granularity == "leaf":
-            self.granularity_choice = choice
-            return leaf
+            return leaf, choice
         block = decompose(model.model, model.args, model.kwargs, "block", model.BLOCKS)
         if not any(u.type_name in model.BLOCKS for u in block.units):
-            self.granularity_choice = GranularityChoice(
+            return leaf, GranularityChoice(
                 "leaf", f"auto: leaf (none of the model's blocks {', '.join(model.BLOCKS)} ran)"
             )
-            return leaf
-        self.granularity_choice = choice
-        return block
+        return block, choice
 
     def teardown(self) -> None:
         for plan in [*self._plans.values(), *([self._whole] if self._whole else [])]:
@@ -370,11 +373,13 @@ class PerLayerWorkload(Workload):
                 plan.built = False
         self.model.teardown()
 
-    def phases(self) -> Sequence[Phase]:
+    def phases(self) -> Iterable[Phase]:
+        assert self.decomposition is not None  # set by setup
         units = self.decomposition.units
         return _Phases(len(units) + bool(self.options["validate"]), self._phase_iter)
 
     def _phase_iter(self) -> Iterator[Phase]:
+        assert self.decomposition is not None  # set by setup
         plans = [self._unit_plan(unit) for unit in self.decomposition.units]
         if self.options["validate"]:
             plans.append(self._whole_plan())
@@ -392,6 +397,7 @@ class PerLayerWorkload(Workload):
 
     def _unit_plan(self, unit) -> UnitPlan:
         device = self.model.device
+        assert device is not None  # the model's setup ran
         l2 = l2_cache_bytes(device)
         copies = input_copies = 1
         if self.options["l2"] == "rotate" and unit.kind == "module" and device.type == "cuda":
@@ -550,10 +556,11 @@ class PerLayerWorkload(Workload):
                 **closure.summary(),
             )
         tables = pipeline.pipeline_tables(result, pairs, extra)
+        rows = [dict(row) for row in tables[0].rows]
         if closure is not None and math.isfinite(closure.gap_per_kernel_s):
             from .closure import unit_gap_s
 
-            for row, unit in zip(tables[0].rows, self._unit_figures(result, pairs, in_forward)):
+            for row, unit in zip(rows, self._unit_figures(result, pairs, in_forward)):
                 gap = unit_gap_s(unit, closure.gap_per_kernel_s)
                 row["gap_s"] = gap
                 row["latency_with_gap_s"] = row["latency_s"] + gap
@@ -566,7 +573,7 @@ class PerLayerWorkload(Workload):
         tables[0] = DerivedTable(
             "layers",
             f"{model.pipeline_name()}: per layer, per call",
-            tables[0].rows,
+            rows,
             note="; ".join(notes),
             display=(
                 "stage",
@@ -597,6 +604,7 @@ class PerLayerWorkload(Workload):
         from .closure import UnitFigures
         from .pipeline import stage_figures
 
+        assert self.decomposition is not None  # set by setup
         out = []
         for (_stage, name), calls, unit in zip(pairs, in_forward, self.decomposition.units):
             fig = stage_figures(result, name, calls)[0]
