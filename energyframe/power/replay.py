@@ -41,7 +41,10 @@ class ReplayPowerSource(PowerSource):
     """Replays a recording as a live source."""
 
     DESCRIPTION = "replay samples.parquet, or a CSV of time_s and power_w (or energy_j), as a live source"
+    #: every rank replays (its own file, with {rank} in its name)
+    PER_PROCESS = True
     OPTIONS = (
+        # {rank} and {local_rank} in the name become the rank's numbers (docs/distributed.md)
         Option(
             "file", "path", required=True, help="samples.parquet, or CSV with time_s and power_w or energy_j"
         ),
@@ -77,9 +80,10 @@ class ReplayPowerSource(PowerSource):
         self._tracks: list[_Track] = []
         self._origin_s = 0.0
         self._stop_s: float | None = None
+        self._file: Path = self.options["file"]
 
     def start(self, context: SourceContext) -> Sequence[Channel]:
-        path: Path = self.options["file"]
+        path = self._file = rank_path(self.options["file"], context)
         if not path.exists():
             raise PowerSourceError(f"replay file {str(path)!r} does not exist")
         try:
@@ -167,7 +171,7 @@ class ReplayPowerSource(PowerSource):
                 primary=bool(info.get("primary", True)),
                 timing=timing,
                 averaging_s=float(info.get("averaging_s") or (spacing if timing != Timing.EXACT else 0.0)),
-                description=f"replayed from {self.options['file']}"
+                description=f"replayed from {self._file}"
                 + (f": {info['description']}" if info.get("description") else ""),
             )
             duration = float(times[-1] - times[0])
@@ -210,4 +214,10 @@ class ReplayPowerSource(PowerSource):
             self._stop_s = self._now()
 
     def info(self) -> Mapping[str, Any]:
-        return {"file": str(self.options["file"]), "channels": [t.channel.name for t in self._tracks]}
+        return {"file": str(self._file), "channels": [t.channel.name for t in self._tracks]}
+
+
+def rank_path(path: Path, context: SourceContext) -> Path:
+    """``path`` with ``{rank}`` and ``{local_rank}`` replaced by this process's numbers."""
+    text = str(path).replace("{rank}", str(context.rank)).replace("{local_rank}", str(context.local_rank))
+    return Path(text)
