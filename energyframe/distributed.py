@@ -255,7 +255,7 @@ def _our_store(w: World, timeout: _dt.timedelta):
     addr, port_text = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
     if not addr or not port_text:
         raise UsageError(
-            f"{w.launcher} started {w.world_size} ranks, but MASTER_ADDR and MASTER_PORT are not set: "
+            f"{w.world_size} ranks were started ({w.launcher}), but MASTER_ADDR and MASTER_PORT are not set: "
             "export them (the address of the first task's machine and a free port) before starting "
             "the ranks (docs/distributed.md has a Slurm batch script)"
         )

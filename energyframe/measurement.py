@@ -492,12 +492,14 @@ class Measurement:
             answer = coord.finish(part, reason if status != COMPLETE else None)
         try:
             if coord.is_root:
-                self._result = self._merge_and_save(answer)
-                final_status, final_reason = self._result.status, self._result.reason
-                coord.acknowledge(
-                    {"status": final_status, "reason": final_reason, "out": str(self.out) if self.out else None},
-                    sorted(answer),
-                )
+                # every rank waits for this answer: it is sent even when saving failed
+                told = {"status": INCOMPLETE, "reason": "rank 0 could not save the run", "out": None}
+                try:
+                    self._result = self._merge_and_save(answer)
+                    final_status, final_reason = self._result.status, self._result.reason
+                    told = {"status": final_status, "reason": final_reason, "out": str(self.out) if self.out else None}
+                finally:
+                    coord.acknowledge(told, sorted(answer))
             else:
                 if answer is None:
                     final_status, final_reason = INCOMPLETE, coord.end_message or (

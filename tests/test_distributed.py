@@ -57,11 +57,10 @@ def test_world_comes_from_srun_in_a_job_step_only(monkeypatch):
 def test_srun_variables_are_exported_for_torch_and_the_workloads(monkeypatch):
     from energyframe import distributed as core
 
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")
-    monkeypatch.setenv("SLURM_PROCID", "1")
-    monkeypatch.setenv("SLURM_LOCALID", "1")
+    launcher = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID")
+    env = {k: v for k, v in os.environ.items() if k not in launcher}
+    env.update(SLURM_STEP_NUM_TASKS="2", SLURM_PROCID="1", SLURM_LOCALID="1")
+    monkeypatch.setattr(os, "environ", env)  # what export writes is undone with it
     assert core.export_launcher_env() == core.World(1, 1, 2, True, "srun")
     assert (os.environ["RANK"], os.environ["LOCAL_RANK"], os.environ["WORLD_SIZE"]) == ("1", "1", "2")
     assert distributed.world() == core.World(1, 1, 2, True, "srun")  # the workloads see the same
@@ -251,3 +250,27 @@ def test_a_ranks_channel_is_found_by_its_gpus_uuid():
     assert distributed.channel_of_gpu(meta, "GPU-ccc") is None
     assert distributed.channel_of_gpu({**meta, "primary_channels": ["gpu0"]}, "GPU-bbb") is None
     assert distributed.own_channel(object(), torch.device("cpu")) is None  # a CPU rank has no GPU channel
+
+
+def test_srun_without_a_rendezvous_address_is_refused_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from energyframe.cli import main
+
+    env = {
+        "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+        # unset here, and whatever the run exports is undone afterwards
+        "RANK": None, "LOCAL_RANK": None, "WORLD_SIZE": None, "MASTER_ADDR": None, "MASTER_PORT": None,
+        "TORCHELASTIC_RUN_ID": None,
+    }
+    result = CliRunner().invoke(
+        main, ["run", "--power", "none", "--workload", "sleep:seconds=0", "--out", str(tmp_path / "run")], env=env
+    )
+    assert result.output == (
+        "Error: 2 ranks were started (srun), but MASTER_ADDR and MASTER_PORT are not set: export them (the "
+        "address of the first task's machine and a free port) before starting the ranks (docs/distributed.md "
+        "has a Slurm batch script)\n"
+    )
+    assert result.exit_code == 2
+    assert not (tmp_path / "run").exists()  # refused before anything started
+    assert "RANK" not in os.environ

@@ -279,3 +279,36 @@ def test_a_silent_rank_does_not_hang_rank_0(place):
     w = pd.read_csv(place / "run" / "windows.csv", dtype={"flags": str})
     total = w[w["channel"] == "total"]
     assert total["energy_j"].isna().all() and (total["flags"] == "incomplete-total").all()
+
+
+DIVERGING = """
+    import os, sys, time
+    import energyframe as ef
+
+    rank = int(os.environ["RANK"])
+    try:
+        with ef.measure(power=["replay:file=p-{rank}.csv"], out="run") as m:
+            with m.window("load"):
+                time.sleep(0.05)
+            with m.window("prefill" if rank == 0 else "decode"):  # a bug: the ranks differ
+                time.sleep(0.05)
+    except ef.DistributedError as e:
+        print(f"rank {rank}: {e}", file=sys.stderr)
+        sys.exit(1)
+"""
+
+
+def test_ranks_that_go_different_ways_are_stopped_with_both_named(place):
+    (place / "diverging.py").write_text(textwrap.dedent(DIVERGING))
+    done = torchrun("--standalone", "--nproc-per-node", "2", "diverging.py", cwd=place)
+    assert done.returncode != 0
+    reason = (
+        "the ranks went different ways (rank 0 was to open window 'prefill'; rank 1 was to open window "
+        "'decode'): every rank must measure the same phases and windows, in the same order"
+    )
+    for rank in (0, 1):
+        assert f"rank {rank}: {reason}" in done.stderr
+    meta = json.loads((place / "run" / "run.json").read_text())
+    assert (meta["status"], meta["reason"]) == ("incomplete", reason)
+    w = check_energies(place / "run")
+    assert set(w["phase"]) == {"load"}  # the window every rank measured is kept
