@@ -312,3 +312,54 @@ def test_ranks_that_go_different_ways_are_stopped_with_both_named(place):
     assert (meta["status"], meta["reason"]) == ("incomplete", reason)
     w = check_energies(place / "run")
     assert set(w["phase"]) == {"load"}  # the window every rank measured is kept
+
+
+FLAKY = """
+    import sys, time
+    import energyframe as ef
+    from energyframe.plugin import Channel, PowerSource, PowerSourceError, Quantity, Sample, Scope
+
+    class Flaky(PowerSource):
+        '''10 W every 10 ms; on rank 1 the meter is unplugged after 1.5 s.'''
+
+        PER_PROCESS = True
+
+        def start(self, context):
+            self.rank, self.t0 = context.rank, time.monotonic()
+            self.last = self.t0
+            return [Channel("flaky", Quantity.POWER, Scope.GPU, 0.01)]
+
+        def read(self):
+            now = time.monotonic()
+            if self.rank == 1 and now - self.t0 > 1.5:
+                raise PowerSourceError("meter unplugged")
+            out = []
+            while self.last + 0.01 <= now:
+                self.last += 0.01
+                out.append(Sample("flaky", self.last, 10.0))
+            return out
+
+        def stop(self):
+            pass
+
+    try:
+        ef.run("sleep:seconds=0.05", power=[Flaky("flaky")], reporters=[], out="run",
+               settings=ef.RunSettings(trials=200))
+    except ef.EnergyFrameError as e:
+        print(f"rank error: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)
+"""
+
+
+def test_a_source_failing_on_one_rank_ends_every_rank(place):
+    (place / "flaky.py").write_text(textwrap.dedent(FLAKY))
+    done = torchrun("--standalone", "--nproc-per-node", "2", "flaky.py", cwd=place)
+    assert done.returncode != 0
+    why = "power source 'flaky' failed: meter unplugged"
+    assert f"rank error: DistributedError: rank 1 failed: {why}" in done.stderr
+    meta = json.loads((place / "run" / "run.json").read_text())
+    assert (meta["status"], meta["reason"]) == ("incomplete", f"rank 1 failed: {why}")
+    w = pd.read_csv(place / "run" / "windows.csv")
+    trials = {rank: set(w[w["rank"] == rank]["trial"]) for rank in (0, 1)}
+    # the windows every rank closed before the failure are kept, the same on both ranks
+    assert trials[0] == trials[1] and 0 < len(trials[0]) < 200
