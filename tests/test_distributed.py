@@ -274,3 +274,19 @@ def test_srun_without_a_rendezvous_address_is_refused_in_one_line(tmp_path):
     assert result.exit_code == 2
     assert not (tmp_path / "run").exists()  # refused before anything started
     assert "RANK" not in os.environ
+
+
+def test_one_process_keeps_the_single_process_format(tmp_path, monkeypatch):
+    from energyframe.windows import WINDOW_COLUMNS
+    from tests.conftest import write_power_csv
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_STEP_NUM_TASKS"):
+        monkeypatch.delenv(name, raising=False)
+    power = write_power_csv(tmp_path / "p.csv", 80.0, period_s=0.01, duration_s=30.0)
+    result = ef.run(
+        "sleep:seconds=0.05", power=[f"replay:file={power}"], reporters=[], out=tmp_path / "run",
+        settings=RunSettings(trials=2),
+    )
+    assert "distributed" not in result.meta and list(result.windows.columns) == WINDOW_COLUMNS
+    assert not {"ranks_join", "ranks_start", "gather"} & set(result.meta["timings_s"])
+    assert result.meta["primary_channels"] == ["replay"]

@@ -168,8 +168,9 @@ def test_two_machines_joined_by_a_c10d_rendezvous(place):
         command = [
             sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
             "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "two-nodes",
-            "node.py", "run", "--power", "replay:file=p-{rank}.csv", "--workload", "sleep:seconds=0.05",
-            "--trials", "2", "--out", "run",
+            # calibrated steps, a time-based warm-up and guard bands: agreed between the machines
+            "node.py", "run", "--power", "replay:file=p-{rank}.csv", "--workload", "cpu-matmul:sizes=32",
+            "--trials", "2", "--min-window", "0.1", "--warmup-s", "0.3", "--guard", "0.2", "--out", "run",
         ]
         env = clean_env(FAKE_HOST=f"node-{'ab'[node]}")
         procs.append(subprocess.Popen(command, cwd=place, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -187,6 +188,10 @@ def test_two_machines_joined_by_a_c10d_rendezvous(place):
     hosts = {r["rank"]: r["host"] for r in d["ranks"]}
     for rank in (0, 1):
         assert set(w[w["rank"] == rank]["host"]) == {hosts[rank]}
+    # both machines ran the same calibrated steps in every window
+    parts = w[w["channel"] != "total"]
+    assert (parts.groupby(["phase", "trial"])["iterations"].nunique() == 1).all()
+    assert parts["iterations"].min() > 1
 
 
 FAILING = """
