@@ -430,7 +430,9 @@ class TorchCoordinator(Coordinator):
                     )
                 return _GroupTransport(dist.new_group(backend="gloo", timeout=timeout))
             store = _our_store(self.world, timeout)
-            prefix = f"energyframe/{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{next(_GROUPS)}"
+            # a restart of the workers (torchrun --max-restarts) must not meet the last attempt's keys
+            attempt = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '')}"
+            prefix = f"energyframe/{attempt}/{next(_GROUPS)}"
             pg = dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), self.rank, self.world_size, timeout)
             return _PGTransport(pg)
         except EnergyFrameError:

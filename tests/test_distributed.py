@@ -290,3 +290,35 @@ def test_one_process_keeps_the_single_process_format(tmp_path, monkeypatch):
     assert "distributed" not in result.meta and list(result.windows.columns) == WINDOW_COLUMNS
     assert not {"ranks_join", "ranks_start", "gather"} & set(result.meta["timings_s"])
     assert result.meta["primary_channels"] == ["replay"]
+
+
+def test_rank_0_refuses_a_gpu_two_ranks_measure_and_names_ignored_directories(tmp_path):
+    from energyframe.distributed import RankInfo
+    from energyframe.errors import UsageError
+    from energyframe.measurement import Measurement
+
+    gpu = "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
+
+    def info(rank, gpus, out=None, host="node0"):
+        return RankInfo(rank, rank, host, "boot-1", 100 + rank, ["cuda:0"], gpus, out)
+
+    m = Measurement(out=tmp_path / "run")
+    m.coordinator = types.SimpleNamespace(
+        is_root=True, ranks={0: info(0, [("nvml", gpu)]), 1: info(1, [("nvml", gpu)])}
+    )
+    with pytest.raises(UsageError) as e:
+        m._check_ranks()
+    assert str(e.value) == (
+        f"GPU {gpu} is measured by rank 0 (nvml) and by rank 1 (nvml): it would be counted twice; let each "
+        "rank measure its own GPU (nvml and nvidia-smi without gpus= take the GPU of the rank's LOCAL_RANK)"
+    )
+    # nvidia-smi names GPUs by index: one machine's index 0 is another machine's too
+    m.coordinator.ranks = {
+        0: info(0, [("nvidia-smi", "0")], out=str(tmp_path / "run")),
+        1: info(1, [("nvidia-smi", "0")], out=str(tmp_path / "elsewhere"), host="node1"),
+    }
+    m._check_ranks()
+    assert m.warnings == [
+        f"the ranks were given other run directories than rank 0's (rank 1: {tmp_path / 'elsewhere'}); the "
+        f"run is saved once, by rank 0, in {tmp_path / 'run'}"
+    ]
