@@ -298,7 +298,7 @@ def connect(spec: Coordinator | str | None = "auto", timeout_s: float | None = N
         return Coordinator()
     if spec != "auto":
         raise UsageError(f"coordinator must be 'auto', None or a Coordinator, got {spec!r}")
-    w = world()
+    w = export_launcher_env(world())
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         local = w.local_rank if w.launched else dist.get_rank()

@@ -9,6 +9,10 @@ The orchestrator (``ef.run``) measures workloads through the same ``Measurement`
 owns the live part of a run: the run directory's claim and status, the sources (through the
 ``Recorder``), the windows and their journal. Turning what was recorded into a result is
 ``assemble``'s straight pipeline.
+
+Under torchrun or srun every rank runs its own ``Measurement``; its ``coordinator``
+(``energyframe.distributed``) agrees every window edge with the other ranks, and at the end each
+rank's part goes to rank 0, which merges and saves the run (``energyframe.merge``).
 """
 
 from __future__ import annotations

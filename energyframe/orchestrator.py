@@ -5,7 +5,10 @@ calibrate the iterations per window, measure ``trials`` windows (each opened and
 device sync, on the monotonic clock), optional cool-down between them -> tear down -> stop
 sources -> integrate every channel over every window -> save -> report.
 
-Nothing here knows about a vendor: sources, workloads and reporters are plugins.
+Nothing here knows about a vendor: sources, workloads and reporters are plugins. With several
+ranks (torchrun, srun) every decision that sets how many steps run - calibration, time-based
+warm-up and guard bands, a window measured again, the phases themselves - is agreed through the
+measurement's coordinator, so that every rank runs the same steps.
 """
 
 from __future__ import annotations
