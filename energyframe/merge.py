@@ -256,6 +256,21 @@ def _by_channel(parts: Mapping[int, RankPart], key: str) -> dict[str, Any]:
     return out
 
 
+def said_by_ranks(said: Mapping[int, Sequence[str]]) -> list[str]:
+    """Rank 0's messages as they are, then the other ranks', each text once with the ranks that
+    said it (``rank 1: ...``, ``ranks 1, 2, 3: ...``)."""
+    out = list(dict.fromkeys(said.get(0, [])))
+    by_text: dict[str, list[int]] = {}
+    for rank, messages in sorted(said.items()):
+        if rank != 0:
+            for text in dict.fromkeys(messages):
+                by_text.setdefault(text, []).append(rank)
+    for text, ranks in by_text.items():
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(str(r) for r in ranks)
+        out.append(f"{who}: {text}")
+    return out
+
+
 def _rank_sources(rank: int, sources: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for source in sources:
@@ -281,18 +296,19 @@ def merge_meta(
     meta: dict[str, Any] = dict(root.result.meta) if root.result is not None else {}
     meta["status"] = status
     meta["reason"] = reason
-    sources, primary, warnings, notes = [], [], [], []
+    sources, primary = [], []
+    warnings: dict[int, list[str]] = {}
+    notes: dict[int, list[str]] = {}
     for rank, part in sorted(parts.items()):
         own = part.result.meta if part.result is not None else {}
         sources += _rank_sources(rank, own.get("sources", []))
         primary += [prefixed(rank, c) for c in own.get("primary_channels", [])]
-        said = list(own.get("warnings", part.warnings)) if part.result is not None else list(part.warnings)
-        warnings += [w if rank == 0 else f"rank {rank}: {w}" for w in said]
-        notes += [n if rank == 0 else f"rank {rank}: {n}" for n in own.get("notes", [])]
+        warnings[rank] = list(own.get("warnings", part.warnings)) if part.result is not None else list(part.warnings)
+        notes[rank] = list(own.get("notes", []))
     meta["sources"] = sources
     meta["primary_channels"] = primary + ([TOTAL] if has_total else [])
-    meta["warnings"] = list(dict.fromkeys(warnings))
-    meta["notes"] = list(dict.fromkeys(notes))
+    meta["warnings"] = said_by_ranks(warnings)
+    meta["notes"] = said_by_ranks(notes)
     for key in ("idle_baseline", "time_maps", "rejected_samples", "alignment"):
         if key in meta or any(p.result is not None and key in p.result.meta for p in parts.values()):
             meta[key] = _by_channel(parts, key)

@@ -188,3 +188,10 @@ def test_a_source_on_one_rank_only_is_not_in_the_total():
     w = result.windows
     assert list(w["channel"]) == ["rank0.gpu0", "rank0.wall", "rank1.gpu1", TOTAL]
     assert w[w["channel"] == TOTAL]["energy_j"].iloc[0] == pytest.approx(75.0)
+
+
+def test_the_ranks_messages_are_said_once_with_who_said_them():
+    from energyframe.merge import said_by_ranks
+
+    said = {0: ["slow disk"], 1: ["slow disk", "throttled"], 2: ["throttled"], 3: []}
+    assert said_by_ranks(said) == ["slow disk", "rank 1: slow disk", "ranks 1, 2: throttled"]
