@@ -4,8 +4,9 @@ per-rank replay prediction against the measured model, and the communication sha
 Per phase (prefill of ``--seq-len`` tokens; decode of ``--new-tokens`` tokens on that prompt's KV
 cache), every rank: ``energyframe trace`` profiles its own process (``OUT/<phase>/trace/rank<R>``),
 then ``replay`` measures the model over all ranks beside each of its rank's unique ops and
-collectives in isolation, on its own GPU (NVML, by UUID). Rank 0 gathers every rank's report
-and prints one row per phase and rank, and the totals over the GPUs.
+collectives in isolation, on its own GPU (NVML, by UUID); rank 0 saves the run once
+(``OUT/<phase>/run``, each rank's report in ``rank<R>/``), gathers every rank's figures and
+prints one row per phase and rank, and the totals over the GPUs.
 
     torchrun --standalone --nproc-per-node 2 benchmarks/vicuna_tp.py [--json vicuna_tp2.json]
     python benchmarks/vicuna_tp.py --json vicuna_tp1.json          # tp=1 on one GPU
@@ -39,7 +40,7 @@ def main() -> int:
     ap.add_argument("--json", help="write every rank's figures here (rank 0)")
     ap.add_argument("--shrink", default="", help="vicuna-7b options that shrink it (hidden=64,layers=2,...)")
     ap.add_argument("--cpu", action="store_true", help="on the CPU, timing only (checks the script)")
-    ap.add_argument("--window-s", type=float, default=1.0, help="window the ranks agree on (tp>1)")
+    ap.add_argument("--window-s", type=float, default=1.0, help="shortest window (as --min-window)")
     args = ap.parse_args()
     import torch
 
@@ -68,7 +69,7 @@ def main() -> int:
             distributed.wait_for_ranks()  # every rank's trace is written before any replays
         replay = f"replay:trace={out / phase / 'trace'},window_s={args.window_s}{device_option}"
         replay += f",limit={args.limit}" if args.limit else ""
-        run_dir = out / phase / "run" / distributed.rank_dir_name(w.rank)
+        run_dir = out / phase / "run"  # rank 0 saves the one run; each rank's report in rank<R>/
         ef.run(
             replay,
             power=power,
@@ -76,7 +77,8 @@ def main() -> int:
             out=run_dir,
             config=ef.RunSettings(trials=args.trials),
         )
-        report = json.loads((run_dir / "comparison_report.json").read_text(), object_hook=_nan)
+        mine = run_dir / distributed.rank_dir_name(w.rank) if tp > 1 else run_dir
+        report = json.loads((mine / "comparison_report.json").read_text(), object_hook=_nan)
         tokens = args.seq_len if phase == "prefill" else args.new_tokens
         comm = report["communication"]
         rows.append(

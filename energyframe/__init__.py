@@ -56,6 +56,7 @@ _EXPORTS = {
     "WorkloadError": "energyframe.errors",
     "StoreError": "energyframe.errors",
     "RunInterrupted": "energyframe.errors",
+    "DistributedError": "energyframe.errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -77,6 +78,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
     from .config import RunConfig, RunSettings  # noqa: F401
     from .errors import (  # noqa: F401
+        DistributedError,
         EnergyFrameError,
         OptionError,
         PluginLoadError,

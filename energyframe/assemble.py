@@ -255,17 +255,28 @@ def save(result: RunResult, out: Path, workload: Workload | None, warn: Warn) ->
     """Write the run directory, then the workload's extra files (a failing report never loses
     the run: the standard files are written first)."""
     result.save(out)
-    if workload is None or result.windows.empty:
+    if workload is None:
         return
+    save_files(out, extra_files(result, workload, warn), warn, label=f"workload {workload.name!r}")
+
+
+def extra_files(result: RunResult, workload: Workload, warn: Warn) -> dict[str, bytes]:
+    """The workload's extra files for ``result``, by name (none when it measured nothing, or
+    when the workload fails to make them: that is warned, never fatal)."""
+    if result.windows.empty:
+        return {}
     try:
-        files = dict(workload.extra_files(result))
+        return dict(workload.extra_files(result))
     except Exception as e:  # a report that fails must not lose the run
         warn(f"extra files could not be written: {type(e).__name__}: {e}")
-        return
+        return {}
+
+
+def save_files(out: Path, files: Mapping[str, bytes], warn: Warn, label: str = "the workload") -> None:
+    """Write ``files`` into ``out``; only plain file names are written."""
     for name, data in files.items():
         if "/" in name or "\\" in name or name.startswith(".") or not name:
-            warn(f"workload {workload.name!r} asked for an extra file named {name!r}; only plain file "
-                 "names are written")
+            warn(f"{label} asked for an extra file named {name!r}; only plain file names are written")
             continue
         try:
             write_bytes(out / name, data)

@@ -43,3 +43,8 @@ class RunInterrupted(EnergyFrameError):
     """The run was stopped by SIGINT or SIGTERM; what was measured so far was saved."""
 
     exit_code = 130
+
+
+class DistributedError(EnergyFrameError):
+    """The ranks of a run could not go on together: one failed, stopped answering, or went
+    another way; every rank stops, and rank 0 saves what was measured."""

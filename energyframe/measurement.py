@@ -9,6 +9,10 @@ The orchestrator (``ef.run``) measures workloads through the same ``Measurement`
 owns the live part of a run: the run directory's claim and status, the sources (through the
 ``Recorder``), the windows and their journal. Turning what was recorded into a result is
 ``assemble``'s straight pipeline.
+
+Under torchrun or srun every rank runs its own ``Measurement``; its ``coordinator``
+(``energyframe.distributed``) agrees every window edge with the other ranks, and at the end each
+rank's part goes to rank 0, which merges and saves the run (``energyframe.merge``).
 """
 
 from __future__ import annotations
@@ -22,9 +26,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .assemble import Recording, TimeAligner, assemble, run_meta, save, utc_now
+import pandas as pd
+
+from .assemble import Recording, TimeAligner, assemble, extra_files, run_meta, save, save_files, utc_now
 from .clock import ClockModel
-from .errors import EnergyFrameError, PowerSourceError, RunInterrupted, StoreError, UsageError
+from .distributed import Coordinator, RankInfo, boot_id, connect, host_name, rank_devices
+from .errors import (
+    DistributedError,
+    EnergyFrameError,
+    PowerSourceError,
+    RunInterrupted,
+    StoreError,
+    UsageError,
+)
 from .plugin import PowerSource, Workload
 from .recorder import Recorder
 from .registry import PowerArg, resolve_power
@@ -32,7 +46,7 @@ from .results import COMPLETE, INCOMPLETE, RunResult
 from .store import RUN_JSON, WINDOWS_PARTIAL, WindowJournal, claim_run_dir, write_json, write_status_json
 from .sync import resolve_sync
 from .timings import Timings
-from .windows import WindowRecord
+from .windows import WINDOW_COLUMNS, WindowRecord
 
 log = logging.getLogger("energyframe")
 
@@ -66,6 +80,12 @@ class Measurement:
         idle_s: measure every channel's idle power this long first, for dynamic energy. Units: s.
         workload: the workload whose phases are measured (its derived tables and extra files
             are produced when the run finishes).
+        coordinator: how this process measures with others: ``"auto"`` joins the ranks a
+            launcher (torchrun, srun) started, or the process group the caller initialised;
+            ``None``: alone; or a ``Coordinator``. With several ranks every window edge is agreed
+            (a device sync, then every rank), and rank 0 saves the whole run in ``out``.
+        dist_timeout_s: with several ranks, how long any exchange waits for a peer before the
+            others stop without it (``None``: 1800 s). Units: s.
     """
 
     def __init__(
@@ -79,9 +99,17 @@ class Measurement:
         notes: Sequence[str] = (),
         idle_s: float = 0.0,
         workload: Workload | None = None,
+        coordinator: Coordinator | str | None = "auto",
+        dist_timeout_s: float | None = None,
     ) -> None:
         self.sources = list(sources)
         self.out = Path(out) if out is not None else None
+        self._coordinator_arg = coordinator
+        self.dist_timeout_s = dist_timeout_s
+        #: this process among the ranks (the identity until ``start`` joins them)
+        self.coordinator: Coordinator = Coordinator()
+        #: the error every rank raises when the run ended because of another rank
+        self.rank_error: DistributedError | None = None
         self.sync = resolve_sync(sync)
         self.aligner = aligner
         self.meta: dict[str, Any] = dict(meta or {})
@@ -104,18 +132,31 @@ class Measurement:
 
     # -- lifecycle -------------------------------------------------------------------------
     def warn(self, message: str) -> None:
-        """Record a problem that does not stop the run (shown now, and kept in run.json)."""
+        """Record a problem that does not stop the run (shown now, and kept in run.json; with
+        several ranks, rank 0 shows every rank's)."""
         if message not in self.warnings:
             self.warnings.append(message)
-            log.warning("warning: %s", message)
+            if self.coordinator.is_root:
+                log.warning("warning: %s", message)
 
     def start(self) -> Measurement:
         """Claim the run directory, start the sources, wait until each channel has delivered.
 
         Any failure here is written to run.json (status ``incomplete`` and the reason) before
         it is raised, so a run directory never keeps saying "running" for a run that ended.
+        With several ranks, rank 0 claims the directory; every rank starts its sources (the
+        machine-wide ones in local rank 0 only), and the run starts once all have.
         """
-        if self.out is not None:
+        started = time.monotonic()
+        coord = self.coordinator = connect(self._coordinator_arg, self.dist_timeout_s)
+        if coord.distributed:
+            self._given_out = self.out
+            self.out = coord.decide_out(self.out, claim_run_dir)
+            self.sources = self._sources_here(self.sources)
+            self.timings.add("ranks_join", time.monotonic() - started)  # torch's import included
+            if coord.is_root:
+                self.meta["distributed"] = {"world_size": coord.world_size, "launcher": coord.world.launcher}
+        elif self.out is not None:
             claim_run_dir(self.out)
         self.clock = ClockModel()
         self._started_at = utc_now()
@@ -123,18 +164,98 @@ class Measurement:
             self._write_status(INCOMPLETE, RUNNING.format(pid=os.getpid()))
         try:
             with self.timings.span("sources_start"):
-                self.recorder = Recorder(self.sources, self.clock, self.out, warn=self.warn)
+                self.recorder = Recorder(
+                    self.sources,
+                    self.clock,
+                    self.out,
+                    warn=self.warn,
+                    devices=rank_devices(coord.world),
+                    rank=coord.rank,
+                    local_rank=coord.local_rank,
+                )
                 self.recorder.start()
                 if self.out is not None:  # now with the channels, so that a dead run can be rebuilt
                     self._journal = WindowJournal(self.out / WINDOWS_PARTIAL)
                     self._write_status(INCOMPLETE, RUNNING.format(pid=os.getpid()))
                 self._wait_for_first_samples()
+            if coord.distributed:
+                with self.timings.span("ranks_start"):
+                    coord.edge("start measuring (every rank's sources have delivered)")
+                    coord.after_start(self._rank_info())
+                    if coord.is_root:
+                        self._check_ranks()
             if self.idle_s > 0:
                 self.measure_idle(self.idle_s)
         except BaseException as e:
             self._abort(e)
             raise
         return self
+
+    # -- several ranks -----------------------------------------------------------------------
+    def _sources_here(self, sources: Sequence[PowerSource]) -> list[PowerSource]:
+        """The sources this rank runs: every per-process one; a machine-wide one (a wall meter,
+        RAPL) only in local rank 0, so that no machine is measured twice."""
+        if self.coordinator.local_rank == 0:
+            return list(sources)
+        kept = []
+        for source in sources:
+            if getattr(type(source), "PER_PROCESS", False):
+                kept.append(source)
+            else:
+                self.notes.append(
+                    f"power source {source.name!r} measures the whole machine: it runs in local rank 0 only"
+                )
+        return kept
+
+    def _rank_info(self) -> RankInfo:
+        """What rank 0 learns about this rank when the run starts."""
+        coord = self.coordinator
+        gpus: list[tuple[str, str]] = []
+        for source in self.sources:
+            try:
+                described = dict(source.info())
+            except Exception:  # a plugin's description must never stop the run
+                continue
+            for gpu in described.get("gpus") or []:
+                ident = gpu.get("uuid") if isinstance(gpu, Mapping) else gpu
+                if ident:
+                    gpus.append((source.name, str(ident)))
+        given = getattr(self, "_given_out", None)
+        return RankInfo(
+            rank=coord.rank,
+            local_rank=coord.local_rank,
+            host=host_name(),
+            boot_id=boot_id(),
+            pid=os.getpid(),
+            devices=rank_devices(coord.world),
+            gpus=gpus,
+            out=str(given) if given is not None else None,
+        )
+
+    def _check_ranks(self) -> None:
+        """Rank 0: refuse a GPU that two ranks measure (it would be counted twice); say when the
+        ranks were given other run directories than rank 0's."""
+        coord = self.coordinator
+        ranks = getattr(coord, "ranks", {})
+        seen: dict[str, tuple[int, str]] = {}
+        for rank, info in sorted(ranks.items()):
+            for source, gpu in info.gpus:
+                key = gpu if gpu.startswith(("GPU-", "MIG-")) else f"{info.boot_id}/{info.host}/{gpu}"
+                if key in seen and seen[key][0] != rank:
+                    first, by = seen[key]
+                    raise UsageError(
+                        f"GPU {gpu} is measured by rank {first} ({by}) and by rank {rank} ({source}): it "
+                        "would be counted twice; let each rank measure its own GPU (nvml and nvidia-smi "
+                        "without gpus= take the GPU of the rank's LOCAL_RANK)"
+                    )
+                seen[key] = (rank, source)
+        others = {r: i.out for r, i in ranks.items() if r and i.out is not None and i.out != str(self.out)}
+        if others:
+            named = ", ".join(f"rank {r}: {out}" for r, out in sorted(others.items()))
+            self.warn(
+                f"the ranks were given other run directories than rank 0's ({named}); the run is saved "
+                f"once, by rank 0, in {self.out}"
+            )
 
     def _wait_for_first_samples(self) -> None:
         assert self.recorder is not None
@@ -150,7 +271,7 @@ class Measurement:
     def _abort(self, error: BaseException) -> None:
         """The run could not start: stop what started, and say why in run.json."""
         reason = describe_exception(error, self.recorder)
-        if self.recorder is not None and self.recorder.running:
+        if self.coordinator.distributed or (self.recorder is not None and self.recorder.running):
             try:
                 self.finish(INCOMPLETE, reason)
                 return
@@ -167,6 +288,8 @@ class Measurement:
             return
         if exc is None:
             self.finish()
+            if self.rank_error is not None:  # the block ended here, but another rank failed
+                raise self.rank_error
         else:
             self.finish(INCOMPLETE, describe_exception(exc, self.recorder))
 
@@ -175,8 +298,10 @@ class Measurement:
         """Record a window of ``duration_s`` with nothing running; each channel's power in it
         becomes the idle baseline that dynamic energy subtracts. Units: s."""
         self.sync()
+        self.coordinator.edge("measure the idle baseline")
         start = time.monotonic()
         time.sleep(duration_s)
+        self.coordinator.edge("end the idle baseline")
         self._idle_window = WindowRecord("(idle)", 0, start, time.monotonic(), 1)
         self.timings.add("idle_baseline", self._idle_window.duration_s)
 
@@ -188,6 +313,7 @@ class Measurement:
         ``sync`` overrides the measurement's device sync for this window."""
         self._check_running()
         (sync or self.sync)()
+        self.coordinator.edge(f"open window {name!r}")
         handle = WindowHandle(name, iterations, time.monotonic())
         self._open.setdefault(name, []).append(handle)
         return handle
@@ -197,10 +323,11 @@ class Measurement:
     ) -> WindowRecord:
         """Sync the device, then close the innermost open window named ``name``."""
         (sync or self.sync)()
-        end = time.monotonic()
         stack = self._open.get(name)
         if not stack:
             raise UsageError(f"no open window named {name!r}")
+        self.coordinator.edge(f"close window {name!r}")
+        end = time.monotonic()
         handle = stack.pop()
         if iterations is not None:
             handle.iterations = iterations
@@ -255,9 +382,15 @@ class Measurement:
         return self._result
 
     def finish(self, status: str = COMPLETE, reason: str | None = None) -> RunResult:
-        """Wait for samples past the last window, stop the sources, integrate, save."""
+        """Wait for samples past the last window, stop the sources, integrate, save.
+
+        With several ranks every rank integrates its own part and sends it to rank 0, which
+        merges and saves the run (``energyframe.merge``); rank 0 returns the whole run, the
+        others their own part. A run that ended because of another rank sets ``rank_error``."""
         if self._result is not None:
             return self._result
+        if self.coordinator.distributed:
+            return self._finish_ranks(status, reason)
         assert self.recorder is not None and self.clock is not None
         with self.timings.span("stop_sources"):
             status, reason = self._stop_recording(status, reason)
@@ -327,6 +460,179 @@ class Measurement:
             sources=list(self.sources),
         )
 
+    def _finish_ranks(self, status: str, reason: str | None) -> RunResult:
+        from .merge import RankPart
+
+        coord = self.coordinator
+        if self.recorder is not None and self.recorder.running:
+            with self.timings.span("stop_sources"):
+                status, reason = self._stop_recording(status, reason)
+            with self.timings.span("integrate"):
+                local = assemble(
+                    self._recording(), self._meta(status, reason, ended=True), self.workload, self.aligner,
+                    self.warnings,
+                )
+        else:  # it failed before measuring: its part says why
+            if self.recorder is not None:
+                self.recorder.stop()
+            meta = self._meta(status, reason, ended=True)
+            local = RunResult(meta, pd.DataFrame(columns=WINDOW_COLUMNS), pd.DataFrame(), ())
+        files: dict[str, bytes] = {}
+        if self.workload is not None and getattr(coord, "root_out", None) is not None:
+            files = extra_files(local, self.workload, self.warn)
+        part = RankPart(
+            rank=coord.rank,
+            local_rank=coord.local_rank,
+            host=host_name(),
+            status=status,
+            reason=reason,
+            result=local,
+            extra_files=files,
+            device_channels=self._device_channels(),
+            work=dict(self.work),
+            warnings=list(self.warnings),
+        )
+        with self.timings.span("gather"):
+            answer = coord.finish(part, reason if status != COMPLETE else None)
+        try:
+            if coord.is_root:
+                # every rank waits for this answer: it is sent even when saving failed
+                told = {"status": INCOMPLETE, "reason": "rank 0 could not save the run", "out": None}
+                try:
+                    self._result = self._merge_and_save(answer)
+                    final_status, final_reason = self._result.status, self._result.reason
+                    told = {"status": final_status, "reason": final_reason, "out": str(self.out) if self.out else None}
+                finally:
+                    coord.acknowledge(told, sorted(answer))
+            else:
+                if answer is None:
+                    final_status, final_reason = INCOMPLETE, coord.end_message or (
+                        f"rank 0 did not answer: {coord.lost.get(0, 'no answer')}"
+                    )
+                    out = None
+                else:
+                    final_status, final_reason, out = answer["status"], answer["reason"], answer["out"]
+                self._result = replace(
+                    local,
+                    meta={
+                        **local.meta,
+                        "status": final_status,
+                        "reason": final_reason,
+                        "distributed": {
+                            "rank": coord.rank,
+                            "world_size": coord.world_size,
+                            "run_dir": out,
+                            "part": "this rank's own channels and windows; rank 0 saved the whole run",
+                        },
+                    },
+                )
+        finally:
+            coord.close()
+        if final_status != COMPLETE and status == COMPLETE:
+            self.rank_error = DistributedError(final_reason or "another rank did not complete the run")
+        return self._result
+
+    def _device_channels(self) -> list[str]:
+        """This rank's own-device channels: the primary integrable channels of its first
+        per-process source (nvml's ``gpuN``), which the run's ``total`` adds up."""
+        if self.recorder is None:
+            return []
+        for source in self.sources:
+            if getattr(type(source), "PER_PROCESS", False):
+                channels = self.recorder.source_channels.get(source.name, [])
+                return [c.name for c in channels if c.primary and c.integrable]
+        return []
+
+    def _merge_and_save(self, parts: Mapping[int, Any]) -> RunResult:
+        """Rank 0: the whole run from every rank's part, saved into the run directory."""
+        from .merge import merge_parts, run_status
+
+        coord = self.coordinator
+        status, reason = run_status(parts, coord.world_size, coord.end_message)
+        if status != COMPLETE and not coord.end_message and coord.lost:
+            lost = "; ".join(f"rank {r}: {why}" for r, why in sorted(coord.lost.items()))
+            reason = f"{reason} ({lost})"
+        ranks = getattr(coord, "ranks", {})
+        offsets = {r: info.clock_offset_s for r, info in ranks.items()}
+        with self.timings.span("integrate"):
+            result = merge_parts(
+                parts,
+                offsets,
+                world_size=coord.world_size,
+                status=status,
+                reason=reason,
+                distributed=self._distributed_meta(parts),
+            )
+        for warning in result.warnings:
+            if warning not in self.warnings:
+                self.warnings.append(warning)
+                log.warning("warning: %s", warning)
+        result = replace(result, meta={**result.meta, "timings_s": self.timings.to_json()})
+        if self.out is None:
+            return result
+        try:
+            with self.timings.span("save"):
+                result.save(self.out)
+                for rank, part in sorted(parts.items()):
+                    save_files(self.out / f"rank{rank}", part.extra_files, self.warn, label=f"rank {rank}'s workload")
+            result = replace(result, meta={**result.meta, "timings_s": self.timings.to_json()})
+            write_json(self.out / RUN_JSON, result.to_json())
+        except StoreError as e:
+            if self._journal is not None:
+                self._journal.close()
+            self._write_status(INCOMPLETE, f"{reason + '; then ' if reason else ''}the run could not be saved: {e}", True)
+            raise
+        if self.recorder is not None:
+            self.recorder.store.discard_partial()
+        if self._journal is not None:
+            self._journal.remove()
+        return result
+
+    def _distributed_meta(self, parts: Mapping[int, Any]) -> dict[str, Any]:
+        """run.json's ``distributed`` section."""
+        from .merge import TOTAL, prefixed
+
+        coord = self.coordinator
+        ranks = getattr(coord, "ranks", {})
+        rows = []
+        for rank in range(coord.world_size):
+            info = ranks.get(rank)
+            part = parts.get(rank)
+            meta = part.result.meta if part is not None and part.result is not None else {}
+            rows.append(
+                {
+                    "rank": rank,
+                    "local_rank": info.local_rank if info else (part.local_rank if part else None),
+                    "host": info.host if info else (part.host if part else None),
+                    "pid": info.pid if info else None,
+                    "devices": info.devices if info else None,
+                    "gpus": [gpu for _source, gpu in info.gpus] if info else [],
+                    "clock_offset_s": info.clock_offset_s if info else None,
+                    "clock_offset_uncertainty_s": info.clock_uncertainty_s if info else None,
+                    "measured_clock_offset_s": info.measured_offset_s if info else None,
+                    "shared_clock": info.shared_clock if info else None,
+                    "status": part.status if part else "missing",
+                    "reason": part.reason if part else coord.lost.get(rank, "its part did not arrive"),
+                    "channels": [prefixed(rank, c) for c in meta.get("primary_channels", [])],
+                    "out": info.out if info else None,
+                    "exit_code": meta.get("exit_code"),
+                    "workload_info": (meta.get("workload") or {}).get("info"),
+                }
+            )
+        return {
+            "world_size": coord.world_size,
+            "backend": getattr(coord, "backend", None),
+            "launcher": coord.world.launcher,
+            "timeout_s": coord.timeout_s,
+            "hosts": sorted({r["host"] for r in rows if r["host"]}),
+            "ranks": rows,
+            "missing_ranks": [r for r in range(coord.world_size) if r not in parts],
+            "total": {
+                "channel": TOTAL,
+                "of": [prefixed(r, c) for r, p in sorted(parts.items()) for c in p.device_channels],
+            },
+        }
+
     def _meta(self, status: str, reason: str | None, ended: bool = False) -> dict[str, Any]:
         assert self.clock is not None
         return run_meta(
@@ -365,6 +671,8 @@ def measure(
     sync: str | Callable[[], None] | None = "auto",
     idle_s: float = 0.0,
     aligner: TimeAligner | str | None = "auto",
+    coordinator: Coordinator | str | None = "auto",
+    dist_timeout_s: float | None = None,
 ) -> Measurement:
     """Start measuring: ``with ef.measure(power=["nvml"]) as m: ...``.
 
@@ -375,10 +683,21 @@ def measure(
         sync: device sync at window edges: ``"auto"``, ``None`` or a callable.
         idle_s: measure every channel's idle power for this long first, for dynamic energy.
         aligner: ``"auto"`` (align wall meters), ``None``, or a callable.
+        coordinator: under torchrun or srun (``"auto"``), every rank measures its own GPU, the
+            ranks agree every window edge, and rank 0 saves one run in ``out``; ``None``: alone.
+        dist_timeout_s: with several ranks, how long to wait for a silent peer. Units: s.
     """
     sources, notes = resolve_power(power)
-    return Measurement(sources, out=out, sync=sync, aligner=aligner, notes=notes, idle_s=idle_s)
-
+    return Measurement(
+        sources,
+        out=out,
+        sync=sync,
+        aligner=aligner,
+        notes=notes,
+        idle_s=idle_s,
+        coordinator=coordinator,
+        dist_timeout_s=dist_timeout_s,
+    )
 
 
 

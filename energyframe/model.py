@@ -143,10 +143,19 @@ class SourceContext:
             format) that survive a crash; create it if you use it. ``None`` when the run is
             not saved.
         warn: report a problem that does not stop the run (kept in run.json's warnings).
+        devices: the GPUs this process uses, when a launcher started one process per GPU: CUDA
+            UUIDs (``GPU-...``) or CUDA ordinals (``cuda:N``, among the GPUs
+            ``CUDA_VISIBLE_DEVICES`` shows). A GPU source given no GPUs of its own measures
+            these; ``None``: no launcher, measure the default.
+        rank, local_rank: this process's rank over the run and on its machine (0 without a
+            launcher).
     """
 
     raw_dir: Path | None = None
     warn: Callable[[str], None] = print
+    devices: Sequence[str] | None = None
+    rank: int = 0
+    local_rank: int = 0
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,10 @@ calibrate the iterations per window, measure ``trials`` windows (each opened and
 device sync, on the monotonic clock), optional cool-down between them -> tear down -> stop
 sources -> integrate every channel over every window -> save -> report.
 
-Nothing here knows about a vendor: sources, workloads and reporters are plugins.
+Nothing here knows about a vendor: sources, workloads and reporters are plugins. With several
+ranks (torchrun, srun) every decision that sets how many steps run - calibration, time-based
+warm-up and guard bands, a window measured again, the phases themselves - is agreed through the
+measurement's coordinator, so that every rank runs the same steps.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 from . import registry
 from .align import SYNC_PULSE
 from .config import RunConfig, RunSettings
+from .distributed import Coordinator, export_launcher_env
 from .errors import EnergyFrameError, PowerSourceError, RunInterrupted, WorkloadError
 from .measurement import Measurement, describe_exception
 from .model import Phase
@@ -51,27 +55,35 @@ def run_iterations(step: Callable[[], Any], n: int) -> None:
 CALIBRATION_MARGIN = 1.15
 #: a calibrated window shorter than this fraction of --min-window is measured again
 SHORT_REDO = 0.9
+#: with several ranks, time-based loops (warm-up, guard bands) agree how to go on this often. Units: s.
+AGREED_CHUNK_S = 0.1
+#: the identity: one process, nothing to agree on
+ALONE = Coordinator()
 
 
-def _timed(phase: Phase, n: int) -> float:
+def _timed(phase: Phase, n: int, coord: Coordinator = ALONE) -> float:
     phase.sync()
+    coord.edge("time a calibration batch")
     t0 = time.monotonic()
     run_iterations(phase.step, n)
     phase.sync()
-    return time.monotonic() - t0
+    return coord.agree(time.monotonic() - t0, "a calibration batch's time", "max")
 
 
-def calibrate(phase: Phase, min_window_s: float, max_iterations: int) -> tuple[int, float]:
+def calibrate(
+    phase: Phase, min_window_s: float, max_iterations: int, coord: Coordinator = ALONE
+) -> tuple[int, float]:
     """Steps per window so that a window lasts at least ``min_window_s``.
 
     Times growing batches (each synced) until one lasts half the target, then scales up with
     a 15 % margin. A window that still comes out a little short stays well above two update
     periods with the default window lengths, so it is not re-checked (that would cost a window
-    per phase). Returns the steps and the time per step. Units: s.
+    per phase). With several ranks every batch starts together and the slowest rank's time
+    decides, so every rank runs the same steps. Returns the steps and the time per step. Units: s.
     """
     n = 1
     while True:
-        dt = _timed(phase, n)
+        dt = _timed(phase, n, coord)
         if dt >= 0.5 * min_window_s or n >= max_iterations:
             break
         grow = 10 if dt < 1e-3 else max(2, math.ceil(0.55 * min_window_s / max(dt, 1e-9)))
@@ -82,7 +94,28 @@ def calibrate(phase: Phase, min_window_s: float, max_iterations: int) -> tuple[i
     return max(1, min(max_iterations, n)), per_step
 
 
-def warm_up(phase: Phase, config: RunConfig) -> int:
+def run_agreed(phase: Phase, seconds: float, coord: Coordinator, what: str) -> int:
+    """Run the phase, unmeasured, for about ``seconds`` of rank 0's clock, every rank the same
+    steps: in chunks, after each of which rank 0 says how many steps the next one has (0:
+    stop), aiming at ``AGREED_CHUNK_S`` per chunk. Returns the steps run."""
+    deadline = time.monotonic() + seconds
+    n, chunk = 0, 1
+    while chunk > 0:
+        t0 = time.monotonic()
+        run_iterations(phase.step, chunk)
+        phase.sync()
+        n += chunk
+        now = time.monotonic()
+        left = deadline - now
+        proposal = 0
+        if left > 0:
+            per_step = max((now - t0) / chunk, 1e-9)
+            proposal = max(1, min(int(min(left, AGREED_CHUNK_S) / per_step), 2 * chunk))
+        chunk = int(coord.agree(proposal, what, "root"))
+    return n
+
+
+def warm_up(phase: Phase, config: RunConfig, coord: Coordinator = ALONE) -> int:
     """Run the phase before measuring it (clocks ramp up, caches and allocators fill)."""
     if phase.warmup is not None or config.warmup is not None:
         n = phase.warmup if phase.warmup is not None else (config.warmup or 0)
@@ -92,6 +125,8 @@ def warm_up(phase: Phase, config: RunConfig) -> int:
         return n
     if phase.iterations is not None:  # fixed-count phases (a command) are not repeated to warm up
         return 0
+    if coord.distributed:
+        return run_agreed(phase, config.warmup_s, coord, "warm-up steps")
     n = 0
     deadline = time.monotonic() + config.warmup_s
     while True:
@@ -114,12 +149,14 @@ class WindowPlan:
     note: str
 
 
-def plan_windows(phase: Phase, config: RunConfig, min_window_s: float) -> WindowPlan:
+def plan_windows(
+    phase: Phase, config: RunConfig, min_window_s: float, coord: Coordinator = ALONE
+) -> WindowPlan:
     """Calibrate the steps per window (or take the phase's fixed count) and apply ``--runs``."""
     if phase.iterations is not None:
         iterations, per_iter, note = phase.iterations, math.nan, "fixed"
     else:
-        iterations, per_iter = calibrate(phase, min_window_s, config.max_iterations)
+        iterations, per_iter = calibrate(phase, min_window_s, config.max_iterations, coord)
         note = f"~{per_iter * 1e3:.4g} ms each, windows >= {min_window_s:g} s"
     trials = phase.trials or config.trials
     if config.runs and phase.iterations is None:
@@ -141,16 +178,17 @@ def measure_phase(
     progress = progress or RunProgress(show=False)
     if phase.work:
         m.set_work(phase.name, phase.work)
+    coord = m.coordinator
     with m.timings.span("warmup"):
-        warmed = warm_up(phase, config)
+        warmed = warm_up(phase, config, coord)
     with m.timings.span("calibration"):
-        plan = plan_windows(phase, config, min_window_s)
+        plan = plan_windows(phase, config, min_window_s, coord)
     log.info("phase %r: %d warm-up, %d steps per window (%s), %d trials",
              phase.name, warmed, plan.iterations, plan.note, plan.trials)
     progress.phase(phase.name, plan.trials)
     with m.timings.span("guard"):
         if config.guard_s:
-            run_for(phase, config.guard_s)
+            run_for(phase, config.guard_s, coord)
     started, before = time.monotonic(), len(m.records)
     measure_trials(m, phase, plan, min_window_s, config.cooldown_s, progress)
     measured = sum(r.duration_s for r in m.records[before:])
@@ -158,7 +196,7 @@ def measure_phase(
     m.timings.add("between_windows", max(0.0, time.monotonic() - started - measured))
     with m.timings.span("guard"):
         if config.guard_s:
-            run_for(phase, config.guard_s)
+            run_for(phase, config.guard_s, coord)
 
 
 def measure_trials(
@@ -177,22 +215,29 @@ def measure_trials(
             step()
         record = m.end_window(phase.name, sync=phase.sync)
         progress.window_closed()
-        if phase.iterations is None and record.duration_s < SHORT_REDO * min_window_s and redone < 3:
+        duration = record.duration_s
+        if phase.iterations is None:  # with several ranks, rank 0's window decides for all
+            duration = m.coordinator.agree(duration, "the window's length", "root")
+        if phase.iterations is None and duration < SHORT_REDO * min_window_s and redone < 3:
             # the work ran faster than calibration said (a cold start, a clock boost): a window
             # this short is measured again, longer, instead of being kept
             m.discard_window(record)
             redone += 1
-            iterations = math.ceil(iterations * CALIBRATION_MARGIN * min_window_s / max(record.duration_s, 1e-9))
+            iterations = math.ceil(iterations * CALIBRATION_MARGIN * min_window_s / max(duration, 1e-9))
             log.info("  %s: window of %.4g s was short of %g s; measuring again",
-                     phase.name, record.duration_s, min_window_s)
+                     phase.name, duration, min_window_s)
             continue
         trial += 1
         progress.trial_done()
         trial_log("  %s trial %d/%d: %.4g s", phase.name, trial, plan.trials, record.duration_s)
 
 
-def run_for(phase: Phase, seconds: float) -> None:
-    """Keep a phase running, unmeasured, for about ``seconds`` (a guard band)."""
+def run_for(phase: Phase, seconds: float, coord: Coordinator = ALONE) -> None:
+    """Keep a phase running, unmeasured, for about ``seconds`` (a guard band; with several
+    ranks, of rank 0's clock, every rank the same steps)."""
+    if coord.distributed:
+        run_agreed(phase, seconds, coord, "guard-band steps")
+        return
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         phase.step()
@@ -227,15 +272,22 @@ class _Terminated(KeyboardInterrupt):
 
 
 class _Signals:
-    """Turn SIGTERM into ``RunInterrupted`` while a run is going (main thread only)."""
+    """Turn SIGTERM into ``RunInterrupted`` while a run is going (main thread only). Once
+    ``holding`` (a run of several ranks being saved and reported), a SIGTERM is only noted:
+    ``held`` says whether one came."""
 
     def __enter__(self) -> _Signals:
         self.previous = None
+        self.holding = False
+        self.held = False
         if threading.current_thread() is threading.main_thread():
             self.previous = signal.signal(signal.SIGTERM, self._on_term)
         return self
 
     def _on_term(self, signum, frame) -> None:
+        if self.holding:
+            self.held = True
+            return
         raise _Terminated("terminated by SIGTERM")
 
     def __exit__(self, *exc) -> None:
@@ -273,6 +325,8 @@ def run(
     *,
     settings: RunSettings | None = None,
     progress: bool | None = None,
+    dist_timeout_s: float | None = None,
+    coordinator: Coordinator | str | None = "auto",
 ) -> RunResult:
     """Measure a workload: what ``energyframe run`` does.
 
@@ -288,6 +342,14 @@ def run(
         settings: the same as ``config``, by its name.
         progress: progress bars on stderr; ``None``: when stderr is a terminal and logging is
             not quieter than INFO.
+        dist_timeout_s: under torchrun or srun, how long a rank waits for a silent peer before
+            the others stop without it (default 1800 s). Units: s.
+        coordinator: ``"auto"`` (the ranks a launcher started, else one process), ``None`` (one
+            process), or a ``Coordinator``.
+
+    Under torchrun or srun every rank calls ``run`` with the same arguments: each measures its
+    own GPU, the ranks agree every window edge, and rank 0 saves one run directory (its
+    ``out``) and runs the reporters; rank 0 returns the whole run, the others their own part.
 
     Raises:
         UsageError: a bad plugin name or option, before anything starts.
@@ -299,6 +361,7 @@ def run(
 
         result = ef.run("cpu-matmul:sizes=256", power="none", reporters=[], settings=ef.RunSettings(trials=3))
     """
+    export_launcher_env()  # under srun, the RANK/WORLD_SIZE environment torch and workloads read
     # validate every plugin and option before anything starts
     the_workload = registry.create(registry.WORKLOADS, workload)
     assert isinstance(the_workload, Workload)
@@ -319,31 +382,41 @@ def run(
         notes=notes,
         aligner="auto" if align else None,
         workload=the_workload,
+        coordinator=coordinator,
+        dist_timeout_s=dist_timeout_s,
     )
     for warning in early_warnings:
         m.warn(warning)
     error: BaseException | None = None
     status, reason = COMPLETE, None
-    with _Signals():
+    with _Signals() as signals:
         m.start()
         assert m.recorder is not None
+        root = m.coordinator.is_root
         try:
-            with RunProgress(progress) as bars:
+            with RunProgress(progress if root else False) as bars:
                 measure_workload(m, the_workload, resolved, bars)
         except (Exception, KeyboardInterrupt) as e:
+            # several ranks: a launcher stops every rank once one exits; rank 0 saves regardless
+            signals.holding = m.coordinator.distributed
             error = RunInterrupted("terminated by SIGTERM") if isinstance(e, _Terminated) else e
             status, reason = INCOMPLETE, describe_exception(error, m.recorder)
+        signals.holding = m.coordinator.distributed
         m.meta["workload"] = workload_record(the_workload)
         m.meta["exit_code"] = the_workload.exit_code
         try:
             result = m.finish(status, reason)
         except KeyboardInterrupt:  # a second Ctrl-C while saving: stop trying to be neat
             raise RunInterrupted("interrupted by SIGINT while saving") from None
-    for reporter in the_reporters:
-        try:
-            reporter.report(result, m.out)
-        except Exception as e:
-            log.warning("warning: reporter %r failed: %s", reporter.name, e)
+        for reporter in the_reporters if root else ():
+            try:
+                reporter.report(result, m.out)
+            except Exception as e:
+                log.warning("warning: reporter %r failed: %s", reporter.name, e)
+    if error is None and m.rank_error is not None:
+        error = m.rank_error
+    if error is None and signals.held:
+        error = RunInterrupted("terminated by SIGTERM (after the run was saved)")
     if error is not None:
         raise _as_run_error(error, result, m.recorder.failure) from error
     return result
@@ -367,19 +440,23 @@ def measure_workload(
     """Set up, measure every phase, tear down (even when a phase failed)."""
     assert m.recorder is not None
     progress = progress or RunProgress(show=False)
+    coord = m.coordinator
     try:
         with m.timings.span("setup"):
             workload.setup()
-        if config.idle_s > 0 and m.sources:  # with no power source there is no idle power
+        # with no power source there is no idle power (with several ranks: on no rank)
+        if config.idle_s > 0 and coord.agree(1.0 if m.sources else 0.0, "measuring idle power", "max"):
             log.info("measuring idle power for %g s", config.idle_s)
             m.measure_idle(config.idle_s)
         min_window_s = config.min_window_s or default_min_window(m, config.min_window_periods)
+        min_window_s = coord.agree(min_window_s, "the shortest window", "max")
         m.meta["config"]["min_window_s_used"] = min_window_s
         m.recorder.interrupt_on_failure = True
         if config.sync_pulse:
             sync_pulses(m)
         phases = workload.phases()
         for phase in progress.phases(_timed_iteration(phases, m), operator.length_hint(phases, 0) or None):
+            coord.edge(phase_step(phase))
             if phase.setup is not None:
                 with m.timings.span("phase_setup"):
                     phase.setup()
@@ -389,6 +466,7 @@ def measure_workload(
                 if phase.teardown is not None:
                     with m.timings.span("phase_setup"):
                         phase.teardown()
+        coord.edge("end the phases")
         if config.sync_pulse:
             sync_pulses(m)
     finally:
@@ -398,6 +476,13 @@ def measure_workload(
                 workload.teardown()
         except Exception as e:
             m.warn(f"workload teardown failed: {type(e).__name__}: {e}")
+
+
+def phase_step(phase: Phase) -> str:
+    """What every rank must be about to do when a phase starts (ranks that measure other phases,
+    or the same in another order, are stopped with both named)."""
+    fixed = f", {phase.iterations} steps per window" if phase.iterations is not None else ""
+    return f"measure phase {phase.name!r}{fixed}"
 
 
 def _as_run_error(

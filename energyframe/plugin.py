@@ -101,6 +101,10 @@ class PowerSource(Plugin, ABC):
     #: ``None`` means never chosen automatically (e.g. needs a port or a file).
     AUTO_PRIORITY: ClassVar[int | None] = None
     AUTO_SCOPE: ClassVar[Scope] = Scope.OTHER
+    #: with several ranks (torchrun, srun): ``True`` runs the source in every rank, measuring
+    #: that rank's own device (``SourceContext.devices``); ``False`` (a wall meter, RAPL: the
+    #: whole machine) runs it once per machine, in the rank whose LOCAL_RANK is 0
+    PER_PROCESS: ClassVar[bool] = False
 
     @classmethod
     def detect(cls) -> Detection:

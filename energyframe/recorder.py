@@ -60,6 +60,8 @@ class Recorder:
         run_dir: where ``samples.partial.csv`` and the sources' raw logs go (``None``: memory).
         warn: reports a problem that does not stop the run.
         now: the monotonic clock (injected by tests of the stall watchdog).
+        devices, rank, local_rank: what the sources are told about this process under a launcher
+            (``SourceContext``): the GPUs it uses and its rank.
     """
 
     def __init__(
@@ -69,12 +71,18 @@ class Recorder:
         run_dir: Path | None = None,
         warn: Callable[[str], None] = print,
         now: Callable[[], float] = time.monotonic,
+        devices: Sequence[str] | None = None,
+        rank: int = 0,
+        local_rank: int = 0,
     ) -> None:
         self.sources = list(sources)
         self.clock = clock
         self.run_dir = run_dir
         self.warn = warn
         self.now = now
+        self.devices = list(devices) if devices is not None else None
+        self.rank = rank
+        self.local_rank = local_rank
         self.store = SampleStore(clock, run_dir / PARTIAL_NAME if run_dir else None)
         self.source_channels: dict[str, list[Channel]] = {}
         self.failure: PowerSourceError | None = None
@@ -106,7 +114,11 @@ class Recorder:
             raw_dir = self.run_dir / "raw" / source.name if self.run_dir is not None else None
             try:
                 try:
-                    channels = list(source.start(SourceContext(raw_dir=raw_dir, warn=self.warn)))
+                    context = SourceContext(
+                        raw_dir=raw_dir, warn=self.warn, devices=self.devices, rank=self.rank,
+                        local_rank=self.local_rank,
+                    )
+                    channels = list(source.start(context))
                 except PowerSourceError as e:
                     raise PowerSourceError(f"power source {source.name!r} could not start: {e}") from e
                 except Exception as e:  # a plugin bug, said once and clearly

@@ -1,9 +1,18 @@
-"""Ranks under a launcher: the environment, devices, the steps every rank agrees on (a
-one-rank gloo group, a fake clock), and which power channel is a rank's GPU."""
+"""Ranks under a launcher: the environment (torchrun's and srun's), devices, the core's agreement
+on calibrated steps and time-based loops (a fake coordinator and a fake clock), a one-rank gloo
+group, and which power channel is a rank's GPU."""
+
+import os
+import types
 
 import pytest
 
+import energyframe as ef
+from energyframe import orchestrator
+from energyframe.config import RunSettings
+from energyframe.distributed import Coordinator, World
 from energyframe.errors import WorkloadError
+from energyframe.model import Phase
 from energyframe.workloads import distributed
 
 torch = pytest.importorskip("torch")
@@ -21,6 +30,48 @@ def test_world_comes_from_the_launchers_environment(monkeypatch):
     monkeypatch.setenv("RANK", "three")
     with pytest.raises(WorkloadError, match="RANK, LOCAL_RANK and WORLD_SIZE must be integers"):
         distributed.world()
+
+
+def test_world_comes_from_srun_in_a_job_step_only(monkeypatch):
+    from energyframe import distributed as core
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    batch = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "7"}
+    assert core.world(batch) == core.World()  # the batch script itself is one process
+    step = {**batch, "SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "3", "SLURM_LOCALID": "1"}
+    assert core.world(step) == core.World(3, 1, 4, True, "srun")
+    with pytest.raises(core.UsageError) as e:
+        core.world({**step, "SLURM_PROCID": "x"})
+    assert str(e.value).startswith(
+        "SLURM_PROCID, SLURM_LOCALID and SLURM_STEP_NUM_TASKS must be integers (srun sets them): "
+    )
+    with pytest.raises(core.UsageError) as e:
+        core.world({"WORLD_SIZE": "2", "RANK": "2"})
+    assert str(e.value) == "RANK=2 and LOCAL_RANK=2 do not fit WORLD_SIZE=2"
+    # torchrun inside an srun step: torchrun's variables win, and say who launched
+    both = {**step, "WORLD_SIZE": "8", "RANK": "5", "LOCAL_RANK": "1", "TORCHELASTIC_RUN_ID": "x"}
+    assert core.world(both) == core.World(5, 1, 8, True, "torchrun")
+
+
+def test_srun_variables_are_exported_for_torch_and_the_workloads(monkeypatch):
+    from energyframe import distributed as core
+
+    launcher = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID")
+    env = {k: v for k, v in os.environ.items() if k not in launcher}
+    env.update(SLURM_STEP_NUM_TASKS="2", SLURM_PROCID="1", SLURM_LOCALID="1")
+    monkeypatch.setattr(os, "environ", env)  # what export writes is undone with it
+    assert core.export_launcher_env() == core.World(1, 1, 2, True, "srun")
+    assert (os.environ["RANK"], os.environ["LOCAL_RANK"], os.environ["WORLD_SIZE"]) == ("1", "1", "2")
+    assert distributed.world() == core.World(1, 1, 2, True, "srun")  # the workloads see the same
+
+
+def test_a_rank_measures_the_gpu_of_its_local_rank():
+    from energyframe import distributed as core
+
+    assert core.rank_devices(core.World()) is None  # no launcher: the sources' default
+    assert core.rank_devices(core.World(5, 1, 8, True, "torchrun")) == ["cuda:1"]
+    assert core.rank_devices(core.World(0, 0, 1, True, "torchrun")) == ["cuda:0"]
 
 
 def test_the_rank_picks_the_gpu_not_the_device_option():
@@ -62,17 +113,127 @@ def one_rank_group(monkeypatch):
     assert not torch.distributed.is_initialized()  # join made it, so the last leave destroys it
 
 
-def test_agreed_steps_time_growing_batches_then_fill_the_window(one_rank_group):
-    clock = FakeClock()
-    steps, per_step = distributed.agreed_steps(clock.step, lambda: None, window_s=1.0, clock=clock)
-    # 2 warm-up steps; 1 step (15.6 ms), then ceil(0.55 x 64) = 36 steps (0.5625 s, past half
-    # the window); a window of 1.15 x 1 s is ceil(1.15 x 64) = 74 steps
-    assert clock.steps == 2 + 1 + 36
-    assert per_step == 1 / 64 and steps == 74
-    assert distributed.agreed_max(2.5) == 2.5
+def test_a_one_rank_group_gathers_and_barriers(one_rank_group):
     assert distributed.gather({"rank": 0}) == [{"rank": 0}]
     sync = distributed.barrier_sync(torch.device("cpu"))
     sync()  # a barrier of one rank returns at once
+    assert distributed.joined()
+
+
+class SlowerPeer(Coordinator):
+    """Rank 0 of two, whose peer takes ``factor`` times as long for everything, and whose own
+    proposals stand; records what was agreed."""
+
+    distributed = True
+
+    def __init__(self, factor=2.0, root_says=None):
+        super().__init__(World(0, 0, 2, True, "torchrun"))
+        self.factor = factor
+        self.root_says = list(root_says) if root_says is not None else None
+        self.said: list[str] = []
+
+    def edge(self, what):
+        self.said.append(what)
+
+    def agree(self, value, what, how="max"):
+        self.said.append(f"agree on {what}")
+        if how == "root":
+            return self.root_says.pop(0) if self.root_says is not None else value
+        return max(value, self.factor * value) if how == "max" else min(value, self.factor * value)
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    """The orchestrator's clock moves only when a step runs (nothing else sees it)."""
+    clock = FakeClock()
+    monkeypatch.setattr(orchestrator, "time", types.SimpleNamespace(monotonic=clock, sleep=lambda s: None))
+    return clock
+
+
+def test_calibration_alone_times_growing_batches(fake_clock):
+    phase = Phase("p", step=fake_clock.step)
+    steps, per_step = orchestrator.calibrate(phase, 1.0, 10**9)
+    # 1 step (15.6 ms), then ceil(0.55 x 64) = 36 steps (0.5625 s, past half the window); a
+    # window of 1.15 x 1 s is ceil(1.15 x 64) = 74 steps
+    assert fake_clock.steps == 1 + 36
+    assert (steps, per_step) == (74, 1 / 64)
+
+
+def test_calibration_of_several_ranks_follows_the_slowest(fake_clock):
+    phase = Phase("p", step=fake_clock.step)
+    peer = SlowerPeer(factor=2.0)
+    steps, per_step = orchestrator.calibrate(phase, 1.0, 10**9, peer)
+    # the peer's batches take twice as long: 1 step is 1/32 s, then ceil(0.55 x 32) = 18 steps
+    # (0.5625 s on the peer); its 1/32 s per step fills 1.15 s with ceil(1.15 x 32) = 37 steps
+    assert fake_clock.steps == 1 + 18
+    assert (steps, per_step) == (37, 1 / 32)
+    # every batch started together and its time was agreed
+    assert peer.said == ["time a calibration batch", "agree on a calibration batch's time"] * 2
+
+
+def test_time_based_warm_up_of_several_ranks_runs_the_steps_rank_0_says(fake_clock):
+    phase = Phase("p", step=fake_clock.step)
+    config = RunSettings(warmup_s=100.0).resolve()
+    # whatever this rank's clock says, rank 0 decides: 3 steps more, then 1, then stop
+    peer = SlowerPeer(root_says=[3, 1, 0])
+    assert orchestrator.warm_up(phase, config, peer) == 1 + 3 + 1
+    assert fake_clock.steps == 5
+    assert peer.said == ["agree on warm-up steps"] * 3
+    guard = SlowerPeer(root_says=[0])
+    orchestrator.run_for(phase, 100.0, guard)  # a guard band too
+    assert fake_clock.steps == 6 and guard.said == ["agree on guard-band steps"]
+
+
+def test_rank_0_proposes_chunks_that_end_on_its_clock(fake_clock):
+    phase = Phase("p", step=fake_clock.step)
+    # as rank 0 (its proposals stand): 1 step, then twice as many each time up to 0.1 s of
+    # steps (6 at 1/64 s), stopping once its clock passed the 0.5 s asked for
+    steps = orchestrator.run_agreed(phase, 0.5, SlowerPeer(), "warm-up steps")
+    assert steps == 1 + 2 + 4 + 6 + 6 + 6 + 6 + 1
+    assert fake_clock.now >= 0.5
+
+
+class Listening(Coordinator):
+    """One process that records what the run asked the ranks to agree on."""
+
+    def __init__(self):
+        super().__init__()
+        self.said: list[str] = []
+
+    def edge(self, what):
+        self.said.append(what)
+
+    def agree(self, value, what, how="max"):
+        self.said.append(f"agree on {what}")
+        return value
+
+
+def test_window_edges_phases_and_window_lengths_are_agreed():
+    from tests.fakes import ListWorkload, busy_phase
+
+    listening = Listening()
+    phases = [busy_phase("a", iterations=2), busy_phase("b", seconds=0.002)]
+    ef.run(
+        ListWorkload(phases),
+        power=None,
+        reporters=[],
+        settings=RunSettings(trials=1, min_window_s=0.05, warmup=0),
+        coordinator=listening,
+    )
+    said = [w for w in listening.said if "calibration" not in w]
+    assert said[:5] == [
+        "agree on the shortest window",
+        "measure phase 'a', 2 steps per window",
+        "open window 'a'",
+        "close window 'a'",
+        "measure phase 'b'",
+    ]
+    # a window measured again when it came out short is agreed the same way
+    b = said[5:-1]
+    assert b and b == ["open window 'b'", "close window 'b'", "agree on the window's length"] * (len(b) // 3)
+    assert said[-1] == "end the phases"
+    calibration = [w for w in listening.said if "calibration" in w]
+    assert calibration and calibration[:2] == ["time a calibration batch", "agree on a calibration batch's time"]
 
 
 def test_a_ranks_channel_is_found_by_its_gpus_uuid():
@@ -89,3 +250,75 @@ def test_a_ranks_channel_is_found_by_its_gpus_uuid():
     assert distributed.channel_of_gpu(meta, "GPU-ccc") is None
     assert distributed.channel_of_gpu({**meta, "primary_channels": ["gpu0"]}, "GPU-bbb") is None
     assert distributed.own_channel(object(), torch.device("cpu")) is None  # a CPU rank has no GPU channel
+
+
+def test_srun_without_a_rendezvous_address_is_refused_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from energyframe.cli import main
+
+    env = {
+        "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+        # unset here, and whatever the run exports is undone afterwards
+        "RANK": None, "LOCAL_RANK": None, "WORLD_SIZE": None, "MASTER_ADDR": None, "MASTER_PORT": None,
+        "TORCHELASTIC_RUN_ID": None,
+    }
+    result = CliRunner().invoke(
+        main, ["run", "--power", "none", "--workload", "sleep:seconds=0", "--out", str(tmp_path / "run")], env=env
+    )
+    assert result.output == (
+        "Error: 2 ranks were started (srun), but MASTER_ADDR and MASTER_PORT are not set: export them (the "
+        "address of the first task's machine and a free port) before starting the ranks (docs/distributed.md "
+        "has a Slurm batch script)\n"
+    )
+    assert result.exit_code == 2
+    assert not (tmp_path / "run").exists()  # refused before anything started
+    assert "RANK" not in os.environ
+
+
+def test_one_process_keeps_the_single_process_format(tmp_path, monkeypatch):
+    from energyframe.windows import WINDOW_COLUMNS
+    from tests.conftest import write_power_csv
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_STEP_NUM_TASKS"):
+        monkeypatch.delenv(name, raising=False)
+    power = write_power_csv(tmp_path / "p.csv", 80.0, period_s=0.01, duration_s=30.0)
+    result = ef.run(
+        "sleep:seconds=0.05", power=[f"replay:file={power}"], reporters=[], out=tmp_path / "run",
+        settings=RunSettings(trials=2),
+    )
+    assert "distributed" not in result.meta and list(result.windows.columns) == WINDOW_COLUMNS
+    assert not {"ranks_join", "ranks_start", "gather"} & set(result.meta["timings_s"])
+    assert result.meta["primary_channels"] == ["replay"]
+
+
+def test_rank_0_refuses_a_gpu_two_ranks_measure_and_names_ignored_directories(tmp_path):
+    from energyframe.distributed import RankInfo
+    from energyframe.errors import UsageError
+    from energyframe.measurement import Measurement
+
+    gpu = "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
+
+    def info(rank, gpus, out=None, host="node0"):
+        return RankInfo(rank, rank, host, "boot-1", 100 + rank, ["cuda:0"], gpus, out)
+
+    m = Measurement(out=tmp_path / "run")
+    m.coordinator = types.SimpleNamespace(
+        is_root=True, ranks={0: info(0, [("nvml", gpu)]), 1: info(1, [("nvml", gpu)])}
+    )
+    with pytest.raises(UsageError) as e:
+        m._check_ranks()
+    assert str(e.value) == (
+        f"GPU {gpu} is measured by rank 0 (nvml) and by rank 1 (nvml): it would be counted twice; let each "
+        "rank measure its own GPU (nvml and nvidia-smi without gpus= take the GPU of the rank's LOCAL_RANK)"
+    )
+    # nvidia-smi names GPUs by index: one machine's index 0 is another machine's too
+    m.coordinator.ranks = {
+        0: info(0, [("nvidia-smi", "0")], out=str(tmp_path / "run")),
+        1: info(1, [("nvidia-smi", "0")], out=str(tmp_path / "elsewhere"), host="node1"),
+    }
+    m._check_ranks()
+    assert m.warnings == [
+        f"the ranks were given other run directories than rank 0's (rank 1: {tmp_path / 'elsewhere'}); the "
+        f"run is saved once, by rank 0, in {tmp_path / 'run'}"
+    ]

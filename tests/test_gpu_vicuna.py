@@ -87,19 +87,22 @@ def test_tp2_trace_collectives_and_replay_over_nccl(tmp_path):
         assert ar["kind"] == "all_reduce" and ar["count_per_iteration"] == 2 * 4
         assert ar["dtype"] == "float16" and ar["shapes"] == [[1, 128, 4096]]
         assert ar["gpu_time_us"] > 0 and any(k.startswith("nccl") for k in ar["kernel_names"])  # linked
-    script = (
-        f"{sys.executable} -m energyframe run --power nvml --trials 2 "
-        f"--workload replay:trace={tmp_path / 'trace'},limit=10 --out {tmp_path}/run/rank$RANK"
+    # every rank replays its own trace on its own GPU; rank 0 writes the one run directory
+    torchrun(
+        "-m", "energyframe", "run", "--power", "nvml", "--trials", "2",
+        "--workload", f"replay:trace={tmp_path / 'trace'},limit=10", "--out", str(tmp_path / "run"),
     )
-    torchrun("--no-python", "bash", "-c", script)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "complete" and run["distributed"]["world_size"] == 2
+    gpus = [r["gpus"] for r in run["distributed"]["ranks"]]
+    assert len(gpus[0]) == len(gpus[1]) == 1 and gpus[0] != gpus[1]  # each rank its own GPU
     for rank in (0, 1):
         report = json.loads((tmp_path / "run" / f"rank{rank}" / "comparison_report.json").read_text())
         comm = report["communication"]
         assert report["rank"] == rank and report["full_model_energy_j"] > 0
         assert comm["predicted_us"] > 0 and 0 < comm["share_of_predicted_percent"] < 100
         assert math.isfinite(report["error_percent"])
-        run = json.loads((tmp_path / "run" / f"rank{rank}" / "run.json").read_text())
-        info = run["workload"]["info"]
+        info = run["distributed"]["ranks"][rank]["workload_info"]
         assert info["rank"] == rank and info["replayed_collectives"] == 1
         print(
             f"rank {rank}: full {report['full_model_inference_us'] / 1e3:.3f} ms, predicted "

@@ -84,7 +84,7 @@ def test_opt66b_decode_attends_to_the_cache():
 @pytest.mark.slow
 def test_per_layer_run_with_validation_on_the_cpu(tmp_path):
     result = ef.run(
-        "resnet18:image_size=32,per_layer=true,validate=true,unroll=2,whole_unroll=2",
+        "resnet18:image_size=32,per_layer=true,granularity=leaf,validate=true,unroll=2,whole_unroll=2",
         power=None,
         reporters=[],
         out=tmp_path / "run",

@@ -163,15 +163,28 @@ def _rank(rank, port, spec, queue):
     try:
         q = w.model.model.layers[0].self_attn.q_proj.weight
         down = w.model.model.layers[0].mlp.down_proj.weight
-        phase = next(iter(w.phases()))
+        logits, tokens = w.logits().numpy().tolist(), w.decode().tolist()
+        # measured over both ranks (beside the process group joined above): the measurement
+        # agrees every phase's steps per window
+        options = ",".join(f"{k}={v}" for k, v in spec.items())
+        result = ef.run(
+            f"vicuna-7b:tp=2,mode=both,{options}",
+            power=None,
+            reporters=[],
+            settings=ef.RunSettings(trials=2, min_window_s=0.02, warmup=1),
+        )
+        windows = result.windows
+        if "rank" in windows:  # rank 0 has every rank's windows
+            windows = windows[windows["rank"] == rank]
         queue.put(
             {
                 "rank": rank,
-                "logits": w.logits().numpy().tolist(),
-                "tokens": w.decode().tolist(),
+                "logits": logits,
+                "tokens": tokens,
                 "q_local": list(q.to_local().shape),
                 "down_local": list(down.to_local().shape),
-                "steps": phase.iterations,
+                "steps": [int(n) for n in windows["iterations"]],
+                "phases": [s.phase for s in result.summaries],
                 "backend": w.info()["backend"],
             }
         )
@@ -205,4 +218,7 @@ def test_tp2_over_gloo_gives_the_logits_of_tp1(one_process):
         assert r["backend"] == "gloo"
         np.testing.assert_allclose(np.array(r["logits"]), reference, rtol=1e-5, atol=1e-5)
         assert r["tokens"] == tokens
-    assert results[0]["steps"] == results[1]["steps"] >= 1  # the ranks agreed their steps
+    # the ranks agreed their steps: the same in every window, rank 0's part and rank 1's
+    assert results[0]["steps"] == results[1]["steps"] and len(results[0]["steps"]) == 4
+    assert min(results[0]["steps"]) >= 1
+    assert results[0]["phases"] == ["prefill", "decode"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -100,6 +101,14 @@ def reporter_specs(given: tuple[str, ...], quiet: bool, grid_g_per_kwh: float | 
 @click.option("--per-layer", is_flag=True, help="Measure a model layer by layer (a per-layer pipeline).")
 @click.option("--validate", is_flag=True, help="With --per-layer: also measure the whole model and compare.")
 @click.option(
+    "--dist-timeout",
+    type=click.FloatRange(min=0, min_open=True, max=86_400),
+    default=None,
+    metavar="SECONDS",
+    help="Under torchrun or srun: how long a rank waits for a silent peer before the others stop "
+    "without it and rank 0 saves what was measured. Default 1800 s.",
+)
+@click.option(
     "--grid-intensity",
     type=click.FloatRange(min=0, max=5000),
     default=None,
@@ -118,6 +127,7 @@ def run(
     per_layer: bool,
     validate: bool,
     grid_intensity: float | None,
+    dist_timeout: float | None,
     command: tuple[str, ...],
     **settings: Any,
 ) -> None:
@@ -126,11 +136,20 @@ def run(
     \b
     energyframe run --power nvml --workload cpu-matmul:sizes=1024
     energyframe run --power nvml -- python train.py --epochs 1
+    torchrun --nproc-per-node 8 -m energyframe run --workload vicuna-7b:tp=8
+
+    Under torchrun (or srun) every rank measures its own GPU, and rank 0 writes one run
+    directory with every rank's windows and their total.
     """
     from .. import orchestrator
+    from ..distributed import export_launcher_env
     from ..registry import power_from_cli
     from ..store import default_run_dir
     from ..workloads.command import CommandWorkload
+
+    rank = export_launcher_env().rank
+    if rank != 0:  # every rank runs this command; only rank 0 speaks, other ranks only fail
+        logging.getLogger("energyframe").setLevel(logging.ERROR)
 
     if command and workload:
         raise UsageError("give either --workload or a command after --, not both")
@@ -150,9 +169,11 @@ def run(
         the_workload,
         power=power_from_cli(power),
         reporters=reporter_specs(reporters, bool(ctx.obj and ctx.obj.get("quiet")), grid_intensity),
-        out=out or default_run_dir(name),
+        # rank 0 names the run directory and tells the other ranks
+        out=out or (default_run_dir(name) if rank == 0 else None),
         settings=RunSettings(**{k: v for k, v in settings.items() if v is not None}),
         align=not no_align,
+        dist_timeout_s=dist_timeout,
     )
     code = result.meta.get("exit_code")
     if code:

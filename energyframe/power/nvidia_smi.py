@@ -31,6 +31,7 @@ from ..errors import PowerSourceError
 from ..interfaces import Channel, ClockBase, Detection, Quantity, Sample, Scope, Timing
 from ..options import Option
 from ..polling import PollingSource, Stream
+from .devices import cuda_visible_devices, rank_gpus
 
 POWER_FIELDS = ("power.draw.instant", "power.draw", "power.draw.average")
 STATE_FIELDS = {
@@ -108,6 +109,7 @@ class NvidiaSmiPowerSource(PollingSource):
     )
     AUTO_PRIORITY = 50
     AUTO_SCOPE = Scope.GPU
+    PER_PROCESS = True  # under torchrun each rank reads its own GPU
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
@@ -150,7 +152,12 @@ class NvidiaSmiPowerSource(PollingSource):
             raise PowerSourceError(f"{exe} offers none of the power fields {', '.join(POWER_FIELDS)}")
         self._power_field = power[0]
         fields = ["timestamp", "index", "uuid", *power, *[f for f in STATE_FIELDS if f in known]]
-        select_gpus = ["-i", ",".join(self.options["gpus"])] if self.options["gpus"] else []
+        chosen = list(self.options["gpus"] or [])
+        if not chosen and self.context.devices:  # the rank's GPU, under a launcher
+            chosen, notes = rank_gpus(self.context.devices, cuda_visible_devices())
+            for note in notes:
+                self.warn(note)
+        select_gpus = ["-i", ",".join(chosen)] if chosen else []
         self._gpus = self._list_gpus(exe, select_gpus)
         cmd = [
             exe,

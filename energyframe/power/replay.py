@@ -44,7 +44,10 @@ class ReplayPowerSource(PowerSource):
         "replay samples.parquet, a CSV of time_s and power_w (or energy_j), a WattsUp? or nvidia-smi log, "
         "as a live source"
     )
+    #: every rank replays (its own file, with {rank} in its name)
+    PER_PROCESS = True
     OPTIONS = (
+        # {rank} and {local_rank} in the name become the rank's numbers (docs/distributed.md)
         Option(
             "file",
             "path",
@@ -85,11 +88,12 @@ class ReplayPowerSource(PowerSource):
         self._tracks: list[_Track] = []
         self._origin_s = 0.0
         self._stop_s: float | None = None
+        self._file: Path = self.options["file"]
 
     def start(self, context: SourceContext) -> Sequence[Channel]:
         from ..logs import POWER_CSV, SAMPLES, read_log
 
-        path: Path = self.options["file"]
+        path = self._file = rank_path(self.options["file"], context)
         if not path.exists():
             raise PowerSourceError(f"replay file {str(path)!r} does not exist")
         try:
@@ -133,7 +137,7 @@ class ReplayPowerSource(PowerSource):
     def _track(self, recorded: Channel, series, absolute: bool) -> _Track:
         times, values = series.times_s, series.values
         spacing = float(np.median(np.diff(times))) if times.size > 1 else 0.0
-        description = f"replayed from {self.options['file']}" + (
+        description = f"replayed from {self._file}" + (
             f": {recorded.description}" if recorded.description else ""
         )
         timing = Timing(self.options["timing"]) if self.options["timing"] else recorded.timing
@@ -186,4 +190,10 @@ class ReplayPowerSource(PowerSource):
             self._stop_s = self._now()
 
     def info(self) -> Mapping[str, Any]:
-        return {"file": str(self.options["file"]), "channels": [t.channel.name for t in self._tracks]}
+        return {"file": str(self._file), "channels": [t.channel.name for t in self._tracks]}
+
+
+def rank_path(path: Path, context: SourceContext) -> Path:
+    """``path`` with ``{rank}`` and ``{local_rank}`` replaced by this process's numbers."""
+    text = str(path).replace("{rank}", str(context.rank)).replace("{local_rank}", str(context.local_rank))
+    return Path(text)

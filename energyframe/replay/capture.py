@@ -3,7 +3,8 @@ input shapes recorded, each iteration annotated, and the trace summarised.
 
 Under ``torchrun`` every rank profiles its own process and writes its own trace directory,
 ``OUT/rank<RANK>/``: the ranks run the same fixed warm-up and steps, so their collectives
-pair up, and no rank writes for another."""
+pair up, each step ending at a barrier of the ranks (on a host group: counted in the trace, not
+replayed), and no rank writes for another."""
 
 from __future__ import annotations
 
@@ -48,9 +49,16 @@ def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> 
             raise UsageError(f"workload {spec!r} has no phase to trace")
         if phase.setup is not None:
             phase.setup()
+        sync = phase.sync
+        if w.distributed and distributed.joined():
+
+            def sync() -> None:  # every rank's step starts together: their timelines line up
+                phase.sync()
+                distributed.wait_for_ranks()
+
         for _ in range(warmup):
             phase.step()
-        phase.sync()
+        sync()
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
@@ -58,7 +66,7 @@ def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> 
             for _ in range(steps):
                 with record_function(kineto.STEP_ANNOTATION):
                     phase.step()
-                    phase.sync()
+                    sync()
         raw = out_dir / "trace.json"
         prof.export_chrome_trace(str(raw))
         if phase.teardown is not None:

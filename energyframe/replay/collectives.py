@@ -3,8 +3,8 @@ element type, on the process group of the ranks replaying their traces together.
 
 A collective needs its peers: the replay of one rank's trace runs under ``torchrun`` with the
 traced world size, every rank replaying its own trace, and the ranks run each collective phase
-together — the same collectives in the same order, the same steps per window (calibrated on the
-slowest rank), each window opened and closed at a barrier. Collectives run eagerly, ``unroll``
+together — the same collectives in the same order; the measurement agrees the steps per window
+(the slowest rank's time decides) and opens and closes every window on every rank together. Collectives run eagerly, ``unroll``
 calls back to back per step (NCCL queues them on its stream). The values are random and are
 not kept bounded (a repeated sum grows): a collective's time does not depend on them.
 """
@@ -84,18 +84,17 @@ def rebuild_collective(record: dict, world_size: int) -> Collective:
     return Collective(record, make_state, call)
 
 
-def collective_phase(name: str, collective: Collective, device, unroll: int, window_s: float) -> Phase:
-    """A phase of ``unroll`` calls per step, its tensors made and its steps per window agreed
-    with the other ranks now (call it on every rank, in the same order)."""
+def collective_phase(name: str, collective: Collective, device, unroll: int) -> Phase:
+    """A phase of ``unroll`` calls per step, its tensors made now (call it on every rank, in the
+    same order). The measurement agrees its steps per window and its window edges over the ranks."""
+    from ..workloads.graph import device_sync
+
     holder: dict[str, Any] = {"state": collective.make_state(device)}  # freed by teardown
-    sync = distributed.barrier_sync(device)
 
     def step() -> None:
         state = holder["state"]
         for _ in range(unroll):
             collective.call(state)
-
-    steps, _ = distributed.agreed_steps(step, sync, window_s)
 
     def teardown() -> None:
         holder["state"] = None
@@ -104,9 +103,8 @@ def collective_phase(name: str, collective: Collective, device, unroll: int, win
     return Phase(
         name,
         step=step,
-        sync=sync,
-        iterations=steps,
+        sync=device_sync(device),
         iterations_per_step=unroll,
         teardown=teardown,
-        note=f"eager collective on {w.world_size} ranks; {steps} steps per window on every rank",
+        note=f"eager collective on {w.world_size} ranks",
     )

@@ -77,8 +77,8 @@ class ReplayWorkload(Workload):
         Option(
             "window_s",
             "float",
-            1.0,
-            "collectives and a full model over several ranks: the window length the ranks agree on. Units: s",
+            None,
+            "the shortest window, as --min-window (which wins when both are given). Units: s",
             minimum=1e-3,
         ),
     )
@@ -115,7 +115,10 @@ class ReplayWorkload(Workload):
         self.full_graph_spec: str | None = None
 
     def run_defaults(self) -> Mapping[str, Any]:
-        return dict(PIPELINE_RUN_DEFAULTS)
+        defaults = dict(PIPELINE_RUN_DEFAULTS)
+        if self.options["window_s"] is not None:
+            defaults["min_window_s"] = self.options["window_s"]
+        return defaults
 
     def _check_world(self, trace: Path) -> None:
         ranks = max(int(c.get("group_size") or 1) for c in self.collective_records)
@@ -216,8 +219,8 @@ class ReplayWorkload(Workload):
         return dataclasses.replace(spec, options={**dict(spec.options), "execution": "graph"})
 
     def phases(self) -> Iterator[Phase]:
-        # a generator: a phase over several ranks agrees its steps with the other ranks when
-        # it is prepared, just before it is measured, on every rank in the same order
+        # a generator: each phase is prepared just before it is measured, on every rank in the
+        # same order (the measurement checks that the ranks measure the same phases)
         if self.full is not None:
             yield dataclasses.replace(next(iter(self.full.phases())), name=FULL_MODEL)
         if self.full_graph is not None:
@@ -226,9 +229,7 @@ class ReplayWorkload(Workload):
             from .collectives import collective_phase
 
             for _record, collective, name in self.collectives:
-                yield collective_phase(
-                    name, collective, self.device, self.options["unroll"], self.options["window_s"]
-                )
+                yield collective_phase(name, collective, self.device, self.options["unroll"])
         for _record, op, name in self.rebuilt:
             captured = Captured(op.make_args, op.call, self.options["unroll"], self.device)
             yield captured.phase(name)

@@ -1,59 +1,33 @@
-"""Runs of one process per rank under ``torchrun``: the process group, this rank's device, and
-phases whose step counts every rank agrees on.
+"""Workloads of one process per rank under ``torchrun``: the process group, this rank's device,
+and which power channel is this rank's GPU.
 
-Each rank runs its own ``energyframe run`` (or ``energyframe trace``). A phase that runs
-collectives must run exactly as many steps on every rank — a rank that ran one all-reduce more
-would wait forever for its peers — so such a phase fixes its steps per window, calibrated
-together (the slowest rank's time decides), and its sync waits for the device and then for
-every rank: a window opens when all ranks are ready and closes when all have finished. The
-barrier runs on a host (gloo) group, so it launches no GPU kernel and leaves no collective in a
-trace. Nothing here assumes that one rank writes or reports alone.
+The measurement agrees every window edge, calibrated step count, warm-up and guard band across
+the ranks itself (``energyframe.distributed``), so a phase that runs collectives is an ordinary
+phase here: every rank runs it the same number of steps because the core decides them together.
+What stays here is what a workload needs: joining the process group (NCCL between GPUs, gloo on
+the CPU), this rank's device, a host (gloo) group for the barriers of a trace, and the GPU channel
+of this rank in a result.
 
 torch is imported inside the functions: the CLI imports this module to name trace directories.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from ..errors import WorkloadError
-
-#: steps per window aim this far above the window length (as the orchestrator's calibration)
-CALIBRATION_MARGIN = 1.15
-
-
-@dataclass(frozen=True)
-class World:
-    """This process's place among the ranks, as ``torchrun`` sets it in the environment."""
-
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-    #: whether WORLD_SIZE was set at all (a launcher started this process)
-    launched: bool = False
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
+from ..distributed import World
+from ..distributed import world as _world
+from ..errors import UsageError, WorkloadError
 
 
 def world() -> World:
-    """RANK, LOCAL_RANK and WORLD_SIZE from the environment (a single process without them)."""
-    env = os.environ
+    """RANK, LOCAL_RANK and WORLD_SIZE from the environment (a single process without them; srun's
+    variables count too)."""
     try:
-        size = int(env.get("WORLD_SIZE", "1"))
-        rank = int(env.get("RANK", "0"))
-        local = int(env.get("LOCAL_RANK", str(rank)))
-    except ValueError as e:
-        raise WorkloadError(
-            f"RANK, LOCAL_RANK and WORLD_SIZE must be integers (torchrun sets them): {e}"
-        ) from e
-    return World(rank, local, size, "WORLD_SIZE" in env)
+        return _world()
+    except UsageError as e:
+        raise WorkloadError(str(e)) from e
 
 
 def rank_dir_name(rank: int) -> str:
@@ -156,21 +130,16 @@ def barrier_sync(device) -> Callable[[], None]:
     return sync
 
 
+def joined() -> bool:
+    """Whether this process joined the ranks' process group (``join``)."""
+    return _GROUP.host is not None
+
+
 def wait_for_ranks() -> None:
     """Return when every rank has called this (on the host group)."""
     import torch.distributed as dist
 
     dist.barrier(group=host_group())
-
-
-def agreed_max(value: float) -> float:
-    """The largest ``value`` over the ranks."""
-    import torch
-    import torch.distributed as dist
-
-    t = torch.tensor([float(value)], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=host_group())
-    return float(t.item())
 
 
 def gather(obj: Any) -> list:
@@ -180,39 +149,6 @@ def gather(obj: Any) -> list:
     out: list = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj, group=host_group())
     return out
-
-
-def agreed_steps(
-    step: Callable[[], Any],
-    sync: Callable[[], None],
-    window_s: float,
-    max_steps: int = 1_000_000_000,
-    clock: Callable[[], float] = time.monotonic,
-    warmup: int = 2,
-) -> tuple[int, float]:
-    """Steps per window so that a window lasts at least ``window_s`` on the slowest rank, the
-    same on every rank: after ``warmup`` untimed steps (a first call initialises communicators
-    and caches), growing batches are timed (each synced) and the ranks' largest time decides
-    each next batch, so every rank runs the same steps. Returns the steps and the time per
-    step. Units: s."""
-    for _ in range(warmup):
-        step()
-    n = 1
-    while True:
-        sync()
-        t0 = clock()
-        for _ in range(n):
-            step()
-        sync()
-        dt = agreed_max(clock() - t0)
-        if dt >= 0.5 * window_s or n >= max_steps:
-            break
-        grow = 10 if dt < 1e-3 else max(2, math.ceil(0.55 * window_s / max(dt, 1e-9)))
-        n = min(max_steps, n * grow)
-    per_step = dt / n
-    if dt < window_s:
-        n = math.ceil(CALIBRATION_MARGIN * window_s / max(per_step, 1e-12))
-    return max(1, min(max_steps, n)), per_step
 
 
 def own_channel(result, device) -> str | None:

@@ -74,8 +74,8 @@ OPTIONS = (
     Option(
         "window_s",
         "float",
-        1.0,
-        "tp>1: window length the ranks calibrate their common steps per window to. Units: s",
+        None,
+        "the shortest window, as --min-window (which wins when both are given). Units: s",
         minimum=1e-3,
     ),
     Option("hidden", "int", None, "hidden size (override; shrinks the model)", minimum=8),
@@ -298,27 +298,21 @@ class VicunaTP(Workload):
                 self._prompt = self._first = None
 
         note += f", tp={self.tp}"
-        if not self.world.distributed:
-            return Phase(
-                mode,
-                step=step,
-                sync=device_sync(self.device),
-                work=self.work(mode),
-                teardown=teardown,
-                note=note,
-            )
-        sync = distributed.barrier_sync(self.device)
-        steps, _ = distributed.agreed_steps(step, sync, o["window_s"])
+        if self.world.distributed:
+            # the measurement agrees the steps, warm-up and window edges over the ranks
+            note += f", rank {self.world.rank} of {self.world.world_size}"
         return Phase(
             mode,
             step=step,
-            sync=sync,
-            iterations=steps,
+            sync=device_sync(self.device),
             work=self.work(mode),
             teardown=teardown,
-            note=f"{note}, rank {self.world.rank} of {self.world.world_size}: "
-            f"{steps} steps per window on every rank",
+            note=note,
         )
+
+    def run_defaults(self) -> Mapping[str, Any]:
+        window = self.options["window_s"]
+        return {"min_window_s": window} if window is not None else {}
 
     def teardown(self) -> None:
         self.model = self._prompt = self._first = None

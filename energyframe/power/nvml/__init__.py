@@ -14,7 +14,8 @@ The package, in the style of a device layer:
   protocol's writer and reader side by side, is ``energyframe.sampler``).
 """
 
+from ..devices import cuda_visible_devices
 from .device import load_pynvml, nvml_error_message
-from .source import NVMLPowerSource, cuda_visible_devices
+from .source import NVMLPowerSource
 
 __all__ = ["NVMLPowerSource", "cuda_visible_devices", "load_pynvml", "nvml_error_message"]

@@ -8,7 +8,6 @@ Sampling runs in a separate process by default (``mode=process``): one counter r
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +17,7 @@ from ...errors import OptionError, PowerSourceError
 from ...interfaces import Channel, Detection, Quantity, Scope, WindowAnnotation
 from ...options import Option
 from ...polling import Dedup, Poller, PollingSource, mode_option
+from ..devices import cuda_visible_devices, rank_gpus
 from .device import (
     GPU,
     bindings_version,
@@ -37,23 +37,6 @@ from .poller import (
     clock_event_bits,
     gpu_channels,
 )
-
-
-def cuda_visible_devices() -> str | None:
-    """``CUDA_VISIBLE_DEVICES`` as UUIDs when torch has already initialised CUDA in this process
-    (exact), else as set in the environment (indices are then read in PCI order)."""
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    torch = sys.modules.get("torch")
-    if torch is not None and value is not None:
-        try:
-            if torch.cuda.is_initialized():
-                uuids = []
-                for i in range(torch.cuda.device_count()):
-                    uuids.append("GPU-" + str(torch.cuda.get_device_properties(i).uuid))
-                return ",".join(uuids)
-        except Exception:  # older torch without .uuid: fall back to the variable
-            pass
-    return value
 
 
 class NVMLPowerSource(PollingSource):
@@ -79,6 +62,7 @@ class NVMLPowerSource(PollingSource):
     )
     AUTO_PRIORITY = 100
     AUTO_SCOPE = Scope.GPU
+    PER_PROCESS = True  # under torchrun each rank measures its own GPU
     PROCESS_LABEL = "NVML sampler"
     PROCESS_LOG = "nvml-sampler"
 
@@ -120,16 +104,32 @@ class NVMLPowerSource(PollingSource):
 
     # -- acquisition (in the sampler process by default) -------------------------------------
     def prepare(self) -> Mapping[str, Any]:
-        return {"cuda_visible": cuda_visible_devices()}
+        devices = self.context.devices
+        return {
+            "cuda_visible": cuda_visible_devices(),
+            # the rank's GPU, unless the user chose GPUs
+            "devices": list(devices) if devices and not self.options["gpus"] else None,
+            "local_rank": self.context.local_rank,
+        }
 
     def open(self) -> Sequence[Channel]:
         nvml = load_pynvml()
         kinds = list(self.options["channels"])
         requested = list(self.options["gpus"]) if self.options["gpus"] else None
+        cuda_visible = self.prepared.get("cuda_visible")
+        devices = self.prepared.get("devices")
+        notes: list[str] = []
+        if devices:
+            requested, notes = rank_gpus(devices, cuda_visible)
         with nvml_errors(nvml, "start"):
             nvml.nvmlInit()
             self._nvml = nvml
-            self._gpus, notes = select_gpus(nvml, requested, self.prepared.get("cuda_visible"))
+            self._gpus, found = select_gpus(nvml, requested, cuda_visible)
+            notes += found
+            if devices:
+                for gpu in self._gpus:
+                    gpu.selected_as = f"the rank's GPU (LOCAL_RANK {self.prepared.get('local_rank', 0)})"
+                notes += _order_note(nvml, devices, requested or [])
             for gpu in self._gpus:
                 notes += probe(gpu)
             self._driver = text(nvml.nvmlSystemGetDriverVersion())
@@ -197,3 +197,21 @@ class NVMLPowerSource(PollingSource):
                 active = [name for name, bit in self._bits.items() if bits & bit]
                 flags += [f"throttled:{name}" for name in active if name in THROTTLING]
         return WindowAnnotation(columns, tuple(flags))
+
+
+def _order_note(nvml, devices: Sequence[str], chosen: Sequence[str]) -> list[str]:
+    """A rank's GPU found by index is right when CUDA and NVML count GPUs in one order: always
+    with CUDA_DEVICE_ORDER=PCI_BUS_ID, and in practice when the GPUs are all of one model (CUDA's
+    default puts the fastest first). Say so only when neither holds."""
+    if os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID":
+        return []
+    if not any(d.startswith("cuda:") for d in devices) or not any(c.isdigit() for c in chosen):
+        return []
+    count = nvml.nvmlDeviceGetCount()
+    models = {text(nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(i))) for i in range(count)}
+    if len(models) < 2:
+        return []
+    return [
+        f"this machine has GPUs of {len(models)} models ({', '.join(sorted(models))}): the rank's GPU was "
+        "taken in PCI order (NVML's); set CUDA_DEVICE_ORDER=PCI_BUS_ID so that CUDA counts them the same way"
+    ]
