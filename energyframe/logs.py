@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UsageError
-from .interfaces import Channel, ClockBase, Quantity, Scope, Timing
+from .model import Channel, ClockBase, Quantity, Scope, Timing
 from .samples import NEGATIVE, NOT_FINITE, SampleSeries
 
 #: log kinds

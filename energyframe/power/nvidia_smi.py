@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PowerSourceError
-from ..interfaces import Channel, ClockBase, Detection, Quantity, Sample, Scope, Timing
+from ..model import Channel, ClockBase, Detection, Quantity, Sample, Scope, Timing
 from ..options import Option
 from ..polling import PollingSource, Stream
 from .devices import cuda_visible_devices, rank_gpus

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError, PowerSourceError
-from ..interfaces import Channel, ClockBase, Quantity, Sample, Scope, Timing, WindowAnnotation
+from ..model import Channel, ClockBase, Quantity, Sample, Scope, Timing, WindowAnnotation
 from ..options import Option
 from ..polling import PollingSource, Stream
 from . import wattsup_protocol as proto

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..interfaces import Phase
+from ..model import Phase
 from ..workloads import distributed
 from .rebuild import RebuildError
 

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import extras, registry
 from ..errors import UsageError, WorkloadError
-from ..interfaces import DerivedTable, Phase, Workload
+from ..model import DerivedTable, Phase
 from ..options import Option, parse_spec
+from ..plugin import Workload
 from ..workloads import distributed
 from ..workloads.graph import Captured, torch_device
 from ..workloads.pipeline import PIPELINE_RUN_DEFAULTS, idle_power, stage_figures

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import WorkloadError
-from ..interfaces import DerivedTable, Phase, Workload
+from ..model import DerivedTable, Phase
+from ..plugin import Workload
 from ..workloads.graph import Captured, torch_device
 from .check import UNCHECKED, WRONG, Check, allocate, compare, determinism, reference_outputs
 from .kernel import CudaKernel, Dim3, Launch

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ..interfaces import Phase, Workload
+from ..model import Phase
 from ..options import Option
+from ..plugin import Workload
 
 
 def _matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Callable[[], None]:

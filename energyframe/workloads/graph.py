@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import OptionError, WorkloadError
-from ..interfaces import DerivedTable, Phase, Workload
+from ..model import DerivedTable, Phase
 from ..options import Option
+from ..plugin import Workload
 
 if TYPE_CHECKING:
     import torch

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import extras
 from ..errors import WorkloadError
-from ..interfaces import DerivedTable, Phase, Workload
+from ..model import DerivedTable, Phase
 from ..options import Option
+from ..plugin import Workload
 from . import distributed
 from .graph import device_sync, torch_device, torch_dtype
 

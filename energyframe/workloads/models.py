@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import extras
 from ..errors import OptionError, WorkloadError
-from ..interfaces import DerivedTable, Phase, Workload
+from ..model import DerivedTable, Phase
 from ..options import Option
+from ..plugin import Workload
 from .graph import Captured, device_sync, l2_cache_bytes, torch_device, torch_dtype
 from .perlayer import GRANULARITY, L2, UNROLL, VALIDATE
 

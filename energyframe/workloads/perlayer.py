@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OptionError, UsageError
-from ..interfaces import DerivedTable, Phase, Workload
+from ..model import DerivedTable, Phase
 from ..options import Option, Spec, parse_spec
+from ..plugin import Workload
 from .graph import Captured, l2_cache_bytes
 from .pipeline import PIPELINE_RUN_DEFAULTS, Pipeline, Stage
 

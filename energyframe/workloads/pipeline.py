@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import WorkloadError
-from ..interfaces import DerivedTable, Phase, Workload
+from ..model import DerivedTable, Phase
+from ..plugin import Workload
 
 #: what a pipeline of many short phases asks of a run unless the user says otherwise
 #: (calibration runs each phase for a third of a window first, which warms it up)
