@@ -16,12 +16,10 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .rebuild import DTYPE_NAMES
-
-if TYPE_CHECKING:
-    from .kineto import Op, Trace
+from .tracedata import TIER_COMMUNICATION, Op, Trace
 
 #: c10d dispatcher ops: the kind of collective, and the argument holding its (input) tensors
 C10D = {
@@ -72,8 +70,6 @@ SCALAR_TYPE_NAMES = {
 ITEM_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int64": 8, "int32": 4}
 ITEM_BYTES.update({"int16": 2, "int8": 1, "uint8": 1, "bool": 1})
 BARRIER = "barrier"
-#: the tier of communication kernels (kineto.tier gives it to NCCL's)
-TIER_COMMUNICATION = "communication"
 PARAM_COMMS = "record_param_comms"
 
 

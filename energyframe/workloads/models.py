@@ -21,12 +21,11 @@ from ..model import DerivedTable, Phase
 from ..options import Option
 from ..plugin import Workload
 from .graph import Captured, device_sync, l2_cache_bytes, torch_device, torch_dtype
-from .perlayer import GRANULARITY, L2, UNROLL, VALIDATE
+from .perlayer_options import GRANULARITY, L2, UNROLL, VALIDATE
+from .perlayer_options import PER_LAYER as PER_LAYER_WRAPPER
 
 if TYPE_CHECKING:
     import torch
-
-    from .perlayer import PerLayerWorkload
 
 log = logging.getLogger("energyframe")
 
@@ -135,18 +134,21 @@ class ModelWorkload(Workload):
         #: the whole model's CUDA graph (execution=graph), once phases() made it
         self.whole_captured: Captured | None = None
         #: the deprecated ``per_layer=true``: the per-layer wrapper around this model
-        self.per_layer: PerLayerWorkload | None = None
+        self.per_layer: Workload | None = None
         if self.options["per_layer"]:
-            from .perlayer import PerLayerWorkload
+            from .. import registry
 
             log.warning(
                 "%s:per_layer=true is deprecated; use per-layer:model=%s (the same run)", self.name, self.name
             )
-            self.per_layer = PerLayerWorkload(
+            # the wrapper by its registered name, as the wrapper finds its model: it imports this module
+            wrapper = registry.load(registry.WORKLOADS, PER_LAYER_WRAPPER)(
                 name=self.name,
                 model=self,
                 **{k: self.options[k] for k in ("granularity", "validate", "l2", "unroll")},
             )
+            assert isinstance(wrapper, Workload)  # load checks the class against the group's base
+            self.per_layer = wrapper
 
     # -- what subclasses provide --------------------------------------------------------------
     def build(self, device, dtype) -> tuple[Any, tuple, dict]:
@@ -237,7 +239,7 @@ class ModelWorkload(Workload):
     def info(self) -> Mapping[str, Any]:
         import torch
 
-        if self.per_layer is not None and self.per_layer.decomposition is not None:
+        if self.per_layer is not None and getattr(self.per_layer, "decomposition", None) is not None:
             return self.per_layer.info()  # this model's info and the decomposition's
         out: dict[str, Any] = {"model": self.name, "dtype": self.dtype_name(), "torch": torch.__version__}
         if self.device is not None:
