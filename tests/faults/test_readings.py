@@ -213,3 +213,18 @@ def test_one_meter_in_two_power_specs_is_refused_before_anything_starts(tmp_path
         "twice would be counted twice"
     )
     assert not out.exists()
+
+
+def test_rejected_readings_move_with_their_channel_to_the_run_timeline():
+    # a period-end channel's readings move back by half the period they average, a wall meter's by
+    # its lag: a rejected reading must move the same way to flag the window it fell in
+    from energyframe.assemble import placed_rejections
+    from energyframe.clock import ChannelTimeMap
+
+    times = np.array([10.0, 20.0])
+    placed = placed_rejections(
+        {"late": {"negative": times}, "exact": {"not_finite": times}},
+        {"late": ChannelTimeMap(lag_s=0.5)},
+    )
+    assert placed["late"]["negative"].tolist() == [9.5, 19.5]
+    assert placed["exact"]["not_finite"].tolist() == [10.0, 20.0]
