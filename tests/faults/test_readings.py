@@ -58,7 +58,8 @@ class ScriptedSource(PowerSource):
 
 @pytest.mark.parametrize("bad,flag,reason", [(-100.0, "negative_power", "negative"),
                                               (math.nan, "invalid_reading", "not_finite"),
-                                              (math.inf, "invalid_reading", "not_finite")])
+                                              (math.inf, "invalid_reading", "not_finite"),
+                                              (4294967.295, "invalid_reading", "implausible")])
 def test_impossible_readings_are_flagged_counted_and_never_integrated(tmp_path, bad, flag, reason):
     def value(t):  # 100 W, with a burst of impossible readings every quarter second
         return bad if (t % 0.25) < 0.03 else 100.0
