@@ -24,16 +24,13 @@ from typing import Any
 from ..errors import OptionError, UsageError
 from ..interfaces import DerivedTable, Phase, Workload
 from ..options import Option, Spec, parse_spec
-from .graph import Captured, l2_cache_bytes
+from .graph import Captured, copies_for, l2_cache_bytes
 from .pipeline import PIPELINE_RUN_DEFAULTS, Pipeline, Stage
 
 log = logging.getLogger("energyframe")
 
 #: the registered name of the wrapper
 PER_LAYER = "per-layer"
-#: rotate at most this many copies of a layer's weights (or inputs), and at most this many bytes
-MAX_COPIES = 64
-MAX_COPY_BYTES = 4 << 30
 WHOLE_MODEL = "(whole model)"
 #: ``prepare=ahead`` stops capturing ahead when less GPU memory than this is free (the larger of
 #: a fraction of the GPU and a fixed amount); the rest are captured just before they are measured
@@ -224,13 +221,6 @@ def _memory_low(device) -> bool:
     return free_b < max(AHEAD_RESERVE_BYTES, AHEAD_RESERVE_FRACTION * total_b)
 
 
-def _copies_for(data_bytes: int, l2_bytes: int) -> int:
-    """Copies of ``data_bytes`` that together exceed twice the L2 (bounded)."""
-    if not data_bytes or not l2_bytes:
-        return 1
-    return max(1, min(MAX_COPIES, math.ceil(2 * l2_bytes / data_bytes), MAX_COPY_BYTES // data_bytes))
-
-
 class PerLayerWorkload(Workload):
     """A named model measured unit by unit (leaf modules or blocks, and the ops between them).
 
@@ -395,9 +385,9 @@ class PerLayerWorkload(Workload):
         l2 = l2_cache_bytes(device)
         copies = input_copies = 1
         if self.options["l2"] == "rotate" and unit.kind == "module" and device.type == "cuda":
-            copies = _copies_for(unit.params_bytes, l2)
+            copies = copies_for(unit.params_bytes, l2)
         if self.options["activations"] == "rotate" and device.type == "cuda":
-            input_copies = _copies_for(unit.input_bytes(), l2)
+            input_copies = copies_for(unit.input_bytes(), l2)
         make_state, call = unit.call_factory(device, copies, input_copies)
         plan = UnitPlan(
             self._unique_name(unit),
