@@ -1,6 +1,6 @@
 """From what a run recorded to its result, as a straight pipeline, one function per step:
 
-    samples -> placement (timing semantics, alignment) -> windows -> summaries
+    samples -> placement (timing semantics, alignment) -> fused power -> windows -> summaries
             -> derived tables -> metadata -> files
 
 Each step takes what the previous one produced; nothing is assigned from outside. The live
@@ -22,6 +22,7 @@ import pandas as pd
 from .align import MeterAligner
 from .clock import ChannelTimeMap, ClockModel
 from .errors import StoreError
+from .fusion import FUSED_SUFFIX, fused_channels
 from .model import Channel, DerivedTable, Timing, WindowAnnotation
 from .plugin import PowerSource, Workload
 from .provenance import run_provenance, source_record
@@ -109,6 +110,38 @@ def place_samples(
                 warn(warning)
     placed = {n: s.shifted(maps.get(n, ChannelTimeMap())) for n, s in recording.series.items()}
     return Placement(placed, maps, report)
+
+
+# -- 1b. fused power ------------------------------------------------------------------------------
+def add_fused_power(
+    recording: Recording, placement: Placement, warn: Warn
+) -> tuple[Recording, Placement, dict[str, Any]]:
+    """Add a secondary ``NAME.fused`` power channel for each energy counter that comes with fine
+    power samples (NVML's ``gpu0`` and ``gpu0.power_samples``): the counter's energy between its
+    ticks, shaped inside each tick interval by the samples (``fusion.py``, docs/power-sources.md).
+
+    It works on the placed series, so the counter's and the samples' time maps are applied
+    first. The fused channel belongs to the counter's source. A failure only leaves it out.
+    """
+    report: dict[str, Any] = {}
+    try:
+        channels, series = fused_channels(recording.channels, placement.series, report)
+    except Exception as e:  # a second view of the counter: never worth the run
+        warn(f"fused power left out: {type(e).__name__}: {e}")
+        return recording, placement, {}
+    added = [n for n in channels if n not in recording.channels]
+    if not added:
+        return recording, placement, {}
+    owners = dict(recording.channel_source)
+    for name in added:
+        counter = name[: -len(FUSED_SUFFIX) - 1]
+        if counter in owners:
+            owners[name] = owners[counter]
+    return (
+        replace(recording, channels=channels, channel_source=owners),
+        replace(placement, series=series),
+        report,
+    )
 
 
 # -- 2. windows -----------------------------------------------------------------------------------
@@ -241,10 +274,13 @@ def assemble(
             warnings.append(message)
 
     placement = place_samples(recording, aligner, warn)
+    recording, placement, fusion = add_fused_power(recording, placement, warn)
     annotate = source_annotator(recording, placement.series, warn)
     windows, idle = integrate(recording, placement, annotate)
     summaries = tuple(summarize(windows, recording.work))
     full_meta = {**meta, **placement_meta(placement, idle, recording)}
+    if fusion:
+        full_meta["fusion"] = fusion
     result = RunResult(full_meta, windows, recording.samples, summaries)
     tables = derive_tables(workload, result, warn)
     final = {**full_meta, "derived": [t.to_json() for t in tables], "warnings": list(warnings)}

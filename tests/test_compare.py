@@ -26,7 +26,7 @@ from energyframe.compare import (
     trials_needed,
 )
 from energyframe.power.nvml import NVMLPowerSource
-from tests.test_nvml import fake_nvml, gpu  # noqa: F401  (the fixture and its helper)
+from tests.conftest import gpu
 
 # small integers force ties
 values = st.lists(st.integers(min_value=0, max_value=6).map(float), min_size=1, max_size=6)

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -24,44 +23,12 @@ from energyframe.interfaces import Quantity, SourceContext
 from energyframe.power.nvml import NVMLPowerSource, load_pynvml
 from energyframe.power.nvml.device import select_gpus
 from energyframe.power.nvml.poller import CHANNEL_KINDS, FieldPoller, SlowPoller
-
-FAKE_DIR = Path(__file__).resolve().parent / "fake_nvml"
-H200 = "GPU-52dfc441-e9da-23f3-17f9-2b876aae0d10"
-
-
-def gpu(uuid=H200, **kw):
-    return {"uuid": uuid, "name": "NVIDIA H200", "power_w": 700.0, **kw}
-
-
-@pytest.fixture
-def fake_nvml(tmp_path, monkeypatch):
-    """Write a scenario and make ``import pynvml`` (here and in child processes) get the fake."""
-    path = tmp_path / "nvml-scenario.json"
-    monkeypatch.setenv("FAKE_NVML_SCENARIO", str(path))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKE_DIR), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.syspath_prepend(str(FAKE_DIR))
-    real = sys.modules.pop("pynvml", None)
-
-    def write(gpus=None, started_s_ago=0.0, **kw):
-        scenario = {
-            "t0_wall": time.time() - started_s_ago,
-            "gpus": gpus if gpus is not None else [gpu()],
-            **kw,
-        }
-        path.write_text(json.dumps(scenario))
-        sys.modules.pop("pynvml", None)
-        return scenario
-
-    yield write
-    sys.modules.pop("pynvml", None)
-    if real is not None:
-        sys.modules["pynvml"] = real
+from tests.conftest import FAKE_NVML_DIR, H200, gpu
 
 
 def test_fake_has_the_real_signatures():
     real = importlib.import_module("pynvml")  # nvidia-ml-py, installed with energyframe
-    spec = importlib.util.spec_from_file_location("fake_pynvml", FAKE_DIR / "pynvml.py")
+    spec = importlib.util.spec_from_file_location("fake_pynvml", FAKE_NVML_DIR / "pynvml.py")
     fake = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fake)
     names = [n for n, f in vars(fake).items() if n.startswith("nvml") and inspect.isfunction(f)]
@@ -102,12 +69,16 @@ def test_steady_power_is_measured_on_every_channel(fake_nvml, mode):
         "gpu1.power_instant",
         "gpu1.power_average",
         "gpu1.power_samples",
+        "gpu0.fused",  # the counter shaped by the 20-ms samples, computed after the run
+        "gpu1.fused",
     }
     for channel, watts, tolerance in [
         ("gpu0", 700.0, 0.02),
         ("gpu1", 350.0, 0.02),
         ("gpu0.power_samples", 700.0, 0.02),
         ("gpu0.power_instant", 700.0, 0.02),
+        ("gpu0.fused", 700.0, 0.02),
+        ("gpu1.fused", 350.0, 0.02),
     ]:
         rows = w[w["channel"] == channel]
         assert len(rows) == 3
@@ -118,6 +89,7 @@ def test_steady_power_is_measured_on_every_channel(fake_nvml, mode):
     assert all("throttled:sw_power_cap" in f for f in gpu0["flags"])
     assert all("throttled" not in f for f in w[w["channel"] == "gpu1"]["flags"])
     assert result.meta["primary_channels"] == ["gpu0", "gpu1"]
+    assert set(result.meta["fusion"]) == {"gpu0.fused", "gpu1.fused"}
     info = result.meta["sources"][0]["info"]
     assert info["mode"] == mode and info["driver_version"] == "580.159.04"
     assert [g["uuid"] for g in info["gpus"]][0] == H200

@@ -11,9 +11,7 @@ from energyframe.power.devices import rank_gpus
 from energyframe.power.nvidia_smi import NvidiaSmiPowerSource
 from energyframe.power.nvml import NVMLPowerSource
 from energyframe.power.replay import ReplayPowerSource
-from tests.conftest import write_power_csv
-from tests.test_nvidia_smi import fake_smi  # noqa: F401 (a fixture)
-from tests.test_nvml import fake_nvml, gpu  # noqa: F401 (a fixture)
+from tests.conftest import gpu, write_power_csv
 
 A, B, C = (f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(3))
 
