@@ -39,6 +39,9 @@ def main() -> int:
     ap.add_argument(
         "--kernel-gap-us", type=float, help="a launch gap per kernel to use instead of each graph's own"
     )
+    ap.add_argument(
+        "--l2", choices=("warm", "rotate"), default="warm", help="the replay's l2 option (docs/replay.md)"
+    )
     ap.add_argument("--power", default="nvml:gpus=0", help="power spec (none: timing only, for a dry run)")
     ap.add_argument("--json")
     ap.add_argument(
@@ -57,7 +60,7 @@ def main() -> int:
             traced = capture(spec, folder / "trace", steps=3, warmup=3)
             gap = f",kernel_gap_us={args.kernel_gap_us}" if args.kernel_gap_us is not None else ""
             ef.run(
-                f"replay:trace={folder / 'trace'}{gap}",
+                f"replay:trace={folder / 'trace'}{gap},l2={args.l2}",
                 power=None if args.power == "none" else [args.power],
                 reporters=[],
                 out=folder / "run",

@@ -183,9 +183,24 @@ def integrate(
         recording.clock,
         idle,
         annotate,
-        recording.rejected,
+        placed_rejections(recording.rejected, placement.time_maps),
     )
     return windows, idle
+
+
+def placed_rejections(
+    rejected: Mapping[str, Mapping[str, np.ndarray]], maps: Mapping[str, ChannelTimeMap]
+) -> dict[str, dict[str, np.ndarray]]:
+    """The times of rejected readings moved as their channel's accepted samples were, so that a
+    window is flagged for the readings that fell inside it on the run's timeline."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for channel, by_reason in rejected.items():
+        time_map = maps.get(channel, ChannelTimeMap())
+        out[channel] = {
+            reason: times if time_map.is_identity else np.asarray(time_map.apply(np.asarray(times, dtype=float)))
+            for reason, times in by_reason.items()
+        }
+    return out
 
 
 # -- 3. derived tables ----------------------------------------------------------------------------

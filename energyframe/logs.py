@@ -34,7 +34,7 @@ import numpy as np
 
 from .errors import UsageError
 from .model import Channel, ClockBase, Quantity, Scope, Timing
-from .samples import NEGATIVE, NOT_FINITE, SampleSeries
+from .samples import IMPLAUSIBLE, MAX_POWER_W, NEGATIVE, NOT_FINITE, SampleSeries
 
 #: log kinds
 SAMPLES = "samples"
@@ -42,14 +42,9 @@ POWER_CSV = "power-csv"
 WATTSUP_CSV = "wattsup-csv"
 NVIDIA_SMI = "nvidia-smi"
 
-#: why a row is left out of integration, beside the core's ``samples.NEGATIVE`` and
-#: ``samples.NOT_FINITE``: a power no sensor reports, and a row with no value at all
-IMPLAUSIBLE = "implausible"
+#: why a row is left out of integration, beside the core's reasons (``samples.NEGATIVE``,
+#: ``NOT_FINITE``, ``IMPLAUSIBLE``): a row with no value at all
 MISSING = "missing"
-
-#: no channel energyframe reads can report more than this; above it a reading is a sensor's
-#: error value (0xFFFFFFFF mW is 4.3 MW), never power. Units: W.
-MAX_POWER_W = 1e6
 #: what nvidia-smi and loggers print for a reading they do not have
 MISSING_TEXT = {
     "",

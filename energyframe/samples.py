@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .clock import ChannelTimeMap, ClockModel
-from .model import Channel, Sample
+from .model import Channel, Quantity, Sample
 
 PARTIAL_NAME = "samples.partial.csv"
 SAMPLE_COLUMNS = ["source", "channel", "time_s", "value", "unit"]
@@ -52,6 +52,11 @@ class SampleSeries:
 
 NEGATIVE = "negative"
 NOT_FINITE = "not_finite"
+IMPLAUSIBLE = "implausible"
+
+#: no channel energyframe reads can report more than this; above it a reading is a sensor's
+#: error value (0xFFFFFFFF mW is 4.3 MW), never power. Units: W.
+MAX_POWER_W = 1e6
 
 
 def invalid_reason(channel: Channel, value: float) -> str | None:
@@ -60,6 +65,8 @@ def invalid_reason(channel: Channel, value: float) -> str | None:
         return NOT_FINITE
     if channel.integrable and value < 0:
         return NEGATIVE
+    if channel.quantity == Quantity.POWER and value > MAX_POWER_W:
+        return IMPLAUSIBLE
     return None
 
 

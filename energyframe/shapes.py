@@ -26,6 +26,9 @@ OFFSET_STEP_S = 0.001
 MIN_OFFSET_CONTRAST = 2.0
 #: fewest tick intervals an offset is estimated from
 MIN_OFFSET_INTERVALS = 10
+#: most tick intervals an offset is estimated from (10 minutes of 100-ms ticks): a longer run
+#: uses those where the load changed most, which carry the offset; steady ones only add cost
+MAX_OFFSET_INTERVALS = 6000
 #: samples further apart than this many periods do not cover the interval between them
 GAP_PERIODS = 3.0
 
@@ -183,6 +186,19 @@ def covered(u: np.ndarray, period_s: float, a: np.ndarray, b: np.ndarray) -> np.
 # -- the residual offset ---------------------------------------------------------------------
 
 
+def _most_changing(
+    a: np.ndarray, b: np.ndarray, e: np.ndarray, keep: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ``keep`` intervals whose mean power differs most from their neighbours', in order."""
+    power = e / (b - a)
+    change = np.zeros(power.size)
+    step = np.abs(np.diff(power))
+    change[:-1] += step
+    change[1:] += step
+    chosen = np.sort(np.argsort(-change, kind="stable")[:keep])
+    return a[chosen], b[chosen], e[chosen]
+
+
 def estimate_offset(
     ticks_s: np.ndarray,
     increments_j: np.ndarray,
@@ -216,6 +232,9 @@ def estimate_offset(
         return OffsetEstimate(shape.name, 0.0, False, nan, nan, nan, n, f"only {n} tick intervals covered")
     signal = Signal(*knots(u, p, shape.period_s, shape.reading))
     a, b, e = a[use], b[use], increments_j[use]
+    if n > MAX_OFFSET_INTERVALS:
+        a, b, e = _most_changing(a, b, e, MAX_OFFSET_INTERVALS)
+        n = MAX_OFFSET_INTERVALS
     steps = int(round(max_offset_s / step_s))
     grid = np.arange(-steps, steps + 1) * step_s
     energy2 = float(np.dot(e, e))

@@ -35,7 +35,7 @@ WINDOW_COLUMNS = [
 NOISY = "noisy"  # phase-level flag: IQR/median of time or energy per iteration >= 10 %
 PARTIAL = "partial"  # phase-level flag: energy known for fewer trials than were measured
 #: which flag a rejected reading gives the windows around it (samples.py names the reasons)
-REJECTION_FLAGS = {"negative": NEGATIVE_POWER, "not_finite": INVALID_READING}
+REJECTION_FLAGS = {"negative": NEGATIVE_POWER, "not_finite": INVALID_READING, "implausible": INVALID_READING}
 
 
 @dataclass(frozen=True)

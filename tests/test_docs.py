@@ -330,3 +330,23 @@ def test_the_ef_run_docstring_example_runs():
     namespace = {"ef": __import__("energyframe")}
     exec(example, namespace)
     assert namespace["result"].complete
+
+
+def test_the_architecture_page_names_every_module_and_only_real_ones():
+    text = (DOCS / "architecture.md").read_text()
+    package = Path(ef.__file__).parent
+    layers = text[text.index("## Layers") : text.index("## One run's data flow")]
+    named = set(re.findall(r"`([\w/.-]+(?:\.py|/))`", layers))
+    files = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    folders = {p.relative_to(package).as_posix() + "/" for p in package.rglob("*") if p.is_dir()}
+    known = files | folders | {Path(f).name for f in files} | {Path(d).name + "/" for d in folders}
+    unknown = sorted(n for n in named if n not in known and not (package.parent / n).exists())
+    assert not unknown, f"docs/architecture.md names modules that do not exist: {unknown}"
+    subpackages = {init.parent.name + "/" for init in package.glob("*/__init__.py")}
+    top = {p.name for p in package.glob("*.py")} | subpackages
+    missing = sorted(top - named)
+    assert not missing, f"modules without a row in docs/architecture.md's layers: {missing}"
+    links = re.findall(r"\]\(([^)#]+)\)", text)
+    assert links
+    broken = [link for link in links if not (DOCS / link).is_file()]
+    assert not broken, f"docs/architecture.md links to missing pages: {broken}"

@@ -267,6 +267,18 @@ def test_the_buffer_offset_is_found(late_s):
     assert est.residual_j < est.residual_at_zero_j or late_s == 0.0
 
 
+def test_a_long_run_estimates_its_offset_from_the_intervals_where_the_load_changed(monkeypatch):
+    from energyframe import shapes
+
+    _, _, ticks, counter, buffer, _ = sensors(seed=3, late_s=0.012)
+    full = estimate_offset(ticks - ticks[0], np.diff(counter), buffer, origin_s=ticks[0])
+    keep = full.intervals // 4
+    monkeypatch.setattr(shapes, "MAX_OFFSET_INTERVALS", keep)
+    few = estimate_offset(ticks - ticks[0], np.diff(counter), buffer, origin_s=ticks[0])
+    assert few.intervals == keep < full.intervals
+    assert few.applied and few.offset_s == pytest.approx(0.012, abs=0.001)
+
+
 def test_an_offset_beyond_the_search_is_reported_not_applied():
     _, _, ticks, counter, buffer, _ = sensors(seed=3, late_s=MAX_OFFSET_S + 0.03)
     result = fuse(ticks, counter, [buffer])

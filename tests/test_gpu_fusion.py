@@ -5,12 +5,14 @@ samples: the fused channel must keep the counter's energy at every tick, find th
 offset within its search range, and shape nearly every tick interval from the buffer.
 """
 
+import json
 import random
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import energyframe as ef
@@ -25,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
 @pytest.fixture(scope="module")
-def square_wave_run(tmp_path_factory):
+def square_wave_dir(tmp_path_factory):
     assert torch.cuda.is_available(), "these tests need a CUDA GPU"
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -50,9 +52,14 @@ def square_wave_run(tmp_path_factory):
                 time.sleep(0.5)
             time.sleep(rng.uniform(0.0, 0.1))
         time.sleep(1.0)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def square_wave_run(square_wave_dir):
     from run_data import load_run
 
-    return load_run(directory)
+    return load_run(square_wave_dir)
 
 
 def test_fused_power_keeps_the_counter_at_every_tick(square_wave_run):
@@ -84,3 +91,14 @@ def test_fused_on_and_off_windows_sum_to_the_counter(square_wave_run):
     total_fused = power_energy(fused.times_s, fused.values, first, last).energy_j
     total_counter = np.diff(np.interp([first, last], ticks.times_s, ticks.values))[0]
     assert total_fused == pytest.approx(total_counter, rel=0.01)
+
+
+def test_the_run_itself_records_the_fused_channel(square_wave_dir):
+    # the run computes gpu0.fused after placement: a secondary channel with a row per window,
+    # whose whole-run energy is the counter's
+    w = pd.read_csv(square_wave_dir / "windows.csv")
+    fused, counter = w[w["channel"] == "gpu0.fused"], w[w["channel"] == "gpu0"]
+    assert len(fused) == len(counter) == 24
+    assert fused["energy_j"].sum() == pytest.approx(counter["energy_j"].sum(), rel=0.02)
+    meta = json.loads((square_wave_dir / "run.json").read_text())
+    assert meta["primary_channels"] == ["gpu0"] and meta["fusion"]["gpu0.fused"]["unknown"] == 0

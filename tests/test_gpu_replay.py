@@ -99,3 +99,19 @@ def test_language_models_run_as_one_cuda_graph(spec):
     phase = "forward" if "decode" not in spec else "generate"
     s = result.summary(phase, "gpu0")
     assert s.energy_per_iter_j.median > 0 and s.time_per_iter_s.median > 0
+
+
+def test_rotating_replay_reads_weights_from_memory(tmp_path):
+    # l2=rotate: each replayed op rotates over copies of its inputs that exceed twice the L2
+    capture("bloom-560m:seq_len=5,forward=static", tmp_path / "trace", steps=2, warmup=2)
+    result = ef.run(
+        f"replay:trace={tmp_path / 'trace'},limit=4,l2=rotate,full=none",
+        power=["nvml:gpus=0"],
+        reporters=[],
+        config=ef.RunSettings(trials=2),
+    )
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    rows = result.derived_table("replayed_ops").rows
+    assert len(rows) == 4 and all(r["input_copies"] >= 1 for r in rows)
+    assert any(r["input_copies"] > 1 for r in rows), (l2, rows)
+    assert all(r["energy_j"] > 0 and r["latency_s"] > 0 for r in rows)

@@ -287,6 +287,42 @@ def test_replay_workload_on_the_cpu(tmp_path):
     assert (tmp_path / "run" / "prediction.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_rotated_calls_read_each_copy_of_their_inputs_in_turn():
+    import torch
+
+    from energyframe.workloads.graph import Rotation, tensor_bytes
+
+    made, seen = [], []
+
+    def make(device):
+        made.append(torch.zeros(1 << 18, dtype=torch.float32, device=device))  # 1 MiB
+        return ([made[-1]], {"scale": 2.0})
+
+    rotation = Rotation(make, lambda args: seen.append(args[0][0].data_ptr()), l2_bytes=2 << 20, most=20)
+    states = rotation.make("cpu")
+    assert tensor_bytes(states[0]) == 1 << 20
+    assert rotation.copies == len(states) == 4  # four 1-MiB copies exceed twice a 2-MiB L2
+    call = rotation.rotated_call()
+    for _ in range(8):  # every call is handed all copies; it takes the next one itself
+        call(states)
+    assert seen == [t.data_ptr() for t in made] * 2
+    capped = Rotation(make, lambda args: None, l2_bytes=64 << 20, most=3)
+    assert len(capped.make("cpu")) == 3  # never more copies than calls in one graph
+
+
+def test_rotating_replay_records_its_copies_on_the_cpu(tmp_path):
+    capture("bloom:hidden=64,layers=2,heads=4,vocab=1000", tmp_path / "trace", steps=2, warmup=1)
+    result = ef.run(
+        f"replay:trace={tmp_path / 'trace'},unroll=2,limit=2,l2=rotate,full=none",
+        power=None,
+        reporters=[],
+        config=ef.RunSettings(trials=2, min_window_s=0.01),
+    )
+    # no L2 to exceed on the CPU: each op keeps its one copy, and says so
+    assert [r["input_copies"] for r in result.derived_table("replayed_ops").rows] == [1, 1]
+    assert result.meta["workload"]["info"]["l2"] == "rotate"
+
+
 def test_replay_needs_a_trace_directory(tmp_path):
     with pytest.raises(ef.UsageError, match="is not a trace directory: no ops.jsonl"):
         ef.run(f"replay:trace={tmp_path}", power=None, reporters=[])

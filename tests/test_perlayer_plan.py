@@ -8,7 +8,7 @@ import energyframe as ef
 from energyframe import registry
 from energyframe.errors import OptionError
 from energyframe.measurement import Measurement
-from energyframe.workloads import perlayer, unitplan
+from energyframe.workloads import graph, perlayer, unitplan
 from energyframe.workloads.graph import Captured
 from energyframe.workloads.models import ModelWorkload
 from energyframe.workloads.perlayer import WHOLE_MODEL, PerLayer
@@ -243,12 +243,12 @@ def test_rotated_inputs_are_counted_per_unit():
 @pytest.mark.parametrize("data_bytes", [1 << 20, 30 << 20, 99 << 20, 200 << 20])
 def test_copies_together_exceed_twice_the_l2(data_bytes):
     l2 = 50 << 20
-    n = perlayer._copies_for(data_bytes, l2)
-    if n < perlayer.MAX_COPIES:
+    n = graph.copies_for(data_bytes, l2)
+    if n < graph.MAX_COPIES:
         assert n * data_bytes >= 2 * l2 and (n == 1 or (n - 1) * data_bytes < 2 * l2)
     else:
         assert n * data_bytes < 2 * l2  # bounded: tiny tensors get MAX_COPIES
-    assert perlayer._copies_for(0, l2) == 1 and perlayer._copies_for(data_bytes, 0) == 1
+    assert graph.copies_for(0, l2) == 1 and graph.copies_for(data_bytes, 0) == 1
 
 
 def _benchmark():

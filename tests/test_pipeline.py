@@ -68,6 +68,14 @@ def test_summary_and_stage_tables_are_saved_as_csv(tmp_path):
     assert len(stages) == 2
 
 
+def test_the_csv_reporter_leaves_a_pipelines_summary_csv_alone(tmp_path):
+    pipe = ef.Pipeline("p", [("mm", MatmulKernel(M=32, K=32, N=32, dtype="fp32", unroll=2))])
+    ef.run(pipe, power=None, reporters=["csv"], out=tmp_path / "run", config=ef.RunSettings(trials=2, min_window_s=0.02))
+    assert (tmp_path / "run" / "summary.csv").read_text().startswith("pipeline,stages,calls")
+    phases = (tmp_path / "run" / "phase-summary.csv").read_text().splitlines()
+    assert phases[0].startswith("phase,channel,trials,iterations") and phases[1].startswith("mm,")
+
+
 def test_pipeline_run_defaults_apply_unless_the_user_says_otherwise():
     pipe = ef.Pipeline("p", [("mm", MatmulKernel(M=8, K=8, N=8, dtype="fp32", unroll=2))])
     resolved = ef.RunSettings(trials=4).resolve(pipe.run_defaults())

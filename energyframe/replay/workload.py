@@ -24,7 +24,7 @@ from ..model import DerivedTable, Phase
 from ..options import Option, parse_spec
 from ..plugin import Workload
 from ..workloads import distributed
-from ..workloads.graph import Captured, torch_device
+from ..workloads.graph import Captured, Rotation, l2_cache_bytes, torch_device
 from ..workloads.pipeline import PIPELINE_RUN_DEFAULTS, idle_power, stage_figures
 from . import kineto
 from .rebuild import RebuildError, float_dtype_hint, rebuild
@@ -67,6 +67,15 @@ class ReplayWorkload(Workload):
             "(default: measured from the full model's graph)",
             minimum=0,
         ),
+        Option(
+            "l2",
+            "choice",
+            "warm",
+            "warm: each op replays its own inputs, which stay in the L2 between calls; rotate: "
+            "calls rotate over copies of the inputs that together exceed twice the L2, so each "
+            "reads them from memory as the model reads its weights once per forward",
+            choices=("warm", "rotate"),
+        ),
         Option("device", "str", "auto", "cuda, cuda:N, cpu or auto"),
         Option("limit", "int", None, "replay only the N ops with the most traced GPU time", minimum=1),
         Option(
@@ -104,6 +113,8 @@ class ReplayWorkload(Workload):
         full = self.options["full"]
         self.full_spec = None if full == "none" else (full or self.meta.get("workload"))
         self.rebuilt: list[tuple[dict, Any, str]] = []
+        #: per replayed op, its input copies under l2=rotate
+        self.rotations: dict[str, Rotation] = {}
         self.collectives: list[tuple[dict, Any, str]] = []
         self.failed: list[dict] = []
         self._joined = False
@@ -232,7 +243,12 @@ class ReplayWorkload(Workload):
             for _record, collective, name in self.collectives:
                 yield collective_phase(name, collective, self.device, self.options["unroll"])
         for _record, op, name in self.rebuilt:
-            captured = Captured(op.make_args, op.call, self.options["unroll"], self.device)
+            make, call = op.make_args, op.call
+            if self.options["l2"] == "rotate" and self.device.type == "cuda":
+                rotation = Rotation(op.make_args, op.call, l2_cache_bytes(self.device), self.options["unroll"])
+                self.rotations[name] = rotation
+                make, call = rotation.make, rotation.rotated_call()
+            captured = Captured(make, call, self.options["unroll"], self.device)
             yield captured.phase(name)
 
     def _profiled(self, phase: Phase) -> Phase:
@@ -332,6 +348,7 @@ class ReplayWorkload(Workload):
                     "total_energy_j": count * fig.energy_j,
                     "traced_us_per_call": record["gpu_time_us"] / max(1, record["count"]),
                     "kernels": ";".join(record.get("kernel_names", []))[:200],
+                    "input_copies": self.rotations[name].copies if name in self.rotations else 1,
                 }
             )
         tables = [
@@ -412,6 +429,7 @@ class ReplayWorkload(Workload):
             "full_model_graph": self.full_graph_spec,
             "graph_kernels": dataclasses.asdict(self.graph_kernels) if self.graph_kernels else None,
             "replayed_ops": len(self.rebuilt),
+            "l2": self.options["l2"],
             "not_rebuilt": self.failed,
             "device": str(self.device),
             "traced": self.meta,

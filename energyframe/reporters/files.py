@@ -45,15 +45,35 @@ def _target(path: str | None, run_dir: Path | None, default_name: str) -> Path |
     return run_dir / default_name
 
 
+#: where the csv reporter writes when the workload's own ``summary`` table (a pipeline's or a
+#: per-layer run's totals) already is summary.csv
+PHASE_SUMMARY_CSV = "phase-summary.csv"
+
+
+def csv_name(result: RunResult) -> str:
+    """summary.csv, unless the run derived a table of that name: then phase-summary.csv, so that
+    neither file overwrites the other."""
+    derived = {t.get("name") for t in result.meta.get("derived", []) if isinstance(t, dict)}
+    return PHASE_SUMMARY_CSV if "summary" in derived else "summary.csv"
+
+
 class CSVReporter(Reporter):
     """Writes summary.csv: per phase and channel, median, quartiles, IQR, CV, n."""
 
     DESCRIPTION = "write summary.csv (per phase and channel, with spread) into the run directory"
-    OPTIONS = (Option("path", "str", None, "file to write (default: RUN_DIR/summary.csv; - for stdout)"),)
+    OPTIONS = (
+        Option(
+            "path",
+            "str",
+            None,
+            "file to write (default: RUN_DIR/summary.csv, or RUN_DIR/phase-summary.csv where the "
+            "workload's own summary.csv is there; - for stdout)",
+        ),
+    )
 
     def report(self, result: RunResult, run_dir: Path | None) -> None:
         frame = summary_frame(result)
-        target = _target(self.options["path"], run_dir, "summary.csv")
+        target = _target(self.options["path"], run_dir, csv_name(result))
         if target is None:
             frame.to_csv(sys.stdout, index=False)
         else:

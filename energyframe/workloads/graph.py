@@ -11,8 +11,11 @@ torch is imported inside functions: ``energyframe list`` imports this module.
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import OptionError, WorkloadError
@@ -65,6 +68,53 @@ def l2_cache_bytes(device) -> int:
     if device.type != "cuda":
         return 0
     return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+
+
+#: at most this many copies of a call's inputs, and this many bytes of them, when calls rotate
+#: over copies to read their inputs from memory rather than from the L2
+MAX_COPIES = 64
+MAX_COPY_BYTES = 4 << 30
+
+
+def copies_for(data_bytes: int, l2_bytes: int) -> int:
+    """Copies of ``data_bytes`` that together exceed twice the L2 (bounded)."""
+    if not data_bytes or not l2_bytes:
+        return 1
+    return max(1, min(MAX_COPIES, math.ceil(2 * l2_bytes / data_bytes), MAX_COPY_BYTES // data_bytes))
+
+
+def tensor_bytes(value: Any) -> int:
+    """Bytes of the tensors in ``value`` (tensors, and lists, tuples and dicts of them)."""
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    nbytes = getattr(value, "nbytes", None)
+    return int(nbytes) if isinstance(nbytes, int) and hasattr(value, "data_ptr") else 0
+
+
+@dataclass
+class Rotation:
+    """A call whose consecutive calls read different copies of its inputs, enough copies to
+    exceed twice the L2, so that each call reads its inputs from memory as it would in the
+    model (where a weight is read once per forward) instead of from the L2 its previous call
+    filled. ``copies`` is known once ``make_state`` has run; at most ``most`` (the calls captured
+    in one graph: more copies than calls would never be read)."""
+
+    make_state: Callable[[Any], Any]
+    call: Callable[[Any], Any]
+    l2_bytes: int
+    most: int = MAX_COPIES
+    copies: int = 1
+
+    def make(self, device) -> list:
+        first = self.make_state(device)
+        self.copies = min(self.most, copies_for(tensor_bytes(first), self.l2_bytes))
+        return [first] + [self.make_state(device) for _ in range(self.copies - 1)]
+
+    def rotated_call(self) -> Callable[[list], Any]:
+        turn = itertools.count()
+        return lambda states: self.call(states[next(turn) % len(states)])
 
 
 def _accepts_argument(fn: Callable) -> bool:

@@ -25,7 +25,7 @@ from ..errors import OptionError, UsageError
 from ..model import DerivedTable, Phase
 from ..options import Spec, parse_spec
 from ..plugin import Workload
-from .graph import Captured, l2_cache_bytes
+from .graph import Captured, copies_for, l2_cache_bytes
 from .perlayer_options import (  # noqa: F401 (the options are read from here too)
     ACTIVATIONS,
     GRANULARITY,
@@ -49,9 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("energyframe")
 
-#: rotate at most this many copies of a layer's weights (or inputs), and at most this many bytes
-MAX_COPIES = 64
-MAX_COPY_BYTES = 4 << 30
 WHOLE_MODEL = "(whole model)"
 #: ``prepare=ahead`` stops capturing ahead when less GPU memory than this is free (the larger of
 #: a fraction of the GPU and a fixed amount); the rest are captured just before they are measured
@@ -162,13 +159,6 @@ def _memory_low(device) -> bool:
 
     free_b, total_b = torch.cuda.mem_get_info(device)
     return free_b < max(AHEAD_RESERVE_BYTES, AHEAD_RESERVE_FRACTION * total_b)
-
-
-def _copies_for(data_bytes: int, l2_bytes: int) -> int:
-    """Copies of ``data_bytes`` that together exceed twice the L2 (bounded)."""
-    if not data_bytes or not l2_bytes:
-        return 1
-    return max(1, min(MAX_COPIES, math.ceil(2 * l2_bytes / data_bytes), MAX_COPY_BYTES // data_bytes))
 
 
 class PerLayerWorkload(Workload):
@@ -335,9 +325,9 @@ class PerLayerWorkload(Workload):
         l2 = l2_cache_bytes(device)
         copies = input_copies = 1
         if self.options["l2"] == "rotate" and unit.kind == "module" and device.type == "cuda":
-            copies = _copies_for(unit.params_bytes, l2)
+            copies = copies_for(unit.params_bytes, l2)
         if self.options["activations"] == "rotate" and device.type == "cuda":
-            input_copies = _copies_for(unit.input_bytes(), l2)
+            input_copies = copies_for(unit.input_bytes(), l2)
         make_state, call = unit.call_factory(device, copies, input_copies)
         plan = UnitPlan(
             self._unique_name(unit),

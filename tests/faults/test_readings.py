@@ -58,7 +58,8 @@ class ScriptedSource(PowerSource):
 
 @pytest.mark.parametrize("bad,flag,reason", [(-100.0, "negative_power", "negative"),
                                               (math.nan, "invalid_reading", "not_finite"),
-                                              (math.inf, "invalid_reading", "not_finite")])
+                                              (math.inf, "invalid_reading", "not_finite"),
+                                              (4294967.295, "invalid_reading", "implausible")])
 def test_impossible_readings_are_flagged_counted_and_never_integrated(tmp_path, bad, flag, reason):
     def value(t):  # 100 W, with a burst of impossible readings every quarter second
         return bad if (t % 0.25) < 0.03 else 100.0
@@ -213,3 +214,18 @@ def test_one_meter_in_two_power_specs_is_refused_before_anything_starts(tmp_path
         "twice would be counted twice"
     )
     assert not out.exists()
+
+
+def test_rejected_readings_move_with_their_channel_to_the_run_timeline():
+    # a period-end channel's readings move back by half the period they average, a wall meter's by
+    # its lag: a rejected reading must move the same way to flag the window it fell in
+    from energyframe.assemble import placed_rejections
+    from energyframe.clock import ChannelTimeMap
+
+    times = np.array([10.0, 20.0])
+    placed = placed_rejections(
+        {"late": {"negative": times}, "exact": {"not_finite": times}},
+        {"late": ChannelTimeMap(lag_s=0.5)},
+    )
+    assert placed["late"]["negative"].tolist() == [9.5, 19.5]
+    assert placed["exact"]["not_finite"].tolist() == [10.0, 20.0]
