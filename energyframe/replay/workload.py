@@ -233,6 +233,7 @@ class ReplayWorkload(Workload):
     def phases(self) -> Iterator[Phase]:
         # a generator: each phase is prepared just before it is measured, on every rank in the
         # same order (the measurement checks that the ranks measure the same phases)
+        assert self.device is not None  # set by setup
         if self.full is not None:
             yield dataclasses.replace(next(iter(self.full.phases())), name=FULL_MODEL)
         if self.full_graph is not None:
