@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_load import gemm_step, run_for  # noqa: E402
 
-from energyframe.interfaces import SourceContext  # noqa: E402
+from energyframe.plugin import SourceContext  # noqa: E402
 from energyframe.power.nvml import NVMLPowerSource  # noqa: E402
 
 

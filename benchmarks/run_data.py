@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from energyframe.interfaces import Channel
+from energyframe.plugin import Channel
 from energyframe.results import RunResult
 from energyframe.samples import SampleSeries
 

@@ -30,7 +30,6 @@ from .assemble import Recording, place_samples
 from .clock import ChannelTimeMap, ClockModel, ClockPair
 from .energy import INVALID_READING, MISSING_POWER
 from .errors import EnergyFrameError, UsageError
-from .interfaces import Channel, Quantity, Scope, Timing, WindowAnnotation
 from .logs import (  # noqa: F401  (parse_time, zone: the analyze API users know)
     IMPLAUSIBLE,
     MISSING,
@@ -41,6 +40,7 @@ from .logs import (  # noqa: F401  (parse_time, zone: the analyze API users know
     read_log,
     zone,
 )
+from .model import Channel, Quantity, Scope, Timing, WindowAnnotation
 from .power.wattsup import MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
 from .samples import NEGATIVE, NOT_FINITE, SampleSeries
 from .store import json_safe, write_csv, write_json
@@ -556,7 +556,8 @@ def analyze(
         WindowRecord(w.phase or w.name, w.trial, w.start_s - ref_s, w.end_s - ref_s, w.runs or 1)
         for w in windows
     ]
-    frames, reports, warnings = [], [], []
+    frames, reports = [], []
+    warnings: list[str] = []
     rejected_rows: dict[str, dict[str, dict[str, int]]] = {}
     names = [log.path.name for log in logs]
     # how windows.csv and the report name each log: its file name, its path when names repeat

@@ -84,7 +84,7 @@ def _exact_p(doubled_ranks: np.ndarray, n_a: int, observed: int) -> float:
     return float(dist[distance >= abs(observed - mean)].sum() / dist.sum())
 
 
-def mann_whitney(a: Sequence[float], b: Sequence[float]) -> RankTest:
+def mann_whitney(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> RankTest:
     """The two-sided Mann–Whitney U test of ``a`` against ``b`` (NaNs left out).
 
     Exact for up to ``EXACT_MAX_TOTAL`` pooled values, ties included (the conditional
@@ -170,8 +170,8 @@ def _p_text(p: float) -> str:
 
 def judge(
     figure: str,
-    reference: Sequence[float],
-    other: Sequence[float],
+    reference: Sequence[float] | np.ndarray,
+    other: Sequence[float] | np.ndarray,
     alpha: float = DEFAULT_ALPHA,
     min_change_pct: float = DEFAULT_MIN_CHANGE_PCT,
 ) -> Change:
@@ -308,9 +308,9 @@ def compare_trials(
     only_in: dict[str, list[str]] = {}
     for figure in figures:
         per_run = [trial_values(w, figure) for w in windows]
-        for i in range(n):
-            if channels[i] is not None:
-                per_run[i] = {k: v for k, v in per_run[i].items() if k[1] == "" or k[1] in channels[i]}
+        for i, kept in enumerate(channels):
+            if kept is not None:
+                per_run[i] = {k: v for k, v in per_run[i].items() if k[1] == "" or k[1] in kept}
         keys = list(dict.fromkeys(k for run in per_run for k in run))
         for key in keys:
             present = [key in run for run in per_run]
@@ -322,7 +322,9 @@ def compare_trials(
             if not present[0] or sum(present) < 2:
                 continue
             reference = per_run[0][key]
-            spreads, values, changes = [], [], []
+            spreads: list[Spread | None] = []
+            values: list[float] = []
+            changes: list[Change | None] = []
             for i, run in enumerate(per_run):
                 if key not in run:
                     spreads.append(None)
@@ -350,17 +352,24 @@ def compare_trials(
     for name in dict.fromkeys(k for d in derived for k in d):
         if name not in derived[0]:
             continue
-        values = tuple(float(d.get(name, math.nan)) for d in derived)
-        ref = values[0]
+        figures_of_runs = tuple(float(d.get(name, math.nan)) for d in derived)
+        ref = figures_of_runs[0]
         changes = [None]
-        for v in values[1:]:
+        for v in figures_of_runs[1:]:
             if math.isfinite(v) and math.isfinite(ref) and ref != 0:
                 changes.append(Change(v / ref, None, False, "not tested: derived from medians"))
             else:
                 changes.append(None)
         rows.append(
             Row(
-                "derived", name, "", name.rpartition(".")[2], _unit(name), (None,) * n, values, tuple(changes)
+                "derived",
+                name,
+                "",
+                name.rpartition(".")[2],
+                _unit(name),
+                (None,) * n,
+                figures_of_runs,
+                tuple(changes),
             )
         )
     order = {k: i for i, k in enumerate(KINDS)}

@@ -173,6 +173,8 @@ class Coordinator:
         #: set once the run has ended for every rank: why (``None`` for a normal end)
         self.end_message: str | None = None
         self.ended = False
+        #: ranks that stopped answering, and why (none for one process)
+        self.lost: dict[int, str] = {}
 
     @property
     def is_root(self) -> bool:
@@ -189,6 +191,22 @@ class Coordinator:
 
     def close(self) -> None:
         """Release the control group."""
+
+    def decide_out(self, out: Path | None, claim: Callable[[Path], None]) -> Path | None:
+        """The run directory this rank writes: ``out``, claimed."""
+        if out is not None:
+            claim(out)
+        return out
+
+    def after_start(self, info: RankInfo) -> None:
+        """Every rank's sources delivered: nothing to exchange."""
+
+    def finish(self, part: Any, failed: str | None) -> Any:
+        """End the run: this rank's part, by rank."""
+        return {self.rank: part}
+
+    def acknowledge(self, answer: Any, ranks: Sequence[int]) -> None:
+        """Tell the other ranks that the run is saved: there are none."""
 
 
 # -- several processes --------------------------------------------------------------------------
@@ -336,14 +354,14 @@ def _shielded() -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for sig in dict.fromkeys(caught):
-            handler = previous[sig]
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(caught):
+            handler = previous[signum]
             if callable(handler):
-                handler(sig, None)
+                handler(signum, None)
             else:  # the default action (terminate), now
-                os.kill(os.getpid(), sig)
+                os.kill(os.getpid(), signum)
 
 
 @dataclass

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UsageError
-from .interfaces import Channel, ClockBase, Quantity, Scope, Timing
+from .model import Channel, ClockBase, Quantity, Scope, Timing
 from .samples import IMPLAUSIBLE, MAX_POWER_W, NEGATIVE, NOT_FINITE, SampleSeries
 
 #: log kinds
@@ -157,8 +157,10 @@ def _times(texts: Sequence[str], tz: str | None, where: str) -> np.ndarray:
     if offsets:
         shift = 0.0 if offsets[0] == "Z" else _offset_s(offsets[0])
         unix = naive - shift
-    elif zone(tz) is not None:
-        unix = naive - zone(tz).utcoffset(None).total_seconds()
+    elif (fixed := zone(tz)) is not None:
+        offset = fixed.utcoffset(None)
+        assert offset is not None  # zone() makes fixed offsets only
+        unix = naive - offset.total_seconds()
     else:
         minutes = np.floor(naive / 60.0) * 60.0
         unix = np.full(len(naive), np.nan)
@@ -647,23 +649,24 @@ def _wattsup(path: Path, table: _Table, tz: str | None) -> PowerLog:
     started = {m: False for m in meters}
     per_channel: dict[str, tuple[list, list, list]] = {n: ([], [], []) for n in names}
     for t, _id, texts_ in rows:
-        values = {}
+        readings: dict[str, float | None] = {}
+        not_yet: set[str] = set()  # before a meter's first record energyframe writes it empty
         for m in meters:
             value = _number(texts_[m])
             if value is None and not started[m] and not texts_[m].strip():
-                values[m] = "not yet"  # before a meter's first record energyframe writes it empty
+                not_yet.add(m)
                 continue
             started[m] = True
-            values[m] = value
+            readings[m] = value
         for n in names:
             if n == "sum":
-                if any(values[m] == "not yet" for m in meters):
+                if not_yet:
                     continue  # not the wall yet: a meter has not reported
-                value = None if any(values[m] is None for m in meters) else _number(texts_["sum"])
+                value = None if any(readings[m] is None for m in meters) else _number(texts_["sum"])
             else:
-                value = values[n]
-                if value == "not yet":
+                if n in not_yet:
                     continue
+                value = readings[n]
             t_list, v_list, missing_list = per_channel[n]
             if value is None:
                 missing_list.append(t)
@@ -707,10 +710,11 @@ def _refuse_cut_sum(table: _Table, meters: list[str]) -> None:
         return
     number, fields = table.rows[-1]
     values = [_number(fields[table.column(m)]) for m in meters]
+    known = [v for v in values if v is not None]
     total = _number(fields[table.column("sum")])
-    if total is None or any(v is None for v in values):
+    if total is None or len(known) < len(values):
         return
-    if abs(total - sum(values)) > 0.1 * len(meters) + 0.1:  # each value printed to 0.1 W
+    if abs(total - sum(known)) > 0.1 * len(meters) + 0.1:  # each value printed to 0.1 W
         table.torn = (number, ",".join(fields))
         table.refuse_torn()
 
@@ -744,8 +748,7 @@ def _last_of_each_second(rows: list[tuple[float, str, dict]]) -> list[tuple[floa
         else:
             merged = {}
             for column in same[0][2]:
-                numbers = [_number(g[2][column]) for g in same]
-                numbers = [x for x in numbers if x is not None]
+                numbers = [x for x in (_number(g[2][column]) for g in same) if x is not None]
                 merged[column] = repr(float(np.mean(numbers))) if numbers else same[-1][2][column]
             out.append((rows[i][0], last_id, merged))
         i = j + 1
@@ -785,9 +788,9 @@ def _nvidia_smi(path: Path, table: _Table, tz: str | None) -> PowerLog:
             [preferred, *(["power.draw.average"] if "power.draw.average" in power else [])]
         ):
             if field_name == preferred:
-                name, primary = base, True
+                name, is_primary = base, True
             else:
-                name, primary = f"{base}.power_average", False
+                name, is_primary = f"{base}.power_average", False
             instant = field_name == "power.draw.instant"
             names[(gpu, field_name)] = Channel(
                 name,
@@ -795,7 +798,7 @@ def _nvidia_smi(path: Path, table: _Table, tz: str | None) -> PowerLog:
                 Scope.GPU,
                 0.0,
                 ClockBase.WALL,
-                primary=primary,
+                primary=is_primary,
                 description=f"nvidia-smi {field_name}"
                 + (
                     ""

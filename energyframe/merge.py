@@ -114,7 +114,7 @@ def total_windows(
     reference_of: dict[tuple[str, int], dict] = {}  # the window as rank 0 (or the first rank) saw it
     for row in frame.to_dict("records"):
         key = (str(row["phase"]), int(row["trial"]))
-        indexed[(*key, str(row["channel"]))] = row
+        indexed[key + (str(row["channel"]),)] = row
         reference_of.setdefault(key, row)
     rows = []
     for phase, trial in order:

@@ -13,7 +13,7 @@ bad option is reported before anything runs. docs/writing-plugins.md documents e
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -158,7 +158,7 @@ class Workload(Plugin, ABC):
         """Allocate what the phases need (models, tensors). Runs before any phase."""
 
     @abstractmethod
-    def phases(self) -> Sequence[Phase]:
+    def phases(self) -> Iterable[Phase]:
         """The phases to measure, in order. Called after ``setup``. May be a generator: each
         phase is then prepared just before it is measured (a sweep sizes its graph, or skips a
         configuration that fails, there)."""

@@ -21,7 +21,8 @@ polling (a child's stdout, a serial port) returns ``Stream`` tasks and gets the 
 child process from its class path and options (``energyframe.sampler``, this module's other
 half), which exits when its parent dies and is reaped on ``stop()``.
 
-This module imports only ``errors``, ``interfaces`` and ``options``: plugins import it freely.
+This module imports only ``errors``, ``model``, ``options``, ``plugin`` and ``sampler`` (no pandas);
+plugins import ``PollingSource`` from ``energyframe.plugin``.
 """
 
 from __future__ import annotations

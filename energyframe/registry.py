@@ -136,6 +136,13 @@ def create(kind: str, spec: str | Spec | Plugin) -> Plugin:
     return cls(name=spec.name, **dict(spec.options))
 
 
+def create_workload(spec: str | Spec | Workload) -> Workload:
+    """``create(WORKLOADS, spec)``, typed as the workload it is."""
+    workload = create(WORKLOADS, spec)
+    assert isinstance(workload, Workload)  # create checks the class against the group's base
+    return workload
+
+
 def command_hooks() -> list[tuple[str, Any, str | None]]:
     """The registered command hooks as ``(name, register function or None, load error)``."""
     failures: list[tuple[str, Any, str | None]] = []

@@ -215,6 +215,7 @@ class Remote:
 
     def _wait_for_channels(self, timeout_s: float) -> None:
         reader, proc = self.reader, self.proc
+        assert reader is not None and proc is not None  # set by start
         deadline = time.monotonic() + timeout_s
         while True:
             self._parse()
@@ -238,6 +239,7 @@ class Remote:
     def _parse(self) -> None:
         """Parse what the child wrote into the source's buffer, and hand its warnings on."""
         reader, source = self.reader, self.source
+        assert reader is not None  # set by start
         samples = reader.parse()
         self.info = reader.info
         for message in reader.warnings:
@@ -253,17 +255,18 @@ class Remote:
             if self.reader is None or self._stopped:
                 return
             self._parse()
-            reader, source = self.reader, self.source
+            reader, source, proc = self.reader, self.source, self.proc
+            assert proc is not None  # started together with the reader
             if (
                 reader.error is None
                 and not reader.done
                 and not source.stopping
-                and self.proc.poll() is not None
+                and proc.poll() is not None
             ):
                 self._parse()  # what it wrote just before it died
                 if reader.error is None and not reader.done:
                     source.fail(
-                        f"the {self.label} process died (exit code {self.proc.returncode})"
+                        f"the {self.label} process died (exit code {proc.returncode})"
                         + self._stderr_tail()
                     )
             if reader.error is not None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .interfaces import Channel, ClockBase, Quantity, Sample, Scope
+from .model import Channel, ClockBase, Quantity, Sample, Scope
 from .polling import PollingSource
 from .power.wattsup_emulator import record_window
 

@@ -300,8 +300,12 @@ _SPREADS = ("time_per_iter_s", "energy_per_iter_j", "mean_power_w", "dynamic_ene
 
 
 def _described(value: Any) -> str:
-    if value is None or isinstance(value, (dict, list)):
-        return {dict: "an object", list: "a list"}.get(type(value), "null")
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
     kind = {str: "a string", bool: "a boolean"}.get(type(value), "a number")
     return f"{kind} ({json.dumps(value)[:40]})"
 

@@ -9,10 +9,7 @@ Run as a script, it serves a fake PDU on 127.0.0.1 and measures one window with 
 import json
 from urllib.request import urlopen
 
-from energyframe.errors import PowerSourceError
-from energyframe.interfaces import Channel, Quantity, Scope, Timing
-from energyframe.options import Option
-from energyframe.polling import PollingSource
+from energyframe.plugin import Channel, Option, PollingSource, PowerSourceError, Quantity, Scope, Timing
 
 
 class HTTPPDUPowerSource(PollingSource):

@@ -6,17 +6,8 @@ import time
 from types import SimpleNamespace
 
 from energyframe.errors import PowerSourceError
-from energyframe.interfaces import (
-    Channel,
-    ClockBase,
-    Phase,
-    Quantity,
-    Sample,
-    Scope,
-    WindowAnnotation,
-    Workload,
-)
 from energyframe.options import Option
+from energyframe.plugin import Channel, ClockBase, Phase, Quantity, Sample, Scope, WindowAnnotation, Workload
 from energyframe.polling import PollingSource, mode_option
 
 

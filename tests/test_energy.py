@@ -16,7 +16,7 @@ from energyframe.energy import (
     power_energy,
     window_energy,
 )
-from energyframe.interfaces import Quantity
+from energyframe.plugin import Quantity
 
 REL = 1e-9
 

@@ -18,7 +18,7 @@ from energyframe.fusion import (
     fuse,
     fused_channels,
 )
-from energyframe.interfaces import Channel, ClockBase, Quantity, Scope
+from energyframe.plugin import Channel, ClockBase, Quantity, Scope
 from energyframe.samples import SampleSeries
 from tests.sensors import PulseLoad, buffer_samples, instant_samples, square_wave, tick_times
 

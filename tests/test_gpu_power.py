@@ -99,7 +99,7 @@ def test_auto_detection_chooses_nvml():
 def test_nvml_package_in_both_modes(gemm, mode):
     import pynvml
 
-    from energyframe.interfaces import Timing
+    from energyframe.plugin import Timing
 
     source = NVMLPowerSource(name="nvml", gpus="0", mode=mode)
     assert type(source).__module__ == "energyframe.power.nvml.source"

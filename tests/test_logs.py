@@ -9,7 +9,7 @@ import pytest
 import energyframe as ef
 from energyframe import logs
 from energyframe.errors import UsageError
-from energyframe.interfaces import ClockBase, Quantity, Scope, Timing
+from energyframe.plugin import ClockBase, Quantity, Scope, Timing
 from tests.fakes import ListWorkload, SignalSource, busy_phase
 
 T0 = dt.datetime(2026, 2, 4, 10, 15, 20)

@@ -7,7 +7,7 @@ import pytest
 
 import energyframe as ef
 from energyframe.errors import PowerSourceError
-from energyframe.interfaces import ClockBase, Quantity, SourceContext
+from energyframe.plugin import ClockBase, Quantity, SourceContext
 from energyframe.power.nvidia_smi import NvidiaSmiPowerSource, header_name, parse_number, parse_timestamp
 
 

@@ -19,7 +19,7 @@ import pytest
 
 import energyframe as ef
 from energyframe.errors import OptionError, PowerSourceError
-from energyframe.interfaces import Quantity, SourceContext
+from energyframe.plugin import Quantity, SourceContext
 from energyframe.power.nvml import NVMLPowerSource, load_pynvml
 from energyframe.power.nvml.device import select_gpus
 from energyframe.power.nvml.poller import CHANNEL_KINDS, FieldPoller, SlowPoller

@@ -14,8 +14,8 @@ import energyframe as ef
 from energyframe import orchestrator
 from energyframe.config import RunSettings
 from energyframe.errors import PowerSourceError, RunInterrupted, UsageError, WorkloadError
-from energyframe.interfaces import Phase
 from energyframe.orchestrator import CALIBRATION_MARGIN, SHORT_REDO, calibrate
+from energyframe.plugin import Phase
 from energyframe.results import RunResult
 from tests.fakes import ListWorkload, SignalSource, StepClock, busy_phase, spin
 

@@ -18,7 +18,7 @@ import pytest
 
 import energyframe as ef
 from energyframe.errors import PowerSourceError
-from energyframe.interfaces import Channel, ClockBase, Quantity, Sample, Scope, SourceContext
+from energyframe.plugin import Channel, ClockBase, Quantity, Sample, Scope, SourceContext
 from energyframe.polling import Dedup, PollingSource, Stream
 from tests.fakes import SignalSource
 
@@ -158,7 +158,7 @@ def test_the_child_exits_when_its_parent_dies(tmp_path):
         """
         import os, sys, time
         sys.path.insert(0, sys.argv[1])
-        from energyframe.interfaces import SourceContext
+        from energyframe.plugin import SourceContext
         from tests.fakes import SignalSource
         source = SignalSource(name="sig", mode="process")
         source.start(SourceContext())

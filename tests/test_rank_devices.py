@@ -6,7 +6,7 @@ module and a fake ``nvidia-smi`` executable."""
 import pytest
 
 from energyframe.errors import PowerSourceError
-from energyframe.interfaces import SourceContext
+from energyframe.plugin import SourceContext
 from energyframe.power.devices import rank_gpus
 from energyframe.power.nvidia_smi import NvidiaSmiPowerSource
 from energyframe.power.nvml import NVMLPowerSource

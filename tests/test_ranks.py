@@ -130,8 +130,10 @@ SCRIPT = """
                 time.sleep(0.05)
         dist.barrier()  # the user's collectives still work
     meta = m.result.meta
-    print(json.dumps({"rank": dist.get_rank(), "windows": len(m.result.windows),
-                      "distributed": meta.get("distributed", {}).get("run_dir", "whole")}))
+    line = json.dumps({"rank": dist.get_rank(), "windows": len(m.result.windows),
+                       "distributed": meta.get("distributed", {}).get("run_dir", "whole")})
+    sys.stdout.write(line + "\\n")  # one write: print writes the newline apart, and the ranks share stdout
+    sys.stdout.flush()
     dist.destroy_process_group()
 """
 

@@ -13,8 +13,7 @@ from energyframe.errors import PluginLoadError, PluginNotFoundError
 from energyframe.power.replay import ReplayPowerSource
 
 GOOD = """
-from energyframe.interfaces import Reporter
-from energyframe.options import Option
+from energyframe.plugin import Option, Reporter
 
 class HelloReporter(Reporter):
     DESCRIPTION = "says hello"

@@ -8,7 +8,7 @@ import pytest
 import energyframe as ef
 from energyframe.config import RunSettings
 from energyframe.errors import PowerSourceError
-from energyframe.interfaces import ClockBase, Quantity, Scope, SourceContext
+from energyframe.plugin import ClockBase, Quantity, Scope, SourceContext
 from energyframe.power.replay import ReplayPowerSource
 from tests.fakes import ListWorkload, SignalSource, busy_phase
 
@@ -148,7 +148,7 @@ def test_unknown_channel_of_a_parquet(tmp_path):
 def test_the_earlier_tools_wattsup_csv_replays_with_its_timing(tmp_path):
     """A wall-meter log keeps what its timestamps mean, and its negative record is replayed as
     recorded (a run's sample store decides what to do with it)."""
-    from energyframe.interfaces import Timing
+    from energyframe.plugin import Timing
 
     start = time.time() - 10.0
     rows = [

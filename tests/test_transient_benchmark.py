@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from energyframe.interfaces import Channel, ClockBase, Quantity, Scope
+from energyframe.plugin import Channel, ClockBase, Quantity, Scope
 from energyframe.results import RunResult
 from energyframe.store import FORMAT_VERSION
 from energyframe.windows import WINDOW_COLUMNS

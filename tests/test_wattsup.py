@@ -12,7 +12,7 @@ import pytest
 
 import energyframe as ef
 from energyframe.errors import PowerSourceError
-from energyframe.interfaces import Scope, SourceContext
+from energyframe.plugin import Scope, SourceContext
 from energyframe.power import wattsup_protocol as proto
 from energyframe.power.wattsup import SHORT_FOR_METER, WattsUpPowerSource
 from energyframe.power.wattsup_emulator import Faults, WattsUpEmulator, constant, square_wave

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PowerSourceError
-from ..interfaces import Channel, ClockBase, Detection, Quantity, Sample, Scope, Timing
+from ..model import Channel, ClockBase, Detection, Quantity, Sample, Scope, Timing
 from ..options import Option
 from ..polling import PollingSource, Stream
 from .devices import cuda_visible_devices, rank_gpus
@@ -209,6 +209,7 @@ class NvidiaSmiPowerSource(PollingSource):
 
     def _read_header(self) -> str:
         proc = self._proc
+        assert proc is not None and proc.stdout is not None and proc.stderr is not None  # started with pipes
         wait_s = HEADER_SILENCE_FACTOR * self.options["silence_s"]
         ready, _, _ = select.select([proc.stdout], [], [], wait_s)
         header = proc.stdout.readline() if ready else ""
@@ -249,7 +250,7 @@ class NvidiaSmiPowerSource(PollingSource):
     def _make_channels(self) -> None:
         prefix = self.options["prefix"]
         period = self.options["interval_ms"] / 1e3
-        averaged = {"timing": Timing.PERIOD_END, "averaging_s": AVERAGE_WINDOW_S}
+        averaged: dict[str, Any] = {"timing": Timing.PERIOD_END, "averaging_s": AVERAGE_WINDOW_S}
         for index in self._gpus:
             base = f"{prefix}gpu{index}"
             self._by_column[f"{index}:{self._power_field}"] = Channel(

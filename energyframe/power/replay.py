@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import PowerSourceError, UsageError
-from ..interfaces import Channel, ClockBase, PowerSource, Quantity, Sample, Scope, SourceContext, Timing
+from ..model import Channel, ClockBase, Quantity, Sample, Scope, SourceContext, Timing
 from ..options import Option
+from ..plugin import PowerSource
 
 
 @dataclass

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError, PowerSourceError
-from ..interfaces import Channel, ClockBase, Quantity, Sample, Scope, Timing, WindowAnnotation
+from ..model import Channel, ClockBase, Quantity, Sample, Scope, Timing, WindowAnnotation
 from ..options import Option
 from ..polling import PollingSource, Stream
 from . import wattsup_protocol as proto
@@ -67,7 +67,7 @@ class _Meter:
         self.index = index
         self.port = port
         self.channel = channel
-        self.serial = None
+        self.serial: Any = None  # a serial.Serial once opened (pyserial has no type information)
         self.header: tuple[str, ...] = proto.FIELDS
         self.reader = proto.PacketReader()
         self.latest_w: float | None = None
@@ -149,7 +149,6 @@ class WattsUpPowerSource(PollingSource):
             self._initialise(meter)
         self._open_logs(self.context.raw_dir)
         period = self._real_s(float(self.options["interval_s"]))
-        timing = {"timing": Timing.UNKNOWN, "averaging_s": period}
         channels = [
             Channel(
                 m.channel,
@@ -159,7 +158,8 @@ class WattsUpPowerSource(PollingSource):
                 ClockBase.MONOTONIC,
                 primary=single,
                 description=f"WattsUp? meter on {m.port} ({period:g}-s averages, stamped on arrival)",
-                **timing,
+                timing=Timing.UNKNOWN,
+                averaging_s=period,
             )
             for m in self._meters
         ]
@@ -172,7 +172,8 @@ class WattsUpPowerSource(PollingSource):
                     period,
                     ClockBase.MONOTONIC,
                     description="sum of the meters (each meter's latest record at every record)",
-                    **timing,
+                    timing=Timing.UNKNOWN,
+                    averaging_s=period,
                 )
             )
         return channels
@@ -308,8 +309,9 @@ class WattsUpPowerSource(PollingSource):
             meter.records += 1
             batch = [Sample(meter.channel, now, watts)]
             latest = [m.latest_w for m in self._meters]
-            if len(self._meters) > 1 and all(v is not None for v in latest):
-                batch.append(Sample(f"{self.options['prefix']}wall", now, float(sum(latest))))
+            known = [v for v in latest if v is not None]
+            if len(self._meters) > 1 and len(known) == len(latest):
+                batch.append(Sample(f"{self.options['prefix']}wall", now, float(sum(known))))
             self._write_log(latest)
         return batch
 

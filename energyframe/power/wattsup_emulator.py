@@ -58,11 +58,11 @@ def csv_profile(path: str | Path, loop: bool = True) -> Callable[[float], float]
     t = np.array([r[0] for r in rows]) - rows[0][0]
     p = np.array([r[1] for r in rows])
     span = float(t[-1])
-    origin = [None]
+    origin: list[float] = []
 
     def profile(now: float) -> float:
-        if origin[0] is None:
-            origin[0] = now
+        if not origin:
+            origin.append(now)
         x = now - origin[0]
         if loop and span > 0:
             x %= span
@@ -201,10 +201,12 @@ class WattsUpEmulator:
         n = max(2, int((end_s - start_s) * 200) + 1)
         t = np.linspace(start_s, end_s, n)
         p = np.array([self.profile(x) for x in t])
-        return float(np.trapezoid(p, t) if hasattr(np, "trapezoid") else np.trapz(p, t))
+        return float(np.sum((p[1:] + p[:-1]) * np.diff(t)) / 2)  # the trapezoidal rule
 
     # -- the meter ---------------------------------------------------------------------------
     def _serve(self) -> None:
+        master = self._master
+        assert master is not None  # opened by start before this thread
         reader = proto.PacketReader()
         next_record: float | None = None
         sampler_next = time.monotonic()
@@ -219,12 +221,12 @@ class WattsUpEmulator:
             try:
                 import select
 
-                ready, _, _ = select.select([self._master], [], [], 0.005)
+                ready, _, _ = select.select([master], [], [], 0.005)
             except (OSError, ValueError):
                 return
             if ready:
                 try:
-                    data = os.read(self._master, 4096)
+                    data = os.read(master, 4096)
                 except BlockingIOError:
                     data = b""
                 except OSError:
@@ -238,6 +240,7 @@ class WattsUpEmulator:
                     next_record += self._log_interval_s
 
     def _write(self, data: bytes) -> None:
+        assert self._master is not None  # written to only while serving
         try:
             os.write(self._master, data)
         except BlockingIOError:  # nobody reads the port and its buffer is full: the bytes are lost
@@ -280,6 +283,7 @@ class WattsUpEmulator:
         elapsed = now - (self._logging_since or now)
         f = self.faults
         if self._after(f.disconnect_after_s, now):
+            assert self._master is not None  # open while serving
             os.close(self._master)  # the reader's next read fails, as when the cable is pulled
             self._master = None
             return False

@@ -9,6 +9,7 @@ and duty cycle in percent. Records carry no timestamp: they are stamped on arriv
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 FIELDS = (
@@ -147,7 +148,7 @@ def parse_record(packet: Packet, header: tuple[str, ...]) -> dict[str, float | N
     return out
 
 
-def format_record(values: dict[str, float | None], header: tuple[str, ...] = FIELDS) -> bytes:
+def format_record(values: Mapping[str, float | None], header: tuple[str, ...] = FIELDS) -> bytes:
     """Encode a record the way the meter does (integers, ``_`` for missing)."""
     fields = []
     for name in header:

@@ -39,7 +39,7 @@ def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> 
     w = distributed.world()
     out_dir = trace_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    workload = registry.create(registry.WORKLOADS, parse_spec(spec))
+    workload = registry.create_workload(parse_spec(spec))
     workload.setup()
     try:
         # the first phase only: a workload that prepares each phase as it is asked for (a

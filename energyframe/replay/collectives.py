@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..interfaces import Phase
+from ..model import Phase
 from ..workloads import distributed
 from .rebuild import RebuildError
 
@@ -89,7 +89,7 @@ def collective_phase(name: str, collective: Collective, device, unroll: int) -> 
     same order). The measurement agrees its steps per window and its window edges over the ranks."""
     from ..workloads.graph import device_sync
 
-    holder = {"state": collective.make_state(device)}
+    holder: dict[str, Any] = {"state": collective.make_state(device)}  # freed by teardown
 
     def step() -> None:
         state = holder["state"]

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from .rebuild import DTYPE_NAMES
-
-if TYPE_CHECKING:
-    from .kineto import Op, Trace
+from .tracedata import TIER_COMMUNICATION, Op, Trace
 
 #: c10d dispatcher ops: the kind of collective, and the argument holding its (input) tensors
 C10D = {
@@ -71,8 +70,6 @@ SCALAR_TYPE_NAMES = {
 ITEM_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int64": 8, "int32": 4}
 ITEM_BYTES.update({"int16": 2, "int8": 1, "uint8": 1, "bool": 1})
 BARRIER = "barrier"
-#: the tier of communication kernels (kineto.tier gives it to NCCL's)
-TIER_COMMUNICATION = "communication"
 PARAM_COMMS = "record_param_comms"
 
 
@@ -133,7 +130,7 @@ def describe(op: Op, dtype_hint: str, world_size: int) -> dict:
     else:
         kind, index = FUNCTIONAL[op.name], 0
     shapes = _shapes(dims[index]) if index < len(dims) else []
-    params = next((d.args for d in [op, *descendants(op)] if d.name == PARAM_COMMS), {})
+    params: Mapping[str, Any] = next((d.args for d in [op, *descendants(op)] if d.name == PARAM_COMMS), {})
     dtype = SCALAR_TYPE_NAMES.get(str(params.get("dtype", "")))
     if dtype is None and index < len(types):
         dtype = DTYPE_NAMES.get(types[index])

@@ -302,4 +302,4 @@ def float_dtype_hint(records: list[dict]) -> str:
             name = DTYPE_NAMES.get(t)
             if name and name.startswith(("float", "bfloat")):
                 counts[name] = counts.get(name, 0) + 1
-    return max(counts, key=counts.get) if counts else "float32"
+    return max(counts, key=lambda name: counts[name]) if counts else "float32"

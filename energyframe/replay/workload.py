@@ -16,18 +16,24 @@ import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import extras, registry
 from ..errors import UsageError, WorkloadError
-from ..interfaces import DerivedTable, Phase, Workload
+from ..model import DerivedTable, Phase
 from ..options import Option, parse_spec
+from ..plugin import Workload
 from ..workloads import distributed
 from ..workloads.graph import Captured, Rotation, l2_cache_bytes, torch_device
 from ..workloads.pipeline import PIPELINE_RUN_DEFAULTS, idle_power, stage_figures
 from . import kineto
 from .rebuild import RebuildError, float_dtype_hint, rebuild
 from .report import OpFigures, prediction, report_png
+
+if TYPE_CHECKING:
+    import torch
+
+    from .graphgap import GraphKernels
 
 FULL_MODEL = "(full model)"
 FULL_MODEL_GRAPH = "(full model, CUDA graph)"
@@ -112,13 +118,13 @@ class ReplayWorkload(Workload):
         self.collectives: list[tuple[dict, Any, str]] = []
         self.failed: list[dict] = []
         self._joined = False
-        self.full = None
-        self.full_graph = None
-        self.device = None
+        self.full: Workload | None = None
+        self.full_graph: Workload | None = None
+        self.device: torch.device | None = None
         #: the full model's graph under the profiler: kernels, busy time per replay
-        self.graph_kernels = None
+        self.graph_kernels: GraphKernels | None = None
         self.graph_iterations = 1
-        self.full_graph_spec = None
+        self.full_graph_spec: str | None = None
 
     def run_defaults(self) -> Mapping[str, Any]:
         defaults = dict(PIPELINE_RUN_DEFAULTS)
@@ -177,12 +183,12 @@ class ReplayWorkload(Workload):
             self._rebuild_collectives(total_us)
         if self.full_spec:
             spec = parse_spec(self.full_spec)
-            self.full = registry.create(registry.WORKLOADS, spec)
+            self.full = registry.create_workload(spec)
             self.full.setup()
             graph = self._graph_spec(spec)
             if graph is not None:
                 self.full_graph_spec = str(graph)
-                self.full_graph = registry.create(registry.WORKLOADS, graph)
+                self.full_graph = registry.create_workload(graph)
                 self.full_graph.setup()
 
     def _rebuild_collectives(self, total_us: float) -> None:
@@ -216,6 +222,7 @@ class ReplayWorkload(Workload):
 
     def _graph_spec(self, spec):
         """The full model's spec with ``execution=graph``, where that means something new."""
+        assert self.device is not None  # set by setup
         if not (self.options["graph_full"] and self.device.type == "cuda"):
             return None
         names = {o.name for o in registry.load(registry.WORKLOADS, spec.name).OPTIONS}
@@ -226,6 +233,7 @@ class ReplayWorkload(Workload):
     def phases(self) -> Iterator[Phase]:
         # a generator: each phase is prepared just before it is measured, on every rank in the
         # same order (the measurement checks that the ranks measure the same phases)
+        assert self.device is not None  # set by setup
         if self.full is not None:
             yield dataclasses.replace(next(iter(self.full.phases())), name=FULL_MODEL)
         if self.full_graph is not None:

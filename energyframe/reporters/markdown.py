@@ -25,7 +25,11 @@ class MarkdownReporter(Reporter):
 
         text = run_markdown(result, run_dir, all_channels=self.options["all_channels"])
         path = self.options["path"]
-        if path == "-" or (path is None and run_dir is None):
+        if path and path != "-":
+            target = Path(path)
+        elif path != "-" and run_dir is not None:
+            target = run_dir / "report.md"
+        else:
             sys.stdout.write(text)
             return
-        write_bytes(Path(path) if path else run_dir / "report.md", text.encode("utf-8"))
+        write_bytes(target, text.encode("utf-8"))

@@ -243,7 +243,7 @@ def _with_ncu(result: SweepResult, configs: Sequence[Config]) -> SweepResult:
     from . import ncu
 
     measured = {r.index for r in result.results if r.measured}
-    chosen = [c for c in configs if c.index in measured and c.launch is not None]
+    chosen = [(c, c.launch) for c in configs if c.index in measured and c.launch is not None]
     launches = [
         {
             "source": str(c.kernel.source_path.resolve()),
@@ -251,9 +251,9 @@ def _with_ncu(result: SweepResult, configs: Sequence[Config]) -> SweepResult:
             "options": list(c.kernel.compile_options[len(BASE_OPTIONS) :]),
             "outputs": list(c.kernel.output_names),
             "inouts": list(c.kernel.inout_names),
-            **c.launch.to_json(),
+            **launch.to_json(),
         }
-        for c in chosen
+        for c, launch in chosen
     ]
     if not launches:
         return result
@@ -263,7 +263,7 @@ def _with_ncu(result: SweepResult, configs: Sequence[Config]) -> SweepResult:
         log.warning("ncu: %s", e)
         return result.with_ncu({}, note=f"not collected: {e}")
     metrics = {}
-    for c, row in zip(chosen, rows):
+    for (c, _), row in zip(chosen, rows):
         if row["kernel"].split("(")[0].strip() != c.kernel.name:
             note = f"not collected: ncu's launch {row['id']} is {row['kernel']!r}, expected {c.kernel.name!r}"
             log.warning("ncu: %s", note)

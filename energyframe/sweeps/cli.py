@@ -232,7 +232,7 @@ def _child_argv(ctx: click.Context) -> list[str]:
             if value:
                 argv.append(option)
         elif param.multiple:
-            argv += [f"{option}={v}" for v in value]
+            argv += [f"{option}={v}" for v in value or ()]
         elif value is not None:
             argv.append(f"{option}={value}")
     return argv
@@ -258,6 +258,7 @@ def _on_devices(ctx, kernels, settings, devices, shard, dry_run, out) -> None:
     configs = run_sweep(
         kernels, dry_run=True, echo=click.echo if dry_run else (lambda line: None), **settings
     )
+    assert isinstance(configs, list)  # a dry run returns the plan
     plans = {i: [c for c in configs if in_shard(c.point_index, (i, count))] for i in range(count)}
     if dry_run:
         for i, (label, _visible) in enumerate(chosen):

@@ -178,7 +178,7 @@ class CudaKernel:
                 f"{self.label}: shapes given for {sorted(unknown)}, which are not pointer parameters"
             )
         default = self.default_numel(values)
-        shapes = {}
+        shapes: dict[str, tuple[int, ...]] = {}
         for p in self.signature.pointers:
             spec = given.get(p.name)
             if spec is None:

@@ -271,7 +271,10 @@ def collect(
     one that saved nothing gets ``not run`` placeholders from ``plans`` (shard index -> its
     planned configurations), with the child's reason.
     """
-    parts, labels, failed, empty = [], [], [], []
+    parts: list[SweepResult] = []
+    labels: list[str | None] = []
+    failed: list[Outcome] = []
+    empty: list[Outcome] = []
     for outcome in outcomes:
         kid = outcome.child
         path = kid.out / RESULTS_JSON

@@ -12,6 +12,7 @@ import math
 import re
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from .. import extras
 from ..plots import PALETTE, pyplot
@@ -64,7 +65,7 @@ def heatmap(sweep: SweepResult, path: Path, x: str, y: str) -> Path | None:
         return None
     multi = {k for k in {r.kernel for r in results} if len({r.block for r in results if r.kernel == k}) > 1}
     cut = _slice(results, (x, y))
-    groups = defaultdict(dict)
+    groups: defaultdict[str, dict[tuple[Any, Any], float]] = defaultdict(dict)
     for r in cut:
         groups[_series(r, multi)][(r.parameters[x], r.parameters[y])] = r.latency_s * 1e3
     xs = sorted({r.parameters[x] for r in cut})
@@ -98,7 +99,7 @@ def _lines(sweep: SweepResult, path: Path, x: str, baseline: str | None) -> Path
         return None
     multi = {k for k in {r.kernel for r in results} if len({r.block for r in results if r.kernel == k}) > 1}
     cut = _slice(results, (x,))
-    series = defaultdict(dict)
+    series: defaultdict[str, dict[Any, KernelResult]] = defaultdict(dict)
     for r in cut:
         series[_series(r, multi)][r.parameters[x]] = r
     if baseline is not None and baseline not in series:

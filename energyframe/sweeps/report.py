@@ -16,7 +16,7 @@ MAX_WARNINGS = 12
 THIN = "-" * 110
 
 
-def _f(value: float, scale: float = 1.0, digits: int = 4) -> str:
+def _f(value: float | None, scale: float = 1.0, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value * scale:.{digits}g}"

@@ -101,7 +101,7 @@ def _scalar(ctype_numpy: str, torch_dtype: str, value: Any):
         import torch
 
         bits = torch.tensor(float(value), dtype=torch.bfloat16).view(torch.int16).item()
-        return np.uint16(bits & 0xFFFF)
+        return np.uint16(int(bits) & 0xFFFF)
     return getattr(np, ctype_numpy)(value)
 
 

@@ -11,7 +11,7 @@ import itertools
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 from ..errors import UsageError
 
@@ -190,6 +190,10 @@ def call_with(fn: Callable[..., Any], values: Mapping[str, Any]) -> Any:
     return fn(**{n: values[n] for n in params if n in values})
 
 
+@overload
+def as_function(spec: None) -> None: ...
+@overload
+def as_function(spec: str | Callable[..., Any]) -> Callable[[Mapping[str, Any]], Any]: ...
 def as_function(spec: str | Callable[..., Any] | None) -> Callable[[Mapping[str, Any]], Any] | None:
     """A callable of a configuration's values from an expression string or a Python callable."""
     if spec is None:

@@ -14,15 +14,19 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import WorkloadError
-from ..interfaces import DerivedTable, Phase, Workload
+from ..model import DerivedTable, Phase
+from ..plugin import Workload
 from ..workloads.graph import Captured, torch_device
 from .check import UNCHECKED, WRONG, Check, allocate, compare, determinism, reference_outputs
 from .kernel import CudaKernel, Dim3, Launch
 from .results import ERROR, MISMATCH, NOT_RUN, OK, KernelResult
 from .runtime import kernel_args, launcher
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("energyframe")
 
@@ -114,7 +118,7 @@ class SweepWorkload(Workload):
         self.unroll = unroll
         self.device_spec = device
         self.seed = seed
-        self.device = None
+        self.device: torch.device | None = None
         self._expected: dict[int, tuple[str, dict]] = {}  # point -> (reference kernel, outputs)
         self._lost: str | None = None
 

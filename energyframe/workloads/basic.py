@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..interfaces import Phase, Workload
+from ..model import Phase
 from ..options import Option
+from ..plugin import Workload
+
+
+def _matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> Callable[[], None]:
+    """One step: ``c = a @ b`` in place."""
+
+    def step() -> None:
+        np.matmul(a, b, out=c)
+
+    return step
 
 
 class SleepWorkload(Workload):
@@ -54,7 +64,7 @@ class CPUMatmulWorkload(Workload):
             out.append(
                 Phase(
                     name=f"matmul-{n}",
-                    step=lambda a=a, b=b, c=c: np.matmul(a, b, out=c),
+                    step=_matmul(a, b, c),
                     work={"flop": 2.0 * n**3},
                 )
             )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 #: a residual this small (in %, or twice the trials' spread if that is larger) is not attributed
 NOISE_FLOOR_PCT = 1.0
@@ -237,7 +238,7 @@ def close(
         ctx = replace(ctx, gaps_note="kernel_gaps=true measures them")
     cause = residual_cause(c_lat, c_en, ctx)
     ops = sum(u.calls * u.kernels for u in units)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "term": "whole model",
             "latency_s": whole.latency_s,

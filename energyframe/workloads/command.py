@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import OptionError, WorkloadError
-from ..interfaces import Phase, Workload
+from ..model import Phase
 from ..options import Option
+from ..plugin import Workload
 
 #: after forwarding SIGINT, how long the program gets before SIGTERM, then SIGKILL. Units: s.
 GRACE_S = (10.0, 5.0)

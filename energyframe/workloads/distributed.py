@@ -65,7 +65,7 @@ class _Group:
     def __init__(self) -> None:
         self.users = 0
         self.owned = False
-        self.host = None
+        self.host: Any = None  # a torch ProcessGroup once joined (torch is imported late)
 
 
 _GROUP = _Group()

@@ -16,11 +16,15 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import OptionError, WorkloadError
-from ..interfaces import DerivedTable, Phase, Workload
+from ..model import DerivedTable, Phase
 from ..options import Option
+from ..plugin import Workload
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("energyframe")
 
@@ -34,7 +38,7 @@ def torch_dtype(name: str):
     return getattr(torch, DTYPES.get(name, name))
 
 
-def torch_device(spec: str):
+def torch_device(spec: str) -> torch.device:
     """``auto``: the current CUDA device if there is one, else the CPU."""
     import torch
 
@@ -196,7 +200,7 @@ class Captured:
         self.device = device
         self.before_each = before_each
         self.warmup_calls = warmup_calls
-        self._run: Callable[[], None] | None = None
+        self._run: Callable[[], None] = _not_built
         self._keep: list = []
         #: why the calls run eagerly on a GPU (a failed capture), or None
         self.fallback: str | None = None
@@ -219,7 +223,7 @@ class Captured:
         with torch.inference_mode(False), torch.no_grad():
             if not self.on_gpu:
                 self._keep = [state]
-                self._run = lambda: [once() for _ in range(unroll)]
+                self._run = _repeated(once, unroll)
                 return
             stream = torch.cuda.Stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))
@@ -251,7 +255,7 @@ class Captured:
         self.fallback = why
         log.warning("%s", why)
         self._keep = [state]
-        self._run = lambda: [once() for _ in range(self.unroll)]
+        self._run = _repeated(once, self.unroll)
 
     def step(self) -> None:
         self._run()
@@ -264,7 +268,7 @@ class Captured:
 
     def release(self) -> None:
         self._keep = []
-        self._run = None
+        self._run = _not_built
         if self.on_gpu:
             import torch
 
@@ -281,6 +285,18 @@ class Captured:
             work=dict(work or {}),
             note="" if self.on_gpu else CPU_NOTE,
         )
+
+
+def _repeated(once: Callable[[], None], times: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(times):
+            once()
+
+    return run
+
+
+def _not_built() -> None:
+    raise WorkloadError("a captured call was stepped before its phase's setup built it")
 
 
 #: options every graph-captured workload has
@@ -312,7 +328,7 @@ class GraphKernelWorkload(Workload):
     """
 
     DESCRIPTION = "a kernel captured unroll times in a CUDA graph and replayed"
-    OPTIONS = GRAPH_OPTIONS
+    OPTIONS: ClassVar[Sequence[Option]] = GRAPH_OPTIONS
 
     def __init__(
         self,
@@ -328,15 +344,17 @@ class GraphKernelWorkload(Workload):
             raise OptionError(
                 "GraphKernel needs setup (allocates on the device) and capture (launches the kernel)"
             )
-        self.device = None
+        self.device: torch.device | None = None
 
     # -- what a kernel is ---------------------------------------------------------------------
     def make_state(self, device) -> Any:
+        assert self._setup_fn is not None  # checked in __init__; subclasses override this
         if _accepts_argument(self._setup_fn):
             return self._setup_fn(device)
         return self._setup_fn()
 
     def launch(self, state: Any) -> Any:
+        assert self._capture_fn is not None  # checked in __init__; subclasses override this
         return self._capture_fn(state)
 
     def work(self) -> Mapping[str, float]:
@@ -349,6 +367,7 @@ class GraphKernelWorkload(Workload):
 
     def phases(self) -> Sequence[Phase]:
         unroll, cold = self.options["unroll"], self.options["cold"]
+        assert self.device is not None  # set by setup
         flush = L2Flush(self.device) if cold and self.device.type == "cuda" else None
         kernel = Captured(self.make_state, self.launch, unroll, self.device, before_each=flush)
         phases = [kernel.phase(self.name, self.work())]

@@ -9,8 +9,8 @@ P x Q output size, R x S filter, HS x WS strides; padding is R//2 x S//2, so the
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from ..errors import OptionError
 from ..options import Option
@@ -108,7 +108,7 @@ class ConvKernel(GraphKernelWorkload):
     """2-D convolution in the earlier tool's notation (C, G, M, N, P, Q, R, S, HS, WS)."""
 
     DESCRIPTION = "2-D convolution: N x C x H x W -> N x M x P x Q, filter R x S, groups G, strides HS x WS"
-    OPTIONS = (
+    OPTIONS: ClassVar[Sequence[Option]] = (
         Option("N", "int", 1, "batch", minimum=1),
         Option("C", "int", 64, "input channels", minimum=1),
         Option("M", "int", 64, "output channels", minimum=1),

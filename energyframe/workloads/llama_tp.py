@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import extras
 from ..errors import WorkloadError
-from ..interfaces import DerivedTable, Phase, Workload
+from ..model import DerivedTable, Phase
 from ..options import Option
+from ..plugin import Workload
 from . import distributed
 from .graph import device_sync, torch_device, torch_dtype
+
+if TYPE_CHECKING:
+    import torch
 
 #: Vicuna-7B (v1.1/v1.3) as published: a Llama-7B
 VICUNA_7B = {"hidden": 4096, "layers": 32, "heads": 32, "intermediate": 11008, "vocab": 32000}
@@ -112,12 +116,12 @@ class VicunaTP(Workload):
         self.world = distributed.world()
         self._check_split()
         self._check_world()
-        self.device = None
-        self.model = None
-        self.ids = None
+        self.device: torch.device | None = None
+        self.model: Any = None  # a transformers model, made in setup
+        self.ids: torch.Tensor | None = None
         self._joined = False
         self._prompt: list | None = None
-        self._first = None
+        self._first: torch.Tensor | None = None
 
     # -- configuration ------------------------------------------------------------------------
     def _sizes(self) -> dict[str, int]:
@@ -253,6 +257,7 @@ class VicunaTP(Workload):
 
         if self._prompt is None:
             self.prepare_decode()
+        assert self._prompt is not None  # set by prepare_decode
         n = self.options["new_tokens"] if n is None else n
         with torch.no_grad():
             cache = cache_from(self._prompt, self.model.config)
@@ -381,10 +386,15 @@ def split(model, device, tp: int) -> None:
     Every rank holds the same full weights (same seed, or the same state dict), so each keeps
     its own slice instead of receiving it from rank 0."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        ParallelStyle,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     mesh = init_device_mesh(device.type, (tp,))
-    plan = {name: ColwiseParallel() for name in COLUMN}
+    plan: dict[str, ParallelStyle] = {name: ColwiseParallel() for name in COLUMN}
     plan.update({name: RowwiseParallel() for name in ROW})
     takes = inspect.signature(parallelize_module).parameters
     local = {"src_data_rank": None} if "src_data_rank" in takes else {}

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from .. import extras
 from ..errors import WorkloadError
-from ..interfaces import Phase
+from ..model import Phase
 from ..options import Option
 from .graph import device_sync
 from .models import ModelRow, ModelWorkload, define_models

@@ -13,14 +13,19 @@ import importlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import extras
 from ..errors import OptionError, WorkloadError
-from ..interfaces import DerivedTable, Phase, Workload
+from ..model import DerivedTable, Phase
 from ..options import Option
+from ..plugin import Workload
 from .graph import Captured, device_sync, l2_cache_bytes, torch_device, torch_dtype
-from .perlayer import GRANULARITY, L2, UNROLL, VALIDATE
+from .perlayer_options import GRANULARITY, L2, UNROLL, VALIDATE
+from .perlayer_options import PER_LAYER as PER_LAYER_WRAPPER
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("energyframe")
 
@@ -105,7 +110,7 @@ class ModelWorkload(Workload):
     """Base of the named models: builds the model and measures its whole forward pass."""
 
     BLOCKS: ClassVar[tuple[str, ...]] = ()
-    OPTIONS = COMMON_OPTIONS
+    OPTIONS: ClassVar[Sequence[Option]] = COMMON_OPTIONS
     #: the model can be decomposed into layers (the ``per-layer`` wrapper takes it)
     PER_LAYER: ClassVar[bool] = True
 
@@ -125,22 +130,25 @@ class ModelWorkload(Workload):
                 f"{self.name}: validate compares a per-layer run with the whole model; "
                 f"use per-layer:model={self.name},validate=true"
             )
-        self.device = None
+        self.device: torch.device | None = None
         #: the whole model's CUDA graph (execution=graph), once phases() made it
         self.whole_captured: Captured | None = None
         #: the deprecated ``per_layer=true``: the per-layer wrapper around this model
-        self.per_layer = None
+        self.per_layer: Workload | None = None
         if self.options["per_layer"]:
-            from .perlayer import PerLayerWorkload
+            from .. import registry
 
             log.warning(
                 "%s:per_layer=true is deprecated; use per-layer:model=%s (the same run)", self.name, self.name
             )
-            self.per_layer = PerLayerWorkload(
+            # the wrapper by its registered name, as the wrapper finds its model: it imports this module
+            wrapper = registry.load(registry.WORKLOADS, PER_LAYER_WRAPPER)(
                 name=self.name,
                 model=self,
                 **{k: self.options[k] for k in ("granularity", "validate", "l2", "unroll")},
             )
+            assert isinstance(wrapper, Workload)  # load checks the class against the group's base
+            self.per_layer = wrapper
 
     # -- what subclasses provide --------------------------------------------------------------
     def build(self, device, dtype) -> tuple[Any, tuple, dict]:
@@ -198,7 +206,7 @@ class ModelWorkload(Workload):
         """``whole_unroll`` forward passes, captured as one CUDA graph on a GPU."""
         return Captured(lambda device: None, self._forward, self.options["whole_unroll"], self.device)
 
-    def phases(self) -> Sequence[Phase]:
+    def phases(self) -> Iterable[Phase]:
         if self.per_layer is not None:
             return self.per_layer.phases()
         return [self._whole_phase()]
@@ -231,7 +239,7 @@ class ModelWorkload(Workload):
     def info(self) -> Mapping[str, Any]:
         import torch
 
-        if self.per_layer is not None and self.per_layer.decomposition is not None:
+        if self.per_layer is not None and getattr(self.per_layer, "decomposition", None) is not None:
             return self.per_layer.info()  # this model's info and the decomposition's
         out: dict[str, Any] = {"model": self.name, "dtype": self.dtype_name(), "torch": torch.__version__}
         if self.device is not None:
@@ -259,8 +267,9 @@ class VisionModel(ModelWorkload):
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
-        if self._extra_package():  # before anything starts; the package is imported in setup
-            extras.check(self._extra_package(), f"workload {self.name!r}")
+        package = self._extra_package()
+        if package:  # before anything starts; the package is imported in setup
+            extras.check(package, f"workload {self.name!r}")
 
     def _extra_package(self) -> str | None:
         """The optional package ``FACTORY`` comes from (torchvision), if any."""
@@ -268,8 +277,9 @@ class VisionModel(ModelWorkload):
         return package if package in extras.EXTRA_OF else None
 
     def make_model(self):
-        if self._extra_package():  # installed but broken: one line that says so
-            extras.require(self._extra_package(), f"workload {self.name!r}", WorkloadError)
+        package = self._extra_package()
+        if package:  # installed but broken: one line that says so
+            extras.require(package, f"workload {self.name!r}", WorkloadError)
         factory = import_object(self.FACTORY)
         kwargs = {name: self.options[name] for name in self.FACTORY_OPTIONS}
         if self.FACTORY.startswith("torchvision."):

@@ -17,104 +17,44 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import OptionError, UsageError
-from ..interfaces import DerivedTable, Phase, Workload
-from ..options import Option, Spec, parse_spec
+from ..model import DerivedTable, Phase
+from ..options import Spec, parse_spec
+from ..plugin import Workload
 from .graph import Captured, copies_for, l2_cache_bytes
+from .perlayer_options import (  # noqa: F401 (the options are read from here too)
+    ACTIVATIONS,
+    GRANULARITY,
+    KERNEL_GAPS,
+    L2,
+    LEAD_S,
+    OWN_OPTIONS,
+    PER_LAYER,
+    PREPARE,
+    UNROLL,
+    VALIDATE,
+    WINDOW_S,
+)
 from .pipeline import PIPELINE_RUN_DEFAULTS, Pipeline, Stage
+
+if TYPE_CHECKING:
+    from ..replay.graphgap import GraphKernels
+    from .layers import Decomposition
+    from .models import ModelWorkload
+    from .unitplan import GranularityChoice
 
 log = logging.getLogger("energyframe")
 
-#: the registered name of the wrapper
-PER_LAYER = "per-layer"
 WHOLE_MODEL = "(whole model)"
 #: ``prepare=ahead`` stops capturing ahead when less GPU memory than this is free (the larger of
 #: a fraction of the GPU and a fixed amount); the rest are captured just before they are measured
 AHEAD_RESERVE_FRACTION = 0.25
 AHEAD_RESERVE_BYTES = 2 << 30
 
-GRANULARITY = Option(
-    "granularity",
-    "choice",
-    "auto",
-    "per-layer units: leaf modules, the model's blocks, or auto (blocks when the launch gaps that "
-    "leaf units leave out would be more than 1 % of the forward; the run says which and why)",
-    choices=("leaf", "block", "auto"),
-)
-VALIDATE = Option("validate", "bool", False, "per-layer: also measure the whole model and compare")
-L2 = Option(
-    "l2",
-    "choice",
-    "rotate",
-    "per-layer: rotate copies of each layer's weights (more than the L2) so "
-    "they come from memory as in the model, or keep one copy (warm)",
-    choices=("rotate", "warm"),
-)
-UNROLL = Option("unroll", "int", 100, "per-layer: calls captured per CUDA graph", minimum=1)
-WINDOW_S = Option(
-    "window_s",
-    "float",
-    None,
-    "per-layer: each unit's window in seconds, its replays per window counted from its replay time "
-    "timed right after capture (no calibration loop); not set: the run calibrates each unit to "
-    "its window (--min-window)",
-    minimum=1e-3,
-)
-LEAD_S = Option(
-    "lead_s",
-    "float",
-    0.0,
-    "per-layer, with window_s: seconds each unit replays, unmeasured, before its first window "
-    "(so that window does not open on a load step)",
-    minimum=0,
-)
-PREPARE = Option(
-    "prepare",
-    "choice",
-    "each",
-    "per-layer: capture each unit just before it is measured, or every unit ahead of the first "
-    "window (ahead: no idle capture between units' windows; holds every graph at once, captures "
-    "the rest one by one when GPU memory runs low)",
-    choices=("each", "ahead"),
-)
-ACTIVATIONS = Option(
-    "activations",
-    "choice",
-    "reuse",
-    "per-layer: each call of a unit reads the same inputs (reuse), or copies of them totalling more "
-    "than twice the L2 in turn (rotate)",
-    choices=("reuse", "rotate"),
-)
-KERNEL_GAPS = Option(
-    "kernel_gaps",
-    "bool",
-    False,
-    "per-layer, with validate: profile the whole model's graph after its windows for the launch "
-    "gap between kernels, g = (T - B)/K, and add it to units whose graph repeats one kernel",
-)
-#: options of the wrapper; every other key of a per-layer spec belongs to the model
-OWN_OPTIONS = (
-    Option(
-        "model",
-        "str",
-        required=True,
-        help="a named model workload (resnet50, vit_b_16, opt-66b-prefill ...); its own options "
-        "(batch, dtype ...) go beside this one",
-    ),
-    GRANULARITY,
-    VALIDATE,
-    L2,
-    UNROLL,
-    WINDOW_S,
-    LEAD_S,
-    PREPARE,
-    ACTIVATIONS,
-    KERNEL_GAPS,
-)
 #: model options that mean nothing per layer (the wrapper decides them)
 NOT_PASSED = frozenset({"per_layer", "execution"} | {o.name for o in OWN_OPTIONS})
 
@@ -161,7 +101,7 @@ def per_layer_models() -> list[str]:
     ]
 
 
-def _model_class(name: str) -> type:
+def _model_class(name: str) -> type[ModelWorkload]:
     from .. import registry
     from .models import ModelWorkload
 
@@ -255,17 +195,17 @@ class PerLayerWorkload(Workload):
             self._check_passed(model_name, cls, passed)
             self.model = cls(name=model_name, **passed)
         self._check_combinations()
-        self.decomposition = None
-        #: the granularity and why (``unitplan.GranularityChoice``), once set up
-        self.granularity_choice = None
+        self.decomposition: Decomposition | None = None
+        #: the granularity and why, once set up
+        self.granularity_choice: GranularityChoice | None = None
         self._plans: dict[int, UnitPlan] = {}
         self._whole: UnitPlan | None = None
-        self._whole_kernels = None  # graphgap.GraphKernels of one replay of the whole graph
+        self._whole_kernels: GraphKernels | None = None  # one replay of the whole graph
         self._gaps_note = ""
         self._spans: dict[str, float] = {}
 
     @staticmethod
-    def _check_passed(model_name: str, cls: type, passed: Mapping[str, Any]) -> None:
+    def _check_passed(model_name: str, cls: type[ModelWorkload], passed: Mapping[str, Any]) -> None:
         allowed = sorted(o.name for o in cls.OPTIONS if o.name not in NOT_PASSED)
         unknown = [k for k in passed if k not in allowed]
         if unknown:
@@ -307,27 +247,27 @@ class PerLayerWorkload(Workload):
         t0 = time.monotonic()
         timed_inside = self._spans.get("capture", 0.0) + self._spans.get("probe", 0.0)
         if granularity == "auto":
-            self.decomposition = self._decompose_auto()
+            decomposition, choice = self._decompose_auto()
         else:
-            self.decomposition = decompose(model.model, model.args, model.kwargs, granularity, model.BLOCKS)
-            self.granularity_choice = GranularityChoice(granularity, f"{granularity} (asked for)")
-        model.finish_decomposition(self.decomposition)
+            decomposition = decompose(model.model, model.args, model.kwargs, granularity, model.BLOCKS)
+            choice = GranularityChoice(granularity, f"{granularity} (asked for)")
+        self.decomposition, self.granularity_choice = decomposition, choice
+        model.finish_decomposition(decomposition)
         # the whole model's capture and timing for auto are counted as capture and probe
         timed_inside = self._spans.get("capture", 0.0) + self._spans.get("probe", 0.0) - timed_inside
         self._span("decompose", time.monotonic() - t0 - timed_inside)
-        log.info("%s: %s", model.name, self.granularity_choice.reason)
+        log.info("%s: %s", model.name, choice.reason)
 
-    def _decompose_auto(self):
+    def _decompose_auto(self) -> tuple[Decomposition, GranularityChoice]:
         """Leaf units, or blocks when leaf units would leave too much of the forward out
-        (``unitplan.choose_granularity``); times the whole model's graph to decide."""
+        (``unitplan.choose_granularity``), and why; times the whole model's graph to decide."""
         from .layers import decompose
         from .unitplan import GranularityChoice, choose_granularity, probe_step_s
 
         model = self.model
         leaf = decompose(model.model, model.args, model.kwargs, "leaf", model.BLOCKS)
         if not model.BLOCKS:
-            self.granularity_choice = choose_granularity(leaf.single_kernel_calls, math.nan, False)
-            return leaf
+            return leaf, choose_granularity(leaf.single_kernel_calls, math.nan, False)
         plan = self._whole_plan()
         self._build(plan)
         if plan.steps is None:  # timed already when window_s is set
@@ -342,16 +282,13 @@ class PerLayerWorkload(Workload):
             self._whole = None
         choice = choose_granularity(leaf.single_kernel_calls, whole_s, True)
         if choice.granularity == "leaf":
-            self.granularity_choice = choice
-            return leaf
+            return leaf, choice
         block = decompose(model.model, model.args, model.kwargs, "block", model.BLOCKS)
         if not any(u.type_name in model.BLOCKS for u in block.units):
-            self.granularity_choice = GranularityChoice(
+            return leaf, GranularityChoice(
                 "leaf", f"auto: leaf (none of the model's blocks {', '.join(model.BLOCKS)} ran)"
             )
-            return leaf
-        self.granularity_choice = choice
-        return block
+        return block, choice
 
     def teardown(self) -> None:
         for plan in [*self._plans.values(), *([self._whole] if self._whole else [])]:
@@ -360,11 +297,13 @@ class PerLayerWorkload(Workload):
                 plan.built = False
         self.model.teardown()
 
-    def phases(self) -> Sequence[Phase]:
+    def phases(self) -> Iterable[Phase]:
+        assert self.decomposition is not None  # set by setup
         units = self.decomposition.units
         return _Phases(len(units) + bool(self.options["validate"]), self._phase_iter)
 
     def _phase_iter(self) -> Iterator[Phase]:
+        assert self.decomposition is not None  # set by setup
         plans = [self._unit_plan(unit) for unit in self.decomposition.units]
         if self.options["validate"]:
             plans.append(self._whole_plan())
@@ -382,6 +321,7 @@ class PerLayerWorkload(Workload):
 
     def _unit_plan(self, unit) -> UnitPlan:
         device = self.model.device
+        assert device is not None  # the model's setup ran
         l2 = l2_cache_bytes(device)
         copies = input_copies = 1
         if self.options["l2"] == "rotate" and unit.kind == "module" and device.type == "cuda":
@@ -540,10 +480,11 @@ class PerLayerWorkload(Workload):
                 **closure.summary(),
             )
         tables = pipeline.pipeline_tables(result, pairs, extra)
+        rows = [dict(row) for row in tables[0].rows]
         if closure is not None and math.isfinite(closure.gap_per_kernel_s):
             from .closure import unit_gap_s
 
-            for row, unit in zip(tables[0].rows, self._unit_figures(result, pairs, in_forward)):
+            for row, unit in zip(rows, self._unit_figures(result, pairs, in_forward)):
                 gap = unit_gap_s(unit, closure.gap_per_kernel_s)
                 row["gap_s"] = gap
                 row["latency_with_gap_s"] = row["latency_s"] + gap
@@ -556,7 +497,7 @@ class PerLayerWorkload(Workload):
         tables[0] = DerivedTable(
             "layers",
             f"{model.pipeline_name()}: per layer, per call",
-            tables[0].rows,
+            rows,
             note="; ".join(notes),
             display=(
                 "stage",
@@ -587,6 +528,7 @@ class PerLayerWorkload(Workload):
         from .closure import UnitFigures
         from .pipeline import stage_figures
 
+        assert self.decomposition is not None  # set by setup
         out = []
         for (_stage, name), calls, unit in zip(pairs, in_forward, self.decomposition.units):
             fig = stage_figures(result, name, calls)[0]

@@ -18,7 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..interfaces import DerivedTable, Phase, Workload
+from ..errors import WorkloadError
+from ..model import DerivedTable, Phase
+from ..plugin import Workload
 
 #: what a pipeline of many short phases asks of a run unless the user says otherwise
 #: (calibration runs each phase for a third of a window first, which warms it up)
@@ -82,12 +84,20 @@ def idle_power(result, channel: str | None = None) -> float:
 
 @dataclass
 class Stage:
-    """A pipeline stage: a workload (its phases are measured), counted ``count`` times."""
+    """A pipeline stage: a workload (its phases are measured), counted ``count`` times.
+    ``workload`` is ``None`` for a stage that is only tabulated (a per-layer unit, measured by
+    the per-layer workload itself)."""
 
     name: str
-    workload: Workload
+    workload: Workload | None
     count: int = 1
     info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _runnable(stage: Stage) -> Workload:
+    if stage.workload is None:
+        raise WorkloadError(f"pipeline stage {stage.name!r} has no workload to run")
+    return stage.workload
 
 
 class Pipeline(Workload):
@@ -117,17 +127,17 @@ class Pipeline(Workload):
 
     def setup(self) -> None:
         for stage in self.stages:
-            stage.workload.setup()
+            _runnable(stage).setup()
 
     def teardown(self) -> None:
         for stage in self.stages:
-            stage.workload.teardown()
+            _runnable(stage).teardown()
 
     def phases(self) -> Sequence[Phase]:
         out = []
         self._stage_phase: dict[str, str] = {}
         for stage in self.stages:
-            phases = list(stage.workload.phases())
+            phases = list(_runnable(stage).phases())
             for phase in phases:
                 name = stage.name if len(phases) == 1 else f"{stage.name}/{phase.name}"
                 self._stage_phase.setdefault(stage.name, name)  # a stage's first phase stands for it

@@ -21,7 +21,10 @@ capturable sequence of kernels, and on the CPU the same calls run eagerly.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 class StaticKV:
@@ -37,9 +40,10 @@ class StaticKV:
         shape = (batch, heads, length, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.write_at = None
+        self.write_at: torch.Tensor | None = None
 
     def update(self, key, value, layer_idx: int, *args: Any, **kwargs: Any):
+        assert self.write_at is not None, "StaticKV.update before write_at was set"
         self.keys[layer_idx].index_copy_(2, self.write_at, key)
         self.values[layer_idx].index_copy_(2, self.write_at, value)
         return self.keys[layer_idx], self.values[layer_idx]

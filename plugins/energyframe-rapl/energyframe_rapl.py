@@ -14,10 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from energyframe.errors import PowerSourceError
-from energyframe.interfaces import Channel, ClockBase, Detection, Quantity, Scope, Timing
-from energyframe.options import Option
-from energyframe.polling import PollingSource
+from energyframe.plugin import (
+    Channel,
+    ClockBase,
+    Detection,
+    Option,
+    PollingSource,
+    PowerSourceError,
+    Quantity,
+    Scope,
+    Timing,
+)
 
 DEFAULT_ROOT = Path("/sys/class/powercap")
 _ZONE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")

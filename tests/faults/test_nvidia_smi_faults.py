@@ -12,7 +12,7 @@ import pytest
 
 import energyframe as ef
 from energyframe.errors import PowerSourceError
-from energyframe.interfaces import SourceContext
+from energyframe.plugin import SourceContext
 from energyframe.power.nvidia_smi import NvidiaSmiPowerSource
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import energyframe as ef
 from energyframe.errors import OptionError, PowerSourceError
-from energyframe.interfaces import SourceContext
+from energyframe.plugin import SourceContext
 from energyframe.power.wattsup import WattsUpPowerSource
 from energyframe.power.wattsup_emulator import Faults, WattsUpEmulator, constant
 

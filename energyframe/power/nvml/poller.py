@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ...errors import PowerSourceError
-from ...interfaces import Channel, ClockBase, Quantity, Sample, Scope, Timing
+from ...model import Channel, ClockBase, Quantity, Sample, Scope, Timing
 from .device import GPU
 
 #: update periods measured on H100/H200 (benchmarks/sensor_probe.py). Units: s.
