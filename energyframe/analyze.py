@@ -28,7 +28,7 @@ import pandas as pd
 
 from .assemble import Recording, place_samples
 from .clock import ChannelTimeMap, ClockModel, ClockPair
-from .energy import INVALID_READING, MISSING_POWER
+from .energy import INVALID_READING, MISSING_POWER, MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
 from .errors import EnergyFrameError, UsageError
 from .logs import (  # noqa: F401  (parse_time, zone: the analyze API users know)
     IMPLAUSIBLE,
@@ -41,7 +41,6 @@ from .logs import (  # noqa: F401  (parse_time, zone: the analyze API users know
     zone,
 )
 from .model import Channel, Quantity, Scope, Timing, WindowAnnotation
-from .power.wattsup import MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
 from .samples import NEGATIVE, NOT_FINITE, SampleSeries
 from .store import json_safe, write_csv, write_json
 from .windows import REJECTION_FLAGS, WINDOW_COLUMNS, IdleBaseline, WindowRecord, compute_windows

@@ -33,6 +33,9 @@ COUNTER_RESET = "counter_reset"  # the counter went down inside the window
 NEGATIVE_POWER = "negative_power"  # a negative reading near the window was rejected, not integrated
 INVALID_READING = "invalid_reading"  # a NaN or infinite reading near the window was rejected
 MISSING_POWER = "missing_power"  # offline: a log row without a power value ([N/A]) near the window
+SHORT_FOR_METER = "meter_window_under_60s"  # a wall meter's window shorter than MLPerf Power's minimum
+#: MLPerf Power's guidance: wall-meter windows shorter than this are not trustworthy. Units: s.
+MLPERF_MIN_WINDOW_S = 60.0
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ import numpy as np
 from .errors import UsageError
 from .model import Channel, ClockBase, Quantity, Scope, Timing
 from .samples import IMPLAUSIBLE, MAX_POWER_W, NEGATIVE, NOT_FINITE, SampleSeries
+from .smi_format import AVERAGE_WINDOW_S, POWER_FIELDS, STATE_FIELDS, header_name
 
 #: log kinds
 SAMPLES = "samples"
@@ -409,7 +410,7 @@ class _Table:
         if ends_with_newline:
             lines = lines[:-1]
         header_text = lines[0].rstrip("\r")
-        header = [_column(c) for c in next(csv.reader([header_text]))]
+        header = [header_name(c) for c in next(csv.reader([header_text]))]
         rows, bad, torn = [], [], None
         last = len(lines) - 1
         for index in range(1, len(lines)):
@@ -447,12 +448,6 @@ class _Table:
 
     def column(self, name: str) -> int:
         return self.header.index(name)
-
-
-def _column(text: str) -> str:
-    from .power.nvidia_smi import header_name
-
-    return header_name(text)
 
 
 def _undecodable(data: bytes) -> bool:
@@ -759,8 +754,6 @@ def _last_of_each_second(rows: list[tuple[float, str, dict]]) -> list[tuple[floa
 
 
 def _nvidia_smi(path: Path, table: _Table, tz: str | None) -> PowerLog:
-    from .power.nvidia_smi import AVERAGE_WINDOW_S, POWER_FIELDS, STATE_FIELDS
-
     table.refuse_torn()
     header = table.header
     power = [f for f in POWER_FIELDS if f in header]

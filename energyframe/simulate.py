@@ -13,7 +13,16 @@ import numpy as np
 
 from .model import Channel, ClockBase, Quantity, Sample, Scope
 from .polling import PollingSource
-from .power.wattsup_emulator import record_window
+
+
+def record_window(
+    now_s: float, elapsed_s: float, interval_s: float, lag_s: float, drift: float
+) -> tuple[float, float]:
+    """The host-clock interval a record sent at ``now_s`` reports the average power of: the
+    interval that ended ``lag_s`` ago, plus the delay a drifting meter clock has built up over
+    ``elapsed_s`` of logging. Units: s."""
+    end = now_s - lag_s - drift * elapsed_s
+    return end - interval_s, end
 
 
 def pulses(

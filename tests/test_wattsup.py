@@ -11,10 +11,11 @@ import time
 import pytest
 
 import energyframe as ef
+from energyframe.energy import SHORT_FOR_METER
 from energyframe.errors import PowerSourceError
 from energyframe.plugin import Scope, SourceContext
 from energyframe.power import wattsup_protocol as proto
-from energyframe.power.wattsup import SHORT_FOR_METER, WattsUpPowerSource
+from energyframe.power.wattsup import WattsUpPowerSource
 from energyframe.power.wattsup_emulator import Faults, WattsUpEmulator, constant, square_wave
 from tests.fakes import ProfileSource
 

@@ -229,7 +229,7 @@ def sweep_heatmaps(sweep: Mapping[str, Any]) -> dict | None:
     go = _go()
     from plotly.subplots import make_subplots
 
-    from ..sweeps.plots import _series, _slice, varied
+    from ..sweeps.plots import at_fixed_point, series_label, varied
 
     results = [r for r in _kernel_results(sweep) if r.measured]
     axes = varied(results)
@@ -238,8 +238,8 @@ def sweep_heatmaps(sweep: Mapping[str, Any]) -> dict | None:
     x, y = axes[0], axes[1]
     multi = {k for k in {r.kernel for r in results} if len({r.block for r in results if r.kernel == k}) > 1}
     groups: dict[str, dict] = defaultdict(dict)
-    for r in _slice(results, (x, y)):
-        groups[_series(r, multi)][(r.parameters[x], r.parameters[y])] = r.latency_s * 1e3
+    for r in at_fixed_point(results, (x, y)):
+        groups[series_label(r, multi)][(r.parameters[x], r.parameters[y])] = r.latency_s * 1e3
     xs = sorted({k[0] for g in groups.values() for k in g})
     ys = sorted({k[1] for g in groups.values() for k in g})
     fig = make_subplots(rows=1, cols=len(groups), subplot_titles=[text(n) for n in groups])
@@ -271,7 +271,7 @@ def sweep_heatmaps(sweep: Mapping[str, Any]) -> dict | None:
 def sweep_speedup(sweep: Mapping[str, Any]) -> dict | None:
     """Speedup of every kernel over the baseline along the first swept parameter."""
     go = _go()
-    from ..sweeps.plots import _series, _slice, varied
+    from ..sweeps.plots import at_fixed_point, series_label, varied
 
     results = [r for r in _kernel_results(sweep) if r.measured]
     axes = varied(results)
@@ -281,8 +281,8 @@ def sweep_speedup(sweep: Mapping[str, Any]) -> dict | None:
     baseline = sweep.get("sweep", {}).get("baseline") or results[0].kernel
     multi = {k for k in {r.kernel for r in results} if len({r.block for r in results if r.kernel == k}) > 1}
     series: dict[str, dict] = defaultdict(dict)
-    for r in _slice(results, (x,)):
-        series[_series(r, multi)][r.parameters[x]] = r
+    for r in at_fixed_point(results, (x,)):
+        series[series_label(r, multi)][r.parameters[x]] = r
     if baseline not in series:
         return None
     base = series[baseline]

@@ -31,21 +31,9 @@ from ..errors import PowerSourceError
 from ..model import Channel, ClockBase, Detection, Quantity, Sample, Scope, Timing
 from ..options import Option
 from ..polling import PollingSource, Stream
+from ..smi_format import AVERAGE_WINDOW_S, POWER_FIELDS, STATE_FIELDS, header_name
 from .devices import cuda_visible_devices, rank_gpus
 
-POWER_FIELDS = ("power.draw.instant", "power.draw", "power.draw.average")
-STATE_FIELDS = {
-    "clocks.sm": ("sm_clock", "MHz"),
-    "clocks.mem": ("mem_clock", "MHz"),
-    "temperature.gpu": ("temperature", "C"),
-    "clocks_event_reasons.active": ("clock_events", "bits"),
-}
-#: header names nvidia-smi prints for the fields we ask for (it renames some)
-HEADER_ALIASES = {
-    "clocks.current.sm": "clocks.sm",
-    "clocks.current.memory": "clocks.mem",
-    "clocks_throttle_reasons.active": "clocks_event_reasons.active",
-}
 MISSING = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", ""}
 #: rows that arrive later than this after nvidia-smi stamped them mean it cannot keep up. Units: s.
 LATE_S = 1.0
@@ -53,18 +41,8 @@ LATE_S = 1.0
 MAX_BAD_LINES = 20
 #: more rows than this many times what ``-lms`` asks for, over a second, is a flood
 FLOOD_FACTOR = 10.0
-#: ``power.draw`` and ``power.draw.average`` average over the last second (Ampere and newer). Units: s.
-AVERAGE_WINDOW_S = 1.0
 #: the header may take this many times ``silence_s`` (the driver initialising)
 HEADER_SILENCE_FACTOR = 3.0
-_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
-
-
-def header_name(text: str) -> str:
-    name = _UNIT.sub("", text.strip())
-    return HEADER_ALIASES.get(name, name)
-
-
 def parse_timestamp(text: str) -> float:
     """``2026/11/22 03:04:04.160`` (local time) to Unix seconds."""
     return dt.datetime.strptime(text.strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()

@@ -27,15 +27,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..energy import MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
 from ..errors import OptionError, PowerSourceError
 from ..model import Channel, ClockBase, Quantity, Sample, Scope, Timing, WindowAnnotation
 from ..options import Option
 from ..polling import PollingSource, Stream
 from . import wattsup_protocol as proto
 
-#: MLPerf Power's guidance: wall-meter windows shorter than this are not trustworthy. Units: s.
-MLPERF_MIN_WINDOW_S = 60.0
-SHORT_FOR_METER = "meter_window_under_60s"
 #: this many records within one logging interval is a flood (10 times the meter's rate)
 FLOOD_RECORDS = 10
 

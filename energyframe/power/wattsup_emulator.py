@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..simulate import record_window
 from . import wattsup_protocol as proto
 
 #: the emulated line voltage (records carry V, A and PF too)
@@ -311,16 +312,6 @@ class WattsUpEmulator:
         self._write(proto.format_record(record))
         self.records_sent += 1
         return True
-
-
-def record_window(
-    now_s: float, elapsed_s: float, interval_s: float, lag_s: float, drift: float
-) -> tuple[float, float]:
-    """The host-clock interval a record sent at ``now_s`` reports the average power of: the
-    interval that ended ``lag_s`` ago, plus the delay a drifting meter clock has built up over
-    ``elapsed_s`` of logging. Units: s."""
-    end = now_s - lag_s - drift * elapsed_s
-    return end - interval_s, end
 
 
 def parse_profile(text: str) -> Callable[[float], float]:

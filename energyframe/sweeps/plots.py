@@ -26,7 +26,8 @@ def safe_name(text: str, limit: int = 80) -> str:
     return name or "_"
 
 
-def _series(r: KernelResult, multi_block: set[str]) -> str:
+def series_label(r: KernelResult, multi_block: set[str]) -> str:
+    """The legend name of a result: its kernel, with its block where a kernel ran with several."""
     return f"{r.kernel} {'x'.join(map(str, r.block))}" if r.kernel in multi_block else r.kernel
 
 
@@ -42,7 +43,7 @@ def varied(results: list[KernelResult]) -> list[str]:
     return [n for n in names if len({r.parameters.get(n) for r in results}) > 1]
 
 
-def _slice(results: list[KernelResult], free: tuple[str, ...]) -> list[KernelResult]:
+def at_fixed_point(results: list[KernelResult], free: tuple[str, ...]) -> list[KernelResult]:
     """The results whose other parameters equal those of the first result."""
     first = results[0].parameters
     return [r for r in results if all(r.parameters.get(k) == v for k, v in first.items() if k not in free)]
@@ -64,10 +65,10 @@ def heatmap(sweep: SweepResult, path: Path, x: str, y: str) -> Path | None:
     if not results:
         return None
     multi = {k for k in {r.kernel for r in results} if len({r.block for r in results if r.kernel == k}) > 1}
-    cut = _slice(results, (x, y))
+    cut = at_fixed_point(results, (x, y))
     groups: defaultdict[str, dict[tuple[Any, Any], float]] = defaultdict(dict)
     for r in cut:
-        groups[_series(r, multi)][(r.parameters[x], r.parameters[y])] = r.latency_s * 1e3
+        groups[series_label(r, multi)][(r.parameters[x], r.parameters[y])] = r.latency_s * 1e3
     xs = sorted({r.parameters[x] for r in cut})
     ys = sorted({r.parameters[y] for r in cut})
     plt = _setup()
@@ -98,10 +99,10 @@ def _lines(sweep: SweepResult, path: Path, x: str, baseline: str | None) -> Path
     if not results:
         return None
     multi = {k for k in {r.kernel for r in results} if len({r.block for r in results if r.kernel == k}) > 1}
-    cut = _slice(results, (x,))
+    cut = at_fixed_point(results, (x,))
     series: defaultdict[str, dict[Any, KernelResult]] = defaultdict(dict)
     for r in cut:
-        series[_series(r, multi)][r.parameters[x]] = r
+        series[series_label(r, multi)][r.parameters[x]] = r
     if baseline is not None and baseline not in series:
         return None
     plt = _setup()
@@ -146,10 +147,10 @@ def energy_latency(sweep: SweepResult, path: Path) -> Path | None:
     multi = {k for k in {r.kernel for r in results} if len({r.block for r in results if r.kernel == k}) > 1}
     plt = _setup()
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    names = list(dict.fromkeys(_series(r, multi) for r in results))
+    names = list(dict.fromkeys(series_label(r, multi) for r in results))
     colors = dict(zip(names, PALETTE * 4))
     for name in names:
-        mine = [r for r in results if _series(r, multi) == name]
+        mine = [r for r in results if series_label(r, multi) == name]
         ax.scatter(
             [r.latency_s * 1e3 for r in mine],
             [r.energy_j * 1e3 for r in mine],
