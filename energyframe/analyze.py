@@ -520,6 +520,17 @@ def _report_fields(entry: _Channel, window: Window, start_s: float, end_s: float
     }
 
 
+def _check_inputs(logs: Sequence[PowerLog], windows: Sequence[Window]) -> None:
+    """Refuse analyze's input before anything is read: no log, no window, a window ending first."""
+    if not logs:
+        raise UsageError("give at least one --power-log")
+    if not windows:
+        raise UsageError("give the windows: --run DIR, --timing FILE or --window START,END")
+    for window in windows:
+        if not window.end_s > window.start_s:
+            raise UsageError(f"window {window.name} ends before it starts")
+
+
 def analyze(
     logs: Sequence[PowerLog],
     windows: Sequence[Window],
@@ -540,13 +551,7 @@ def analyze(
         The energy report as written (``windows`` holds one report per window and log when
         there is more than one).
     """
-    if not logs:
-        raise UsageError("give at least one --power-log")
-    if not windows:
-        raise UsageError("give the windows: --run DIR, --timing FILE or --window START,END")
-    for window in windows:
-        if not window.end_s > window.start_s:
-            raise UsageError(f"window {window.name} ends before it starts")
+    _check_inputs(logs, windows)
     run = _Run(Path(align_with)) if align_with is not None else None
     # the offline timeline: seconds since the first window opened, exact back to Unix seconds
     ref_s = min(w.start_s for w in windows)

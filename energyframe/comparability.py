@@ -105,7 +105,7 @@ def _option_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]
     return [f"{k}={a.get(k)!r} vs {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
 
 
-def check(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:
+def check(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:  # noqa: C901, PLR0915 (one check per way two runs can differ, in report order)
     """Every reason the runs may not compare, as sentences (empty when none was found)."""
     metas = [r.meta for r in runs]
     out: list[str] = []

@@ -275,7 +275,7 @@ def trial_values(windows: pd.DataFrame, figure: str) -> dict[tuple[str, str], np
     return out
 
 
-def compare_trials(
+def compare_trials(  # noqa: C901, PLR0915 (one pass over figures, keys and runs builds every row; then the derived rows)
     labels: Sequence[str],
     windows: Sequence[pd.DataFrame],
     channels: Sequence[set[str] | None] = (),

@@ -609,7 +609,7 @@ def _power_csv(path: Path, table: _Table, name: str) -> PowerLog:
 # -- the earlier tool's WattsUp? CSV -------------------------------------------------------------
 
 
-def _wattsup(path: Path, table: _Table, tz: str | None) -> PowerLog:
+def _wattsup(path: Path, table: _Table, tz: str | None) -> PowerLog:  # noqa: C901, PLR0915 (the WattsUp log's rules in one pass: meters not yet started, the sum only once all reported, a channel per meter)
     table.refuse_torn()
     meters = [c for c in table.header if c.startswith("pm")]
     names = meters + (["sum"] if "sum" in table.header else [])
@@ -753,7 +753,7 @@ def _last_of_each_second(rows: list[tuple[float, str, dict]]) -> list[tuple[floa
 # -- nvidia-smi --------------------------------------------------------------------------------
 
 
-def _nvidia_smi(path: Path, table: _Table, tz: str | None) -> PowerLog:
+def _nvidia_smi(path: Path, table: _Table, tz: str | None) -> PowerLog:  # noqa: C901 (a channel per GPU and nvidia-smi field, each with its own timing and type)
     table.refuse_torn()
     header = table.header
     power = [f for f in POWER_FIELDS if f in header]

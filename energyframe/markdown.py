@@ -35,7 +35,7 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence
     return lines
 
 
-def run_markdown(result: RunResult, run_dir: Path | None = None, all_channels: bool = False) -> str:
+def run_markdown(result: RunResult, run_dir: Path | None = None, all_channels: bool = False) -> str:  # noqa: C901 (the page's sections in order, each only when the run has it)
     """The run's facts, summary (median, IQR, trials), flags, status, warnings and derived tables."""
     from .comparability import gpu_models
 

@@ -101,6 +101,18 @@ def _flags(text: Any) -> list[str]:
     return [f for f in str(text if isinstance(text, str) else "").split(";") if f]
 
 
+def _index_rows(frame: pd.DataFrame) -> tuple[dict[tuple[str, int, str], dict], dict[tuple[str, int], dict]]:
+    """The window rows by (phase, trial, channel), and by (phase, trial) each window's first row
+    (the window as rank 0, or the first rank, saw it)."""
+    indexed: dict[tuple[str, int, str], dict] = {}
+    reference_of: dict[tuple[str, int], dict] = {}  # the window as rank 0 (or the first rank) saw it
+    for row in frame.to_dict("records"):
+        key = (str(row["phase"]), int(row["trial"]))
+        indexed[key + (str(row["channel"]),)] = row
+        reference_of.setdefault(key, row)
+    return indexed, reference_of
+
+
 def total_windows(
     frame: pd.DataFrame, parts: Mapping[int, RankPart], world_size: int, order: Sequence[tuple[str, int]]
 ) -> pd.DataFrame:
@@ -110,12 +122,7 @@ def total_windows(
     if not any(expected.values()) or frame.empty:
         return pd.DataFrame()
     missing_rank = len(parts) < world_size
-    indexed: dict[tuple[str, int, str], dict] = {}
-    reference_of: dict[tuple[str, int], dict] = {}  # the window as rank 0 (or the first rank) saw it
-    for row in frame.to_dict("records"):
-        key = (str(row["phase"]), int(row["trial"]))
-        indexed[key + (str(row["channel"]),)] = row
-        reference_of.setdefault(key, row)
+    indexed, reference_of = _index_rows(frame)
     rows = []
     for phase, trial in order:
         reference = reference_of.get((phase, trial))

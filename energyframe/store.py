@@ -314,7 +314,7 @@ def _wrong(where: str, value: Any, expected: str) -> str:
     return f"{where} should be {expected}, not {_described(value)}"
 
 
-def _meta_problem(meta: dict) -> str | None:
+def _meta_problem(meta: dict) -> str | None:  # noqa: C901 (validator: run.json's fields one after another, the first problem wins)
     """What in run.json is not of the type energyframe writes, or None."""
     for key, types in _META_TYPES.items():
         if key in meta and (

@@ -108,7 +108,7 @@ def _call(what: str, fn: Callable[[], Any], timeout_s: float = 30.0) -> Any:
     return box.get("value")
 
 
-def check_power_source(
+def check_power_source(  # noqa: C901 (the contract's checks in a source's life order: detect, start, read, stop twice, info)
     cls: type[PowerSource], options: Mapping[str, Any] | None = None, run_s: float = 0.5
 ) -> dict[str, list[Sample]]:
     """Start ``cls`` with ``options``, read it for ``run_s`` seconds, stop it twice; check every

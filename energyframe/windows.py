@@ -102,7 +102,7 @@ def rejection_flags(
     return flags
 
 
-def compute_windows(
+def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejection flags, idle baseline, annotations)
     records: Sequence[WindowRecord],
     channels: Mapping[str, Channel],
     series: Mapping[str, SampleSeries],

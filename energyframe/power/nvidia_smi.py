@@ -115,7 +115,7 @@ class NvidiaSmiPowerSource(PollingSource):
         return Detection(True, f"{len(gpus)} GPU(s)")
 
     # -- start ---------------------------------------------------------------------------------
-    def open(self) -> Sequence[Channel]:
+    def open(self) -> Sequence[Channel]:  # noqa: C901 (the ordered start steps: executable, fields, GPUs, logs, process, header)
         exe = shutil.which(self.options["executable"])
         if exe is None:
             raise PowerSourceError(

@@ -91,7 +91,7 @@ class ReplayPowerSource(PowerSource):
         self._stop_s: float | None = None
         self._file: Path = self.options["file"]
 
-    def start(self, context: SourceContext) -> Sequence[Channel]:
+    def start(self, context: SourceContext) -> Sequence[Channel]:  # noqa: C901 (the ordered start steps: read the file, choose channels, refuse gaps, build tracks)
         from ..logs import POWER_CSV, SAMPLES, read_log
 
         path = self._file = rank_path(self.options["file"], context)

@@ -205,7 +205,7 @@ class WattsUpEmulator:
         return float(np.sum((p[1:] + p[:-1]) * np.diff(t)) / 2)  # the trapezoidal rule
 
     # -- the meter ---------------------------------------------------------------------------
-    def _serve(self) -> None:
+    def _serve(self) -> None:  # noqa: C901 (the emulated meter's one event loop: sample the profile, answer commands, send records)
         master = self._master
         assert master is not None  # opened by start before this thread
         reader = proto.PacketReader()

@@ -42,7 +42,7 @@ class ConsoleReporter(Reporter):
         super().__init__(name, **options)
         self.console = console
 
-    def report(self, result: RunResult, run_dir: Path | None) -> None:
+    def report(self, result: RunResult, run_dir: Path | None) -> None:  # noqa: C901 (the report's parts in print order, each optional)
         console = self.console or Console(file=sys.stdout, width=None if sys.stdout.isatty() else PIPE_WIDTH)
         if self.options["facts"]:
             self._facts(console, result, run_dir)

@@ -194,23 +194,28 @@ def run_children(
             signal.signal(signal.SIGTERM, previous)
     for reader in readers:
         reader.join(timeout=5)
-    outcomes = []
-    for i, kid in enumerate(kids):
-        if i >= len(procs):
-            outcomes.append(Outcome(kid, -signal.SIGINT, "not started: interrupted"))
-            continue
-        proc, tail = procs[i], tails[i]
-        code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-        reason = ""
-        if code != 0:
-            reason = _last_error(tail)
-            if not reason:
-                reason = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-                last = next((line for line in reversed(tail) if line.strip()), "")
-                if last:
-                    reason += f"; last output: {last.strip()[:200]}"
-        outcomes.append(Outcome(kid, code, reason))
+    outcomes = [
+        _outcome(kid, procs[i], tails[i])
+        if i < len(procs)
+        else Outcome(kid, -signal.SIGINT, "not started: interrupted")
+        for i, kid in enumerate(kids)
+    ]
     return outcomes, interrupted
+
+
+def _outcome(kid: Child, proc: subprocess.Popen, tail: Sequence[str]) -> Outcome:
+    """A finished child's outcome: its exit code and, when it failed, why (its last error line,
+    else the signal or exit code and its last output)."""
+    code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+    reason = ""
+    if code != 0:
+        reason = _last_error(tail)
+        if not reason:
+            reason = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            last = next((line for line in reversed(tail) if line.strip()), "")
+            if last:
+                reason += f"; last output: {last.strip()[:200]}"
+    return Outcome(kid, code, reason)
 
 
 def _raise_interrupt(signum, frame) -> None:

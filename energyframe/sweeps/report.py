@@ -37,7 +37,7 @@ def warnings(sweep: SweepResult) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def text_report(sweep: SweepResult) -> str:
+def text_report(sweep: SweepResult) -> str:  # noqa: C901 (the report's lines in print order, each part only when the sweep has it)
     meta = sweep.meta
     lines = [RULE, "CUDA KERNEL SWEEP REPORT", RULE]
     for key in ("gpu", "power", "date", "sources"):

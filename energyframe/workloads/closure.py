@@ -146,7 +146,7 @@ def _share(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole and math.isfinite(part) and math.isfinite(whole) else math.nan
 
 
-def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -> str:
+def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -> str:  # noqa: C901 (names each cause the run's settings and the residual's signs allow, in report order)
     """What a residual of the per-layer sum against the whole model comes from.
 
     The launch gaps are measured when ``ctx.gaps_note`` is empty and are then not part of the

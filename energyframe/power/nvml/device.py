@@ -174,7 +174,7 @@ def _matches(uuid: str, wanted: str) -> bool:
     return uuid == wanted or (len(wanted) >= 8 and uuid.startswith(wanted))
 
 
-def select_gpus(
+def select_gpus(  # noqa: C901 (a rule per way a GPU is named (index, MIG, UUID) and per origin of the list)
     nvml, requested: Sequence[str] | None, cuda_visible: str | None
 ) -> tuple[list[GPU], list[str]]:
     """The GPUs to measure: ``requested`` (NVML indices or UUIDs) or, by default, the GPUs CUDA
