@@ -24,7 +24,7 @@ from ..model import DerivedTable, Phase
 from ..options import Option, parse_spec
 from ..plugin import Workload
 from ..workloads import distributed
-from ..workloads.graph import Captured, Rotation, l2_cache_bytes, torch_device
+from ..workloads.graph import WINDOW_S_OPTION, Captured, Rotation, l2_cache_bytes, torch_device
 from ..workloads.pipeline import PIPELINE_RUN_DEFAULTS, idle_power, stage_figures
 from . import kineto
 from .rebuild import RebuildError, float_dtype_hint, rebuild
@@ -84,13 +84,7 @@ class ReplayWorkload(Workload):
             True,
             "replay the trace's collectives (under torchrun with the traced number of ranks)",
         ),
-        Option(
-            "window_s",
-            "float",
-            None,
-            "the shortest window, as --min-window (which wins when both are given). Units: s",
-            minimum=1e-3,
-        ),
+        WINDOW_S_OPTION,
     )
 
     def __init__(self, name: str | None = None, **options: Any) -> None:

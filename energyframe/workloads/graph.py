@@ -38,6 +38,31 @@ def torch_dtype(name: str):
     return getattr(torch, DTYPES.get(name, name))
 
 
+#: the element-type option of the model workloads
+DTYPE_OPTION = Option(
+    "dtype",
+    "choice",
+    "auto",
+    "element type (auto: fp16 on a GPU, fp32 on the CPU)",
+    choices=("auto", "fp16", "bf16", "fp32"),
+)
+#: a workload's own shortest window (``run_defaults``: ``min_window_s``)
+WINDOW_S_OPTION = Option(
+    "window_s",
+    "float",
+    None,
+    "the shortest window, as --min-window (which wins when both are given). Units: s",
+    minimum=1e-3,
+)
+
+
+def dtype_name(name: str, device) -> str:
+    """A ``DTYPE_OPTION`` value with ``auto`` resolved for ``device`` (fp16 on a GPU, fp32 else)."""
+    if name == "auto":
+        return "fp16" if device is not None and device.type == "cuda" else "fp32"
+    return name
+
+
 def torch_device(spec: str) -> torch.device:
     """``auto``: the current CUDA device if there is one, else the CPU."""
     import torch

@@ -27,7 +27,7 @@ from ..model import DerivedTable, Phase
 from ..options import Option
 from ..plugin import Workload
 from . import distributed
-from .graph import device_sync, torch_device, torch_dtype
+from .graph import DTYPE_OPTION, WINDOW_S_OPTION, device_sync, dtype_name, torch_device, torch_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -62,23 +62,11 @@ OPTIONS = (
     Option("batch", "int", 1, "sequences", minimum=1),
     Option("seq_len", "int", 512, "prompt tokens per sequence", minimum=1),
     Option("new_tokens", "int", 16, "tokens generated per sequence and decode step", minimum=1),
-    Option(
-        "dtype",
-        "choice",
-        "auto",
-        "element type (auto: fp16 on a GPU, fp32 on the CPU)",
-        choices=("auto", "fp16", "bf16", "fp32"),
-    ),
+    DTYPE_OPTION,
     Option("device", "str", "auto", "auto, cuda or cpu (with tp>1 each rank takes cuda:LOCAL_RANK)"),
     Option("weights", "path", None, "a local (unsplit) state dict to load (default: random weights)"),
     Option("seed", "int", 0, "seed of the random weights (the same on every rank)"),
-    Option(
-        "window_s",
-        "float",
-        None,
-        "the shortest window, as --min-window (which wins when both are given). Units: s",
-        minimum=1e-3,
-    ),
+    WINDOW_S_OPTION,
     Option("hidden", "int", None, "hidden size (override; shrinks the model)", minimum=8),
     Option("layers", "int", None, "decoder layers (override)", minimum=1),
     Option("heads", "int", None, "attention heads (override)", minimum=1),
@@ -191,10 +179,7 @@ class VicunaTP(Workload):
         )
 
     def dtype_name(self) -> str:
-        name = self.options["dtype"]
-        if name == "auto":
-            return "fp16" if self.device is not None and self.device.type == "cuda" else "fp32"
-        return name
+        return dtype_name(self.options["dtype"], self.device)
 
     # -- workload -----------------------------------------------------------------------------
     def setup(self) -> None:

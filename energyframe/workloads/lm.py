@@ -21,7 +21,7 @@ from .. import extras
 from ..errors import WorkloadError
 from ..model import Phase
 from ..options import Option
-from .graph import device_sync
+from .graph import DTYPE_OPTION, device_sync
 from .models import ModelRow, ModelWorkload, define_models
 
 BLOOM_560M = {"hidden": 1024, "layers": 24, "heads": 16, "vocab": 250880}
@@ -38,13 +38,7 @@ LM_OPTIONS = (
     Option("batch", "int", 1, "sequences", minimum=1),
     Option("seq_len", "int", 5, "prompt tokens per sequence", minimum=1),
     Option("new_tokens", "int", 16, "tokens generated per sequence (decode)", minimum=1),
-    Option(
-        "dtype",
-        "choice",
-        "auto",
-        "element type (auto: fp16 on a GPU, fp32 on the CPU)",
-        choices=("auto", "fp16", "bf16", "fp32"),
-    ),
+    DTYPE_OPTION,
     Option(
         "execution",
         "choice",

@@ -20,7 +20,7 @@ from ..errors import OptionError, WorkloadError
 from ..model import DerivedTable, Phase
 from ..options import Option
 from ..plugin import Workload
-from .graph import Captured, device_sync, l2_cache_bytes, torch_device, torch_dtype
+from .graph import DTYPE_OPTION, Captured, device_sync, dtype_name, l2_cache_bytes, torch_device, torch_dtype
 from .perlayer_options import GRANULARITY, L2, UNROLL, VALIDATE
 from .perlayer_options import PER_LAYER as PER_LAYER_WRAPPER
 
@@ -31,13 +31,7 @@ log = logging.getLogger("energyframe")
 
 COMMON_OPTIONS = (
     Option("batch", "int", 1, "batch size", minimum=1),
-    Option(
-        "dtype",
-        "choice",
-        "auto",
-        "element type (auto: fp16 on a GPU, fp32 on the CPU)",
-        choices=("auto", "fp16", "bf16", "fp32"),
-    ),
+    DTYPE_OPTION,
     Option(
         "per_layer",
         "bool",
@@ -170,10 +164,7 @@ class ModelWorkload(Workload):
         return self.per_layer.run_defaults() if self.per_layer is not None else {}
 
     def dtype_name(self) -> str:
-        name = self.options["dtype"]
-        if name == "auto":
-            return "fp16" if self.device is not None and self.device.type == "cuda" else "fp32"
-        return name
+        return dtype_name(self.options["dtype"], self.device)
 
     def setup(self) -> None:
         if self.per_layer is not None:
