@@ -25,6 +25,7 @@ import pandas as pd
 
 from .errors import StoreError
 from .samples import PARTIAL_NAME, SAMPLE_COLUMNS
+from .windows import WINDOW_COLUMNS
 
 # History of the run-directory format:
 #   1 - first version: run.json, windows.csv, samples.parquet (2026-11).
@@ -395,19 +396,9 @@ def _damaged(path: Path, error: BaseException) -> str:
 
 
 #: windows.csv columns that hold numbers
-_NUMERIC_WINDOW_COLUMNS = (
-    "trial",
-    "start_s",
-    "end_s",
-    "duration_s",
-    "iterations",
-    "time_per_iter_s",
-    "energy_j",
-    "mean_power_w",
-    "energy_per_iter_j",
-    "dynamic_energy_j",
-    "dynamic_energy_per_iter_j",
-)
+#: windows.csv's text columns; every other standard column holds numbers
+_TEXT_WINDOW_COLUMNS = ("phase", "channel", "flags")
+_NUMERIC_WINDOW_COLUMNS = tuple(c for c in WINDOW_COLUMNS if c not in _TEXT_WINDOW_COLUMNS)
 
 
 def read_windows(directory: Path) -> pd.DataFrame:
@@ -415,10 +406,9 @@ def read_windows(directory: Path) -> pd.DataFrame:
     path = Path(directory) / WINDOWS_CSV
     if not path.exists():
         return pd.DataFrame()
-    text_columns = ["phase", "channel", "flags"]
     what_to_do = f"restore it, or delete it to see the run from {RUN_JSON} alone"
     try:
-        frame = pd.read_csv(path, dtype={c: str for c in text_columns})
+        frame = pd.read_csv(path, dtype={c: str for c in _TEXT_WINDOW_COLUMNS})
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
         raise StoreError(f"{_damaged(path, e)}: the file is damaged; {what_to_do}") from e
     except OSError as e:
@@ -439,7 +429,7 @@ def read_windows(directory: Path) -> pd.DataFrame:
                 f"{str(bad.iloc[0])[:40]!r}): the file is damaged; {what_to_do}"
             )
         frame[column] = numbers  # a header with no rows reads as text: no number is wrong there
-    for column in text_columns:
+    for column in _TEXT_WINDOW_COLUMNS:
         if column in frame.columns:
             frame[column] = frame[column].fillna("")
     return frame

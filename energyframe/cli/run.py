@@ -13,6 +13,7 @@ import click
 
 from ..config import SETTINGS, RunSettings, check_setting, default_of
 from ..errors import UsageError
+from .show import grid_intensity_option
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
@@ -108,13 +109,7 @@ def reporter_specs(given: tuple[str, ...], quiet: bool, grid_g_per_kwh: float | 
     help="Under torchrun or srun: how long a rank waits for a silent peer before the others stop "
     "without it and rank 0 saves what was measured. Default 1800 s.",
 )
-@click.option(
-    "--grid-intensity",
-    type=click.FloatRange(min=0, max=5000),
-    default=None,
-    metavar="G_PER_KWH",
-    help="Also show CO2e per iteration at this grid carbon intensity (g/kWh; never guessed).",
-)
+@grid_intensity_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run(

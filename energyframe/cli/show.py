@@ -7,6 +7,15 @@ from pathlib import Path
 
 import click
 
+#: ``--grid-intensity``, shared by ``show`` and ``run``
+grid_intensity_option = click.option(
+    "--grid-intensity",
+    type=click.FloatRange(min=0, max=5000),
+    default=None,
+    metavar="G_PER_KWH",
+    help="Also show CO2e per iteration at this grid carbon intensity (g/kWh; never guessed).",
+)
+
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
@@ -15,13 +24,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 @click.option("--all-channels", is_flag=True, help="Also show secondary channels.")
 @click.option("--windows", "show_windows", is_flag=True, help="Also print every window.")
 @click.option("--wide", is_flag=True, help="Every column on its own (default: fit the terminal).")
-@click.option(
-    "--grid-intensity",
-    type=click.FloatRange(min=0, max=5000),
-    default=None,
-    metavar="G_PER_KWH",
-    help="Also show CO2e per iteration at this grid carbon intensity (g/kWh; never guessed).",
-)
+@grid_intensity_option
 def show(run_dir: Path, all_channels: bool, show_windows: bool, wide: bool, grid_intensity: float | None) -> None:
     """Print a saved run."""
     from ..recovery import load_run
