@@ -125,3 +125,24 @@ def busy_phase(name="busy", seconds=0.001, **kw):
 
 # a reference channel with a known truth (also used by the alignment benchmark)
 from energyframe.simulate import ProfilePowerSource as ProfileSource  # noqa: E402,F401
+
+
+def read_until_error(source, timeout_s: float = 15.0):
+    """Every sample ``source.read()`` hands over until it raises ``PowerSourceError``:
+    (samples, the error, the wall time it was raised)."""
+    samples: list = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            samples += source.read()
+        except PowerSourceError as e:
+            return samples, e, time.time()
+        time.sleep(0.02)
+    raise AssertionError(f"no error within {timeout_s} s")
+
+
+def one_line(error: BaseException) -> str:
+    """The error's message, checked to be one line with no traceback in it."""
+    text = str(error)
+    assert "\n" not in text and "Traceback" not in text
+    return text

@@ -20,22 +20,9 @@ import energyframe as ef
 from energyframe.errors import PowerSourceError
 from energyframe.plugin import Channel, ClockBase, Quantity, Sample, Scope, SourceContext
 from energyframe.polling import Dedup, PollingSource, Stream
-from tests.fakes import SignalSource
+from tests.fakes import SignalSource, read_until_error
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def read_until_error(source, timeout_s=10.0):
-    """Every sample ``read`` hands over until it raises; returns (samples, error)."""
-    samples = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            samples += source.read()
-        except PowerSourceError as e:
-            return samples, e
-        time.sleep(0.02)
-    raise AssertionError(f"no error within {timeout_s} s")
 
 
 # -- dedup ----------------------------------------------------------------------------------------
@@ -81,7 +68,7 @@ def test_readings_for_undeclared_channels_fail_the_source():
 
     source = Wrong(name="wrong")
     source.start(SourceContext())
-    samples, error = read_until_error(source)
+    samples, error, _ = read_until_error(source)
     source.stop()
     assert samples == []
     assert (
@@ -109,7 +96,7 @@ def test_read_hands_over_what_accumulated_and_then_nothing(mode):
 def test_a_failure_is_raised_once_after_the_samples_before_it(mode):
     source = SignalSource(name="sig", watts=100.0, period_s=0.005, fail_after_s=0.3, mode=mode)
     source.start(SourceContext())
-    samples, error = read_until_error(source)
+    samples, error, _ = read_until_error(source)
     assert str(error) == "meter unplugged (test)"
     counter = [s.value for s in samples if s.channel == "sig"]
     assert len(counter) > 10
@@ -159,7 +146,7 @@ def test_the_child_exits_when_its_parent_dies(tmp_path):
         import os, sys, time
         sys.path.insert(0, sys.argv[1])
         from energyframe.plugin import SourceContext
-        from tests.fakes import SignalSource
+        from tests.fakes import SignalSource, read_until_error
         source = SignalSource(name="sig", mode="process")
         source.start(SourceContext())
         print(source.sampler_process.pid, flush=True)
@@ -209,7 +196,7 @@ class Hanging(Scripted):
 def test_a_loop_that_stops_coming_round_fails_the_source():
     source = Hanging(name="h")
     source.start(SourceContext())
-    samples, error = read_until_error(source)
+    samples, error, _ = read_until_error(source)
     source.stop()
     assert [s.value for s in samples] == [1.0]
     assert str(error) == "the driver has not answered for 0+ s"
@@ -236,7 +223,7 @@ class Lines(PollingSource):
 def test_a_stream_ending_fails_the_source_after_its_samples():
     source = Lines(name="lines")
     source.start(SourceContext())
-    samples, error = read_until_error(source)
+    samples, error, _ = read_until_error(source)
     source.stop()
     assert [s.value for s in samples] == [float(i) for i in range(30)]
     assert str(error) == "the child exited with code 3"
@@ -262,7 +249,7 @@ def test_a_source_that_floods_fails_instead_of_eating_memory():
 
     source = Flood(name="flood")
     source.start(SourceContext())
-    samples, error = read_until_error(source)
+    samples, error, _ = read_until_error(source)
     source.stop()
     assert len(samples) > 1000
     assert str(error) == (
@@ -347,7 +334,7 @@ def test_the_http_pdu_example_fails_clearly(pdu):
     source.start(SourceContext())
     time.sleep(0.2)
     pdu.body = b"<html>maintenance</html>"
-    samples, error = read_until_error(source)
+    samples, error, _ = read_until_error(source)
     source.stop()
     assert samples and all(s.value == 231.5 for s in samples)
     assert str(error).startswith(f"cannot read the PDU at {pdu.url}: JSONDecodeError")

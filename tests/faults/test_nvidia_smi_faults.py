@@ -14,31 +14,13 @@ import energyframe as ef
 from energyframe.errors import PowerSourceError
 from energyframe.plugin import SourceContext
 from energyframe.power.nvidia_smi import NvidiaSmiPowerSource
+from tests.fakes import one_line, read_until_error
 
 
 def start(warnings=None, **options):
     source = NvidiaSmiPowerSource(name="nvidia-smi", gpus="0", **options)
     source.start(SourceContext(warn=(warnings.append if warnings is not None else print)))
     return source
-
-
-def until_error(source, timeout_s=15.0):
-    """(samples handed over before the error, the error, when it was raised)."""
-    samples = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            samples += source.read()
-        except PowerSourceError as e:
-            return samples, e, time.time()
-        time.sleep(0.02)
-    raise AssertionError("no error")
-
-
-def one_line(error):
-    text = str(error)
-    assert "\n" not in text and "Traceback" not in text
-    return text
 
 
 def power(samples, channel="gpu0"):
@@ -48,7 +30,7 @@ def power(samples, channel="gpu0"):
 def test_child_exiting_mid_run(fake_smi):
     fake_smi(die_after_s=0.5, exit_code=15)
     source = start()
-    samples, error, raised_at = until_error(source)
+    samples, error, raised_at = read_until_error(source)
     source.stop()
     assert type(error) is PowerSourceError
     assert one_line(error) == (
@@ -71,7 +53,7 @@ def test_exit_1_at_start(fake_smi):
 def test_alive_but_silent_mid_run(fake_smi):
     fake_smi(stall_after_s=0.5)
     source = start(silence_s=0.5)
-    samples, error, _ = until_error(source)
+    samples, error, _ = read_until_error(source)
     assert type(error) is PowerSourceError
     assert re.fullmatch(
         r"nvidia-smi is running but printed nothing for 0\.\d s \(a row was due every 20 ms\): the driver "
@@ -96,7 +78,7 @@ def test_garbage(fake_smi):
     fake_smi(garbage_after_s=0.4)
     warnings = []
     source = start(warnings, interval_ms=5)
-    samples, error, _ = until_error(source)
+    samples, error, _ = read_until_error(source)
     source.stop()
     assert one_line(error) == (
         "nvidia-smi printed 20 lines in a row that do not parse, e.g. '\\x00\\x1b[0m###### garbage ######'"
@@ -108,7 +90,7 @@ def test_garbage(fake_smi):
 def test_flood(fake_smi):
     fake_smi(flood_after_s=0.4)
     source = start()
-    samples, error, _ = until_error(source)
+    samples, error, _ = read_until_error(source)
     source.stop()
     assert re.fullmatch(
         r"nvidia-smi printed \d+ rows in \d+\.\d s where -lms 20 asks for about 50 a second: its output "
@@ -176,7 +158,8 @@ def test_not_available_mid_run_is_skipped_with_a_warning(fake_smi):
     samples = source.read()
     assert {s.value for s in power(samples)} == {300.0}  # never a 0 for [N/A]
     last_instant = max(s.time_s for s in power(samples))
-    assert max(s.time_s for s in power(samples, "gpu0.power_average")) > last_instant + 0.2
+    # the field that went [N/A] stops; the others go on after it
+    assert len([s for s in power(samples, "gpu0.power_average") if s.time_s > last_instant]) >= 2
     assert len(warnings) == 1
     assert re.fullmatch(
         r"nvidia-smi reports power.draw.instant of GPU 0 as \[N/A\] since \d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}; "

@@ -16,28 +16,11 @@ from energyframe.errors import OptionError, PowerSourceError
 from energyframe.plugin import SourceContext
 from energyframe.power.wattsup import WattsUpPowerSource
 from energyframe.power.wattsup_emulator import Faults, WattsUpEmulator, constant
+from tests.fakes import one_line, read_until_error
 
 pytest.importorskip("serial")
 
 FAST = 10.0
-
-
-def until_error(source, timeout_s=15.0):
-    samples = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            samples += source.read()
-        except PowerSourceError as e:
-            return samples, e, time.monotonic()
-        time.sleep(0.02)
-    raise AssertionError("no error")
-
-
-def one_line(error):
-    text = str(error)
-    assert "\n" not in text and "Traceback" not in text
-    return text
 
 
 def meter(faults=Faults(), watts=80.0):
@@ -108,7 +91,7 @@ def test_resources_are_the_real_serial_devices(tmp_path):
 def test_unplugged(tmp_path):
     with meter(Faults(disconnect_after_s=3.0)) as m:
         source = start(m.port)
-        samples, error, _ = until_error(source)
+        samples, error, _ = read_until_error(source)
         source.stop()
     assert type(error) is PowerSourceError
     assert re.fullmatch(rf"the meter on {m.port} was disconnected or failed: .+", one_line(error))
@@ -118,7 +101,7 @@ def test_unplugged(tmp_path):
 def test_stalled():
     with meter(Faults(silence_after_s=3.0)) as m:
         source = start(m.port, silence_s=1.0)
-        samples, error, _ = until_error(source)
+        samples, error, _ = read_until_error(source)
         source.stop()
     assert re.fullmatch(rf"the meter on {m.port} went silent: no record for 0\.\d s", one_line(error))
     assert 1 <= len(samples) <= 3 and {s.value for s in samples} == {80.0}
@@ -127,7 +110,7 @@ def test_stalled():
 def test_line_noise_is_named_as_such_not_as_silence():
     with meter(Faults(noise_after_s=3.0)) as m:
         source = start(m.port, silence_s=1.0)
-        samples, error, _ = until_error(source)
+        samples, error, _ = read_until_error(source)
         source.stop()
     message = one_line(error)
     assert message.startswith(f"the meter on {m.port} sends data that does not parse (no record for 0.")
@@ -139,7 +122,7 @@ def test_line_noise_is_named_as_such_not_as_silence():
 def test_flooding_the_port():
     with meter(Faults(flood_after_s=3.0)) as m:
         source = start(m.port)
-        samples, error, _ = until_error(source)
+        samples, error, _ = read_until_error(source)
         source.stop()
     assert re.fullmatch(
         rf"the meter on {m.port} sent 10 records in 0\.\d\d s but logs one every 0\.1 s: another program "
