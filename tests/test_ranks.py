@@ -95,7 +95,9 @@ def test_torchrun_two_ranks_one_run_directory(place):
     ]
     one = d["ranks"][1]
     assert one["shared_clock"] and one["clock_offset_s"] == 0.0  # one machine, one monotonic clock
-    assert one["clock_offset_uncertainty_s"] > 0 and abs(one["measured_clock_offset_s"]) < 1.0
+    # one clock: the peer's stamp lies inside the round trip, so the estimate is within its half
+    assert 0 < one["clock_offset_uncertainty_s"]
+    assert abs(one["measured_clock_offset_s"]) <= one["clock_offset_uncertainty_s"] + 1e-9
     # rank 0 alone speaks: one table, one "saved in"
     assert done.stdout.count("saved in") == 1 and done.stdout.count("rank1.replay") == 1
 
