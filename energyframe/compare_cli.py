@@ -13,6 +13,51 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 FIGURE_CHOICES = ("time", "energy", "power", "dynamic")
 
 
+#: compare.py's DEFAULT_ALPHA and DEFAULT_MIN_CHANGE_PCT, written out so that ``--help`` does not
+#: import numpy (tests/test_compare.py checks that they agree)
+ALPHA = 0.05
+MIN_CHANGE_PCT = 1.0
+
+
+def comparison_options(lead: str):
+    """``--figure``, ``--alpha`` and ``--min-change``, as ``compare`` and ``report`` take them;
+    ``lead`` begins each help text (``report`` compares only when given several runs)."""
+
+    def said(text: str) -> str:
+        return f"{lead}{text}" if lead else text[0].upper() + text[1:]
+
+    def add(command):
+        for option in reversed(
+            (
+                click.option(
+                    "--figure",
+                    "figures",
+                    multiple=True,
+                    type=click.Choice(FIGURE_CHOICES),
+                    help=said("figures to compare, repeatable. Default: time and energy (per iteration)."),
+                ),
+                click.option(
+                    "--alpha",
+                    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                    default=ALPHA,
+                    show_default=True,
+                    help=said("significance level of the test over trials."),
+                ),
+                click.option(
+                    "--min-change",
+                    type=click.FloatRange(min=0),
+                    default=MIN_CHANGE_PCT,
+                    show_default=True,
+                    help=said("changes smaller than this (in %) are never called significant."),
+                ),
+            )
+        ):
+            command = option(command)
+        return command
+
+    return add
+
+
 def _labels(runs, labels) -> list[str]:
     if labels and len(labels) != len(runs):
         raise UsageError(f"give one --label per run: {len(runs)} run(s), {len(labels)} label(s)")
@@ -31,27 +76,7 @@ def _labels(runs, labels) -> list[str]:
     show_default=True,
     help="Output: a text table, Markdown, CSV (one line per row and run) or JSON.",
 )
-@click.option(
-    "--figure",
-    "figures",
-    multiple=True,
-    type=click.Choice(FIGURE_CHOICES),
-    help="Figures to compare, repeatable. Default: time and energy (per iteration).",
-)
-@click.option(
-    "--alpha",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=0.05,
-    show_default=True,
-    help="Significance level of the test over trials.",
-)
-@click.option(
-    "--min-change",
-    type=click.FloatRange(min=0),
-    default=1.0,
-    show_default=True,
-    help="Changes smaller than this (in %) are never called significant.",
-)
+@comparison_options("")
 @click.option("--all-channels", is_flag=True, help="Also compare secondary channels.")
 @click.option("--label", "labels", multiple=True, help="A name per run, in order (default: directory names).")
 @click.option("--no-derived", is_flag=True, help="Leave out the workload's derived totals.")
@@ -99,27 +124,7 @@ def compare(runs, table_format, figures, alpha, min_change, all_channels, labels
     help="HTML file to write. Default: RUN/report.html for one run, report.html for several.",
 )
 @click.option("--label", "labels", multiple=True, help="A name per run, in order (default: directory names).")
-@click.option(
-    "--figure",
-    "figures",
-    multiple=True,
-    type=click.Choice(FIGURE_CHOICES),
-    help="With several runs: figures to compare, repeatable. Default: time and energy.",
-)
-@click.option(
-    "--alpha",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=0.05,
-    show_default=True,
-    help="With several runs: significance level.",
-)
-@click.option(
-    "--min-change",
-    type=click.FloatRange(min=0),
-    default=1.0,
-    show_default=True,
-    help="With several runs: changes under this (in %) are never significant.",
-)
+@comparison_options("With several runs: ")
 @click.option(
     "--max-points",
     type=click.IntRange(min=100),

@@ -230,3 +230,9 @@ def test_comparability_of_workloads_sources_and_status(tmp_path, power_csv):
     assert "run b is incomplete (interrupted by SIGINT)" in "\n".join(
         comparability.check(["a", "b"], [a, incomplete])
     )
+
+
+def test_the_cli_defaults_are_the_comparisons():
+    from energyframe import compare, compare_cli
+
+    assert (compare_cli.ALPHA, compare_cli.MIN_CHANGE_PCT) == (compare.DEFAULT_ALPHA, compare.DEFAULT_MIN_CHANGE_PCT)
