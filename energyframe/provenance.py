@@ -50,13 +50,36 @@ def library_versions() -> dict[str, str]:
 @functools.lru_cache(maxsize=1)
 def _packages_distributions() -> Mapping[str, list[str]]:
     """Every installed top-level package and its distributions: a scan of every installed
-    package, so it is done once per process (``registry.refresh`` forgets it)."""
+    package's file list (seconds where many are installed), so it is done once per process and
+    only when ``_named_distribution`` finds nothing (``registry.refresh`` forgets it)."""
     return md.packages_distributions()
+
+
+def _top_levels(dist: md.Distribution) -> set[str]:
+    """The top-level packages one distribution provides: its ``top_level.txt``, else its files."""
+    declared = (dist.read_text("top_level.txt") or "").split()
+    if declared:
+        return set(declared)
+    return {f.parts[0].removesuffix(".py") for f in dist.files or () if f.parts}
+
+
+@functools.lru_cache(maxsize=None)
+def _named_distribution(top: str) -> str | None:
+    """The distribution named after package ``top`` (``energyframe``; ``energyframe_wattsup``
+    for ``energyframe-wattsup``), if it provides ``top``: one metadata read instead of a scan."""
+    try:
+        dist = md.distribution(top)
+    except (md.PackageNotFoundError, ValueError):
+        return None
+    return dist.metadata["Name"] if top in _top_levels(dist) else None
 
 
 def plugin_distribution(cls: type) -> tuple[str | None, str | None]:
     """The installed distribution (name, version) that provides ``cls``'s top-level package."""
     top = cls.__module__.split(".")[0]
+    named = _named_distribution(top)
+    if named is not None:
+        return named, distribution_version(named)
     for dist in _packages_distributions().get(top, []):
         return dist, distribution_version(dist)
     return None, None

@@ -20,7 +20,7 @@ from stevedore.exception import MultipleMatches, NoMatches
 from .errors import PluginLoadError, PluginNotFoundError, UsageError
 from .options import Spec, parse_spec
 from .plugin import Plugin, PowerSource, Reporter, Workload
-from .provenance import _packages_distributions, entry_point_distribution
+from .provenance import _named_distribution, _packages_distributions, entry_point_distribution
 
 log = logging.getLogger("energyframe")
 
@@ -56,6 +56,7 @@ def refresh() -> None:
     """Forget the entry points stevedore cached in this process (after installing a plugin)."""
     ExtensionManager.ENTRY_POINT_CACHE.clear()
     _packages_distributions.cache_clear()
+    _named_distribution.cache_clear()
 
 
 def _entry_points(kind: str) -> list[md.EntryPoint]:

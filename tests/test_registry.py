@@ -125,3 +125,26 @@ def test_a_plugin_failing_to_import_does_not_break_a_run_in_another_process(inst
     )
     assert using.returncode == 1
     assert "Error: workload 'broken' (ef_broken2:Broken) failed to load: ModuleNotFoundError" in using.stderr
+
+
+def test_a_plugins_distribution_is_found_without_scanning_every_package(install_plugin, monkeypatch):
+    """run.json names the distribution behind each plugin. A distribution named after the
+    plugin's package is read directly; only others fall back to the scan of every installed
+    package (seconds on a machine with many), which is then done once."""
+    from energyframe import provenance
+    from energyframe.workloads.basic import SleepWorkload
+
+    scans = []
+    real = provenance.md.packages_distributions
+    monkeypatch.setattr(provenance.md, "packages_distributions", lambda: scans.append(1) or real())
+    registry.refresh()
+    version = provenance.distribution_version("energyframe")
+    assert provenance.plugin_distribution(SleepWorkload) == ("energyframe", version)
+    assert scans == []
+
+    root = install_plugin("energyframe.reporters", "hello", "ef_hello", GOOD, "HelloReporter", dist="fake-plugin")
+    (root / "fake_plugin-1.0.dist-info" / "top_level.txt").write_text("ef_hello\n")
+    cls = registry.load(registry.REPORTERS, "hello")
+    assert provenance.plugin_distribution(cls) == ("fake-plugin", "1.0")  # ef_hello is not its name
+    assert provenance.plugin_distribution(cls) == ("fake-plugin", "1.0")
+    assert scans == [1]
