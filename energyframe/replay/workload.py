@@ -70,10 +70,10 @@ class ReplayWorkload(Workload):
         Option(
             "l2",
             "choice",
-            "warm",
-            "warm: each op replays its own inputs, which stay in the L2 between calls; rotate: "
-            "calls rotate over copies of the inputs that together exceed twice the L2, so each "
-            "reads them from memory as the model reads its weights once per forward",
+            "rotate",
+            "rotate: calls rotate over copies of the inputs that together exceed twice the L2, so "
+            "each reads them from memory as the model reads its weights once per forward; warm: "
+            "each op replays its own inputs, which stay in the L2 between calls",
             choices=("warm", "rotate"),
         ),
         Option("device", "str", "auto", "cuda, cuda:N, cpu or auto"),
