@@ -203,6 +203,21 @@ CONFIGS = (
         "leaf units reading rotated input copies",
     ),
 )
+#: closure as a user gets it: nothing but --validate (granularity=auto, calibrated windows, idle 2 s)
+DEFAULTS = tuple(
+    Config(
+        f"default-{short}-b{batch}",
+        "defaults",
+        f"{model}:batch={batch},kernel_gaps=true",
+        (),
+        True,
+        35,
+        "the shipped defaults",
+    )
+    for model, short in (("resnet50", "r50"), ("vit_b_16", "vit"), ("mobilenet_v3_small", "mnv3"))
+    for batch in (1, 64)
+)
+CONFIGS = CONFIGS + DEFAULTS
 #: the CPU dry run: the same paths (calibrated, timed at capture ahead, auto, closure) on a tiny input
 _TINY = "resnet18:image_size=32,unroll=2,whole_unroll=1,device=cpu"
 _TINY_FLAGS = ("--trials", "2", "--min-window", "0.01", "--idle", "0")
@@ -430,7 +445,7 @@ def select(only: str | None, smoke: bool) -> list[Config]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", help="comma-separated config ids or groups (speed, closure)")
+    ap.add_argument("--only", help="comma-separated config ids or groups (speed, closure, defaults)")
     ap.add_argument("--power", default="nvml:gpus=0", help="power spec ('none': timing only)")
     ap.add_argument("--out", default="runs/perlayer_speed", help="where the runs are saved")
     ap.add_argument("--json", help="write every row here")
