@@ -17,7 +17,7 @@ fails (a CUDA error, memory) does not stop the others. Per configuration it prin
 On a GPU (about 7 minutes on one H100; ``--budget-s`` skips what would not fit)::
 
     python benchmarks/perlayer_speed.py --json perlayer_speed.json
-    python benchmarks/perlayer_speed.py --only speed          # or closure, or ids: old,auto-0.1
+    python benchmarks/perlayer_speed.py --only speed          # or closure, defaults, or ids: old,auto-0.1
     python benchmarks/perlayer_speed.py --list
 
 A dry run of the machinery on the CPU (tiny model, timing only): ``--smoke``.
@@ -203,8 +203,11 @@ CONFIGS = (
         "leaf units reading rotated input copies",
     ),
 )
-#: closure as a user gets it: nothing but --validate (granularity=auto, calibrated windows, idle 2 s)
-DEFAULTS = tuple(
+#: as a user gets it: the README's per-layer command, and closure with nothing but --validate
+#: (granularity=auto, calibrated windows, idle 2 s)
+DEFAULTS = (
+    Config("default-r50", "defaults", "resnet50:batch=1", (), False, 35, "the README's per-layer command"),
+) + tuple(
     Config(
         f"default-{short}-b{batch}",
         "defaults",
