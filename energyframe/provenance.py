@@ -63,7 +63,7 @@ def _top_levels(dist: md.Distribution) -> set[str]:
     return {f.parts[0].removesuffix(".py") for f in dist.files or () if f.parts}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _named_distribution(top: str) -> str | None:
     """The distribution named after package ``top`` (``energyframe``; ``energyframe_wattsup``
     for ``energyframe-wattsup``), if it provides ``top``: one metadata read instead of a scan."""
