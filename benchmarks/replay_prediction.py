@@ -40,7 +40,7 @@ def main() -> int:
         "--kernel-gap-us", type=float, help="a launch gap per kernel to use instead of each graph's own"
     )
     ap.add_argument(
-        "--l2", choices=("warm", "rotate"), default="rotate", help="the replay's l2 option (docs/replay.md)"
+        "--l2", choices=("rotate", "all", "warm"), default="rotate", help="the replay's l2 option (docs/replay.md)"
     )
     ap.add_argument("--power", default="nvml:gpus=0", help="power spec (none: timing only, for a dry run)")
     ap.add_argument("--json")

@@ -102,7 +102,8 @@ def test_language_models_run_as_one_cuda_graph(spec):
 
 
 def test_rotating_replay_reads_weights_from_memory(tmp_path):
-    # l2=rotate: each replayed op rotates over copies of its inputs that exceed twice the L2
+    # l2=rotate: each replayed op rotates copies of the inputs the model reads from memory,
+    # enough to exceed twice the L2
     capture("bloom-560m:seq_len=5,forward=static", tmp_path / "trace", steps=2, warmup=2)
     result = ef.run(
         f"replay:trace={tmp_path / 'trace'},limit=4,l2=rotate,full=none",
@@ -115,3 +116,7 @@ def test_rotating_replay_reads_weights_from_memory(tmp_path):
     assert len(rows) == 4 and all(r["input_copies"] >= 1 for r in rows)
     assert any(r["input_copies"] > 1 for r in rows), (l2, rows)
     assert all(r["energy_j"] > 0 and r["latency_s"] > 0 for r in rows)
+    # the trace recorded which inputs the model reads from memory: only those are rotated
+    assert result.meta["workload"]["info"]["memory_inputs"] == "recorded by the trace"
+    assert all(r["rotated_inputs"] != "all" for r in rows), rows
+    assert any(r["rotated_inputs"] not in ("all", "none") for r in rows), rows

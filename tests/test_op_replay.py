@@ -468,3 +468,60 @@ def test_the_report_adds_the_graphs_kernel_gaps():
     )
     assert report["predicted_with_kernel_gaps_us"] == pytest.approx(100 + 12 * 1.5)
     assert math.isnan(report["kernel_gap_error_percent"])  # no graph measured to compare with
+
+
+def test_the_trace_records_which_inputs_the_model_reads_from_memory(tmp_path):
+    """One more step under a dispatch mode: tensors no op of the step made (weights, biases,
+    the token ids) are read from memory; activations the step wrote are not among them."""
+    from energyframe.replay import kineto
+    from energyframe.replay.memory_inputs import memory_positions, read_memory_inputs
+
+    capture("bloom:hidden=64,layers=2,heads=4,vocab=1000", tmp_path / "trace", steps=1, warmup=1)
+    signatures = read_memory_inputs(tmp_path / "trace")
+    assert signatures is not None
+    assert ((1000, 64), (64, 1), "float32") in signatures  # the embedding table
+    assert ((64, 1000), (1, 64), "float32") in signatures  # the tied LM head: a transposed view of it
+    assert ((1, 5), (5, 1), "int64") in signatures  # the token ids
+    assert not any(dims[:2] == (1, 5) and len(dims) == 3 for dims, _s, _t in signatures)  # hidden states
+    by_name = {}
+    for record in kineto.read_jsonl(tmp_path / "trace" / "ops.jsonl"):
+        by_name.setdefault(record["name"], []).append(memory_positions(record, signatures))
+    assert {2, 3} in by_name["aten::native_layer_norm"]  # weight and bias; the input is an activation
+    assert all(p == set() for p in by_name["aten::bmm"])  # attention multiplies activations only
+    assert {0} in by_name["aten::index_select"]  # the embedding lookup reads the table
+
+
+def test_a_trace_without_the_record_rotates_every_input(tmp_path):
+    from energyframe.replay.memory_inputs import MEMORY_INPUTS, read_memory_inputs
+
+    assert read_memory_inputs(tmp_path) is None
+    (tmp_path / MEMORY_INPUTS).write_text("{not json")
+    assert read_memory_inputs(tmp_path) is None  # unreadable: logged, and every input rotates
+
+
+def test_rotation_copies_only_the_inputs_read_from_memory():
+    import torch
+
+    from energyframe.replay.memory_inputs import keep_others
+
+    class Arg:
+        def __init__(self, name, kwarg_only=False):
+            self.name, self.kwarg_only = name, kwarg_only
+
+    made = []
+
+    def make(device):  # (weight, activation) positionally, a scale by keyword
+        made.append((torch.zeros(1 << 18, device=device), torch.zeros(1 << 16, device=device)))
+        return (list(made[-1]), {"alpha": 2.0})
+
+    keep, rotated_bytes = keep_others([Arg("weight"), Arg("x"), Arg("alpha", kwarg_only=True)], {0})
+    from energyframe.workloads.graph import Rotation
+
+    rotation = Rotation(make, lambda state: None, l2_bytes=2 << 20, most=20, keep=keep, rotated_bytes=rotated_bytes)
+    states = rotation.make("cpu")
+    assert rotated_bytes(states[0]) == 1 << 20  # the weight's MiB; the activation is not counted
+    assert rotation.copies == len(states) == 4
+    weights = {s[0][0].data_ptr() for s in states}
+    activations = {s[0][1].data_ptr() for s in states}
+    assert len(weights) == 4 and activations == {made[0][1].data_ptr()}  # one activation, shared
+    assert all(s[1] == {"alpha": 2.0} for s in states)

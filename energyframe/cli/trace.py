@@ -64,6 +64,7 @@ def _print_trace(meta: dict, out: Path) -> None:
         )
     click.echo(
         f"wrote {out}/kernels.jsonl, ops.jsonl, trace_meta.json"
+        + (", memory_inputs.json" if (out / "memory_inputs.json").exists() else "")
         + (", timeline.png" if (out / "timeline.png").exists() else "")
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import shutil
 import time
 from pathlib import Path
@@ -19,6 +20,9 @@ from ..errors import UsageError
 from ..options import parse_spec
 from ..workloads import distributed
 from . import kineto
+from .memory_inputs import MEMORY_INPUTS, record_memory_inputs, write_memory_inputs
+
+log = logging.getLogger("energyframe")
 
 
 def trace_dir(out_dir: Path | str) -> Path:
@@ -31,8 +35,8 @@ def trace_dir(out_dir: Path | str) -> Path:
 
 def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> dict:
     """Profile ``steps`` iterations of the workload's first phase after ``warmup``; write the raw
-    Kineto trace (trace.json.gz), kernels.jsonl, ops.jsonl, collectives.jsonl, trace_meta.json
-    and timeline.png; under torchrun into ``out_dir/rank<RANK>`` (``trace_dir``)."""
+    Kineto trace (trace.json.gz), kernels.jsonl, ops.jsonl, collectives.jsonl, trace_meta.json,
+    memory_inputs.json (one more step, under a dispatch mode) and timeline.png; under torchrun into ``out_dir/rank<RANK>`` (``trace_dir``)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -58,6 +62,8 @@ def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> 
 
         for _ in range(warmup):
             phase.step()
+        sync()
+        memory = _memory_inputs(phase.step)
         sync()
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
@@ -87,10 +93,27 @@ def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> 
         }
     finally:
         workload.teardown()
+    if memory is not None:
+        write_memory_inputs(out_dir, memory)
+    else:
+        (out_dir / MEMORY_INPUTS).unlink(missing_ok=True)  # a trace written here before
     with open(raw, "rb") as src, gzip.open(out_dir / "trace.json.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     raw.unlink()
     return summarize_trace(out_dir / "trace.json.gz", out_dir, info)
+
+
+def _memory_inputs(step):
+    """The signatures of the inputs the step reads from memory (memory_inputs.py), or None
+    with a logged reason: the replay then rotates every input under l2=rotate."""
+    try:
+        signatures = record_memory_inputs(step)
+    except Exception as e:  # an op the dispatch mode cannot run: the trace is still whole
+        log.warning("could not record which inputs the model reads from memory (%s: %s)", type(e).__name__, e)
+        return None
+    if signatures is None:
+        log.info("the traced step ran no aten op in this process: which inputs it reads from memory is unknown")
+    return signatures
 
 
 def summarize_trace(

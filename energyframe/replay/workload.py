@@ -27,6 +27,7 @@ from ..workloads import distributed
 from ..workloads.graph import WINDOW_S_OPTION, Captured, Rotation, l2_cache_bytes, torch_device
 from ..workloads.pipeline import PIPELINE_RUN_DEFAULTS, idle_power, stage_figures
 from . import kineto
+from .memory_inputs import keep_others, memory_positions, read_memory_inputs
 from .rebuild import RebuildError, float_dtype_hint, rebuild
 from .report import OpFigures, prediction, report_png
 
@@ -71,10 +72,11 @@ class ReplayWorkload(Workload):
             "l2",
             "choice",
             "rotate",
-            "rotate: calls rotate over copies of the inputs that together exceed twice the L2, so "
-            "each reads them from memory as the model reads its weights once per forward; warm: "
-            "each op replays its own inputs, which stay in the L2 between calls",
-            choices=("warm", "rotate"),
+            "rotate: calls rotate over copies of the inputs the model reads from memory (those "
+            "that existed before its forward: weights, buffers, caches; every input when the "
+            "trace did not record them), enough to exceed twice the L2; all: every input, "
+            "activations too; warm: each op replays its own inputs, which stay in the L2",
+            choices=("rotate", "all", "warm"),
         ),
         Option("device", "str", "auto", "cuda, cuda:N, cpu or auto"),
         Option("limit", "int", None, "replay only the N ops with the most traced GPU time", minimum=1),
@@ -102,6 +104,8 @@ class ReplayWorkload(Workload):
             kineto.read_jsonl(trace / "collectives.jsonl") if (trace / "collectives.jsonl").exists() else []
         )
         self.collective_records = [c for c in collectives if c.get("replayed")]
+        #: the signatures of the inputs the traced model read from memory (memory_inputs.py)
+        self.memory_inputs = read_memory_inputs(trace)
         if self.collective_records and self.options["comm"]:
             self._check_world(trace)
         full = self.options["full"]
@@ -237,14 +241,34 @@ class ReplayWorkload(Workload):
 
             for _record, collective, name in self.collectives:
                 yield collective_phase(name, collective, self.device, self.options["unroll"])
-        for _record, op, name in self.rebuilt:
+        for record, op, name in self.rebuilt:
             make, call = op.make_args, op.call
-            if self.options["l2"] == "rotate" and self.device.type == "cuda":
-                rotation = Rotation(op.make_args, op.call, l2_cache_bytes(self.device), self.options["unroll"])
+            if self.options["l2"] != "warm" and self.device.type == "cuda":
+                rotation = self._rotation(record, op)
                 self.rotations[name] = rotation
                 make, call = rotation.make, rotation.rotated_call()
             captured = Captured(make, call, self.options["unroll"], self.device)
             yield captured.phase(name)
+
+    def _rotated_inputs(self, record: dict, name: str) -> str:
+        """Which inputs the op's copies rotate: all, none, or the schema positions."""
+        rotation = self.rotations.get(name)
+        if rotation is None or rotation.copies == 1:
+            return "none"
+        if rotation.keep is None:
+            return "all"
+        assert self.memory_inputs is not None  # a kept rotation is made only from the record
+        return " ".join(str(i) for i in sorted(memory_positions(record, self.memory_inputs)))
+
+    def _rotation(self, record: dict, op) -> Rotation:
+        """The op's calls over copies of its inputs: every input with ``l2=all`` or when the
+        trace did not record which the model read from memory, else only those."""
+        l2_bytes, unroll = l2_cache_bytes(self.device), self.options["unroll"]
+        if self.options["l2"] == "all" or self.memory_inputs is None:
+            return Rotation(op.make_args, op.call, l2_bytes, unroll)
+        positions = memory_positions(record, self.memory_inputs)
+        keep, rotated_bytes = keep_others(op.overload._schema.arguments, positions)
+        return Rotation(op.make_args, op.call, l2_bytes, unroll, keep=keep, rotated_bytes=rotated_bytes)
 
     def _profiled(self, phase: Phase) -> Phase:
         """The full-model graph phase, whose set-up also profiles a few replays of the graph:
@@ -344,6 +368,7 @@ class ReplayWorkload(Workload):
                     "traced_us_per_call": record["gpu_time_us"] / max(1, record["count"]),
                     "kernels": ";".join(record.get("kernel_names", []))[:200],
                     "input_copies": self.rotations[name].copies if name in self.rotations else 1,
+                    "rotated_inputs": self._rotated_inputs(record, name),
                 }
             )
         tables = [
@@ -425,6 +450,10 @@ class ReplayWorkload(Workload):
             "graph_kernels": dataclasses.asdict(self.graph_kernels) if self.graph_kernels else None,
             "replayed_ops": len(self.rebuilt),
             "l2": self.options["l2"],
+            "memory_inputs": (
+                "recorded by the trace" if self.memory_inputs is not None
+                else "not in the trace: l2=rotate rotates every input"
+            ),
             "not_rebuilt": self.failed,
             "device": str(self.device),
             "traced": self.meta,

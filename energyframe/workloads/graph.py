@@ -124,18 +124,26 @@ class Rotation:
     exceed twice the L2, so that each call reads its inputs from memory as it would in the
     model (where a weight is read once per forward) instead of from the L2 its previous call
     filled. ``copies`` is known once ``make_state`` has run; at most ``most`` (the calls captured
-    in one graph: more copies than calls would never be read)."""
+    in one graph: more copies than calls would never be read).
+
+    ``keep(first, fresh)``, when given, returns ``fresh`` with the inputs that are not rotated
+    taken from ``first`` (every copy shares them), and ``rotated_bytes(state)`` counts the bytes
+    of those that are; without them every input is rotated."""
 
     make_state: Callable[[Any], Any]
     call: Callable[[Any], Any]
     l2_bytes: int
     most: int = MAX_COPIES
     copies: int = 1
+    keep: Callable[[Any, Any], Any] | None = None
+    rotated_bytes: Callable[[Any], int] = tensor_bytes
 
     def make(self, device) -> list:
         first = self.make_state(device)
-        self.copies = min(self.most, copies_for(tensor_bytes(first), self.l2_bytes))
-        return [first] + [self.make_state(device) for _ in range(self.copies - 1)]
+        self.copies = min(self.most, copies_for(self.rotated_bytes(first), self.l2_bytes))
+        rest = [self.make_state(device) for _ in range(self.copies - 1)]
+        keep = self.keep
+        return [first] + ([keep(first, state) for state in rest] if keep is not None else rest)
 
     def rotated_call(self) -> Callable[[list], Any]:
         turn = itertools.count()
