@@ -315,6 +315,8 @@ def test_trace_under_torchrun_writes_one_trace_per_rank(tp2_trace):
         folder = tp2_trace / f"rank{rank}"
         meta = json.loads((folder / "trace_meta.json").read_text())
         assert (meta["rank"], meta["world_size"], meta["iterations"]) == (rank, 2, 2)
+        # no extra step under a dispatch mode across ranks: their replays rotate every input
+        assert not (folder / "memory_inputs.json").exists()
         records = kineto.read_jsonl(folder / "collectives.jsonl")
         (ar,) = [r for r in records if r["kind"] == "all_reduce"]
         # two all-reduces per layer per forward: after attention and after the MLP; 2 layers

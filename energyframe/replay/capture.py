@@ -63,7 +63,9 @@ def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> 
         for _ in range(warmup):
             phase.step()
         sync()
-        memory = _memory_inputs(phase.step)
+        # under torchrun a step that failed on one rank would leave its peers waiting in a
+        # collective: the ranks' replays rotate every input instead
+        memory = None if w.distributed else _memory_inputs(phase.step)
         sync()
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
