@@ -84,6 +84,27 @@ def test_the_rank_picks_the_gpu_not_the_device_option():
     assert distributed.rank_device("cpu", w).type == "cpu"
 
 
+def test_every_workload_device_under_a_launcher_is_the_ranks(monkeypatch):
+    """Kernels, models and sweeps resolve their device with ``torch_device``: with several
+    ranks it is the rank's (on a GPU, cuda:LOCAL_RANK, the GPU the rank's sampler measures),
+    never the process's current device, which is cuda:0 for every rank."""
+    import torch
+
+    from energyframe.workloads.graph import torch_device
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(WorkloadError, match="device=cuda:0 cannot be used with 2 ranks"):
+        torch_device("cuda:0")
+    assert torch_device("cpu").type == "cpu"
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    assert torch_device("auto") == torch.device("cuda", 1) == torch_device("cuda")
+    assert chosen == [torch.device("cuda", 1)] * 2  # made current, for code that asks for "cuda"
+
+
 class FakeClock:
     """Time moves only when the work runs: each step takes 1/64 s (exact in binary)."""
 

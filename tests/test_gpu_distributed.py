@@ -69,6 +69,9 @@ def test_two_ranks_each_measure_their_own_gpu(tmp_path):
     assert channels[0].startswith("rank0.gpu") and channels[1].startswith("rank1.gpu")
     parts = w[w["channel"].isin(channels)]
     assert (parts["energy_j"] > 0).all() and (parts.groupby(["phase", "trial"])["iterations"].nunique() == 1).all()
+    # each rank's GEMMs ran on the GPU its sampler measured: both draw load power, not one idle
+    power = parts.groupby("rank")["mean_power_w"].median()
+    assert power[1] > 0.5 * power[0] and power[0] > 0.5 * power[1], power
     total = w[w["channel"] == "total"].set_index(["phase", "trial"])["energy_j"]
     sums = parts.groupby(["phase", "trial"])["energy_j"].sum()
     assert total.to_numpy() == pytest.approx(sums.loc[total.index].to_numpy(), rel=1e-12)

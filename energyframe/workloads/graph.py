@@ -64,9 +64,16 @@ def dtype_name(name: str, device) -> str:
 
 
 def torch_device(spec: str) -> torch.device:
-    """``auto``: the current CUDA device if there is one, else the CPU."""
+    """``auto``: the current CUDA device if there is one, else the CPU. Under a launcher
+    (torchrun, srun) with several ranks, ``distributed.rank_device`` decides: ``auto`` and
+    ``cuda`` are the rank's own GPU, ``cuda:LOCAL_RANK``, the one its power source measures."""
     import torch
 
+    from .distributed import rank_device, world
+
+    w = world()
+    if w.distributed:
+        return rank_device(spec, w)
     if spec == "auto":
         return (
             torch.device("cuda", torch.cuda.current_device())
