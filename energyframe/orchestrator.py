@@ -246,9 +246,11 @@ def run_for(phase: Phase, seconds: float, coord: Coordinator = ALONE) -> None:
 
 def sync_pulses(m: Measurement) -> None:
     """Bursts of full load, each recorded as a window named ``SYNC_PULSE``."""
+    from .distributed import world
     from .pulse import OFF_S, ON_S, PULSES, PulseLoad
 
-    load = PulseLoad()
+    w = world()
+    load = PulseLoad(f"cuda:{w.local_rank}" if w.distributed else "cuda")  # the rank's own GPU
     log.info("sync pulses: %d x %g s of %s load, %g s apart", PULSES, ON_S, load.kind, OFF_S)
     for _ in range(PULSES):
         time.sleep(OFF_S)

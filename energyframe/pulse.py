@@ -15,15 +15,17 @@ OFF_S = 2.0
 
 
 class PulseLoad:
-    """Runs a heavy load for a given time and waits for it to finish."""
+    """Runs a heavy load for a given time and waits for it to finish: on ``device`` (a rank's
+    ``cuda:LOCAL_RANK`` under a launcher; the current GPU by default), when torch sees a GPU."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cuda") -> None:
         self.kind = "cpu"
+        self.device = device
         try:
             import torch
 
             if torch.cuda.is_available():
-                a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+                a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
                 self._gpu = (torch, a, torch.empty_like(a))
                 self.kind = "gpu"
         except ImportError:
@@ -35,7 +37,7 @@ class PulseLoad:
 
     def sync(self) -> None:
         if self.kind == "gpu":
-            self._gpu[0].cuda.synchronize()
+            self._gpu[0].cuda.synchronize(self._gpu[1].device)
 
     def run(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -44,6 +46,6 @@ class PulseLoad:
                 torch, a, out = self._gpu
                 for _ in range(4):
                     torch.matmul(a, a, out=out)
-                torch.cuda.synchronize()
+                torch.cuda.synchronize(a.device)
             else:
                 self._cpu @ self._cpu

@@ -343,3 +343,48 @@ def test_rank_0_refuses_a_gpu_two_ranks_measure_and_names_ignored_directories(tm
         f"the ranks were given other run directories than rank 0's (rank 1: {tmp_path / 'elsewhere'}); the "
         f"run is saved once, by rank 0, in {tmp_path / 'run'}"
     ]
+
+
+def test_sync_pulses_load_the_ranks_own_gpu(monkeypatch):
+    """--sync-pulse under a launcher: each rank's bursts run on its own GPU (cuda:LOCAL_RANK),
+    the one its sampler measures, not on cuda:0 for every rank."""
+    import torch
+
+    from energyframe import orchestrator, pulse
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch, "randn", lambda *shape, device, dtype: asked.append(device) or torch.zeros(1))
+    assert pulse.PulseLoad("cuda:1").kind == "gpu" and asked == ["cuda:1"]
+
+    made = []
+
+    class Load:
+        kind = "gpu"
+
+        def __init__(self, device="cuda"):
+            made.append(device)
+
+        def sync(self):
+            pass
+
+        def run(self, seconds):
+            pass
+
+    class Windows:
+        def begin_window(self, name, sync):
+            pass
+
+        def end_window(self, name, sync):
+            pass
+
+    for name, value in (("PulseLoad", Load), ("PULSES", 1), ("ON_S", 0.0), ("OFF_S", 0.0)):
+        monkeypatch.setattr(pulse, name, value)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    orchestrator.sync_pulses(Windows())
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name)
+    orchestrator.sync_pulses(Windows())
+    assert made == ["cuda:1", "cuda"]
