@@ -20,7 +20,6 @@ class PulseLoad:
 
     def __init__(self, device: str = "cuda") -> None:
         self.kind = "cpu"
-        self.device = device
         try:
             import torch
 

@@ -268,16 +268,24 @@ def test_report_math_by_hand():
     assert with_graph["gap_analysis"]["host_overhead_us"] == pytest.approx(100)
 
 
-@pytest.mark.slow
-def test_replay_workload_on_the_cpu(tmp_path):
-    capture("bloom:hidden=64,layers=2,heads=4,vocab=1000", tmp_path / "trace", steps=2, warmup=1)
-    result = ef.run(
-        f"replay:trace={tmp_path / 'trace'},unroll=2,limit=8",
+TINY_BLOOM = "bloom:hidden=64,layers=2,heads=4,vocab=1000"
+
+
+def replay_tiny_bloom(tmp_path, options: str, out=None):
+    """Trace a tiny BLOOM on the CPU into tmp_path/trace and replay it with ``options``."""
+    capture(TINY_BLOOM, tmp_path / "trace", steps=2, warmup=1)
+    return ef.run(
+        f"replay:trace={tmp_path / 'trace'},unroll=2,{options}",
         power=None,
         reporters=[],
-        out=tmp_path / "run",
+        out=out,
         config=ef.RunSettings(trials=2, min_window_s=0.01),
     )
+
+
+@pytest.mark.slow
+def test_replay_workload_on_the_cpu(tmp_path):
+    result = replay_tiny_bloom(tmp_path, "limit=8", out=tmp_path / "run")
     phases = list(result.windows["phase"].unique())
     assert phases[0] == "(full model)" and len(phases) == 1 + 8
     comparison = result.derived_table("comparison").rows[0]
@@ -311,16 +319,13 @@ def test_rotated_calls_read_each_copy_of_their_inputs_in_turn():
 
 
 def test_rotating_replay_records_its_copies_on_the_cpu(tmp_path):
-    capture("bloom:hidden=64,layers=2,heads=4,vocab=1000", tmp_path / "trace", steps=2, warmup=1)
-    result = ef.run(
-        f"replay:trace={tmp_path / 'trace'},unroll=2,limit=2,l2=rotate,full=none",
-        power=None,
-        reporters=[],
-        config=ef.RunSettings(trials=2, min_window_s=0.01),
-    )
+    result = replay_tiny_bloom(tmp_path, "limit=2,l2=rotate,full=none")
     # no L2 to exceed on the CPU: each op keeps its one copy, and says so
-    assert [r["input_copies"] for r in result.derived_table("replayed_ops").rows] == [1, 1]
-    assert result.meta["workload"]["info"]["l2"] == "rotate"
+    rows = result.derived_table("replayed_ops").rows
+    assert [r["input_copies"] for r in rows] == [1, 1]
+    assert [r["rotated_inputs"] for r in rows] == ["none", "none"]
+    info = result.meta["workload"]["info"]
+    assert info["l2"] == "rotate" and info["memory_inputs"] == "recorded by the trace"
 
 
 def test_replay_needs_a_trace_directory(tmp_path):
@@ -476,7 +481,7 @@ def test_the_trace_records_which_inputs_the_model_reads_from_memory(tmp_path):
     from energyframe.replay import kineto
     from energyframe.replay.memory_inputs import memory_positions, read_memory_inputs
 
-    capture("bloom:hidden=64,layers=2,heads=4,vocab=1000", tmp_path / "trace", steps=1, warmup=1)
+    capture(TINY_BLOOM, tmp_path / "trace", steps=1, warmup=1)
     signatures = read_memory_inputs(tmp_path / "trace")
     assert signatures is not None
     assert ((1000, 64), (64, 1), "float32") in signatures  # the embedding table

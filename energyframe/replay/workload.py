@@ -111,8 +111,10 @@ class ReplayWorkload(Workload):
         full = self.options["full"]
         self.full_spec = None if full == "none" else (full or self.meta.get("workload"))
         self.rebuilt: list[tuple[dict, Any, str]] = []
-        #: per replayed op, its input copies under l2=rotate
+        #: per replayed op, its input copies under l2=rotate or all
         self.rotations: dict[str, Rotation] = {}
+        #: per op with copies, the schema positions rotated (None: every input)
+        self.rotated: dict[str, set[int] | None] = {}
         self.collectives: list[tuple[dict, Any, str]] = []
         self.failed: list[dict] = []
         self._joined = False
@@ -244,29 +246,28 @@ class ReplayWorkload(Workload):
         for record, op, name in self.rebuilt:
             make, call = op.make_args, op.call
             if self.options["l2"] != "warm" and self.device.type == "cuda":
-                rotation = self._rotation(record, op)
+                rotation = self._rotation(record, op, name)
                 self.rotations[name] = rotation
                 make, call = rotation.make, rotation.rotated_call()
             captured = Captured(make, call, self.options["unroll"], self.device)
             yield captured.phase(name)
 
-    def _rotated_inputs(self, record: dict, name: str) -> str:
+    def _rotated_inputs(self, name: str) -> str:
         """Which inputs the op's copies rotate: all, none, or the schema positions."""
         rotation = self.rotations.get(name)
         if rotation is None or rotation.copies == 1:
             return "none"
-        if rotation.keep is None:
-            return "all"
-        assert self.memory_inputs is not None  # a kept rotation is made only from the record
-        return " ".join(str(i) for i in sorted(memory_positions(record, self.memory_inputs)))
+        positions = self.rotated[name]
+        return "all" if positions is None else " ".join(str(i) for i in sorted(positions))
 
-    def _rotation(self, record: dict, op) -> Rotation:
+    def _rotation(self, record: dict, op, name: str) -> Rotation:
         """The op's calls over copies of its inputs: every input with ``l2=all`` or when the
         trace did not record which the model read from memory, else only those."""
         l2_bytes, unroll = l2_cache_bytes(self.device), self.options["unroll"]
         if self.options["l2"] == "all" or self.memory_inputs is None:
+            self.rotated[name] = None
             return Rotation(op.make_args, op.call, l2_bytes, unroll)
-        positions = memory_positions(record, self.memory_inputs)
+        positions = self.rotated[name] = memory_positions(record, self.memory_inputs)
         keep, rotated_bytes = keep_others(op.overload._schema.arguments, positions)
         return Rotation(op.make_args, op.call, l2_bytes, unroll, keep=keep, rotated_bytes=rotated_bytes)
 
@@ -368,7 +369,7 @@ class ReplayWorkload(Workload):
                     "traced_us_per_call": record["gpu_time_us"] / max(1, record["count"]),
                     "kernels": ";".join(record.get("kernel_names", []))[:200],
                     "input_copies": self.rotations[name].copies if name in self.rotations else 1,
-                    "rotated_inputs": self._rotated_inputs(record, name),
+                    "rotated_inputs": self._rotated_inputs(name),
                 }
             )
         tables = [
