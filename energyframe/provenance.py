@@ -28,6 +28,9 @@ LIBRARIES = (
     "transformers",
     "nvidia-ml-py",
     "pyserial",
+    "timm",
+    "matplotlib",
+    "plotly",
 )
 
 

@@ -13,6 +13,14 @@ from pathlib import Path
 import pytest
 
 from energyframe import registry
+from energyframe.provenance import library_versions
+
+
+def pytest_report_header(config):
+    """The versions pip resolved for this run, first in every test log: CI installs the newest
+    release of each dependency, so a break names the release that caused it."""
+    versions = library_versions()
+    return "resolved: " + ", ".join(f"{name} {version}" for name, version in versions.items())
 
 
 def write_power_csv(

@@ -109,8 +109,68 @@ TINY_BLOOM = "bloom:hidden=64,layers=2,heads=4,vocab=1000"
 )
 def test_the_workload_on_the_cpu(options, phase, path, tokens):
     result = ef.run(
-        f"{TINY_BLOOM},{options}", power=None, reporters=[], config=ef.RunSettings(trials=1, min_window_s=0.01)
+        f"{TINY_BLOOM},{options}",
+        power=None,
+        reporters=[],
+        config=ef.RunSettings(trials=1, min_window_s=0.01),
     )
     assert list(result.windows["phase"].unique()) == [phase]
     assert result.summary(phase).work == {"tokens": float(tokens)}
     assert result.meta["workload"]["info"]["forward"] == path
+
+
+class _Layer:
+    """A decoder layer whose cache keyword is one no transformers release has used yet."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def forward(self, hidden, attention_mask=None, kv_state=None, use_cache=False, position_ids=None):
+        self.calls += 1
+        if kv_state is not None:
+            kv_state.update(hidden, hidden, 0)
+        return hidden
+
+
+class _Cache:
+    def __init__(self):
+        self.writes = 0
+
+    def update(self, key, value, layer_idx):
+        self.writes += 1
+        return key, value
+
+
+def test_the_cache_keyword_is_found_by_what_the_layer_does():
+    from energyframe.workloads.cache_keyword import find_cache_keyword
+
+    layer = _Layer()
+    keyword = find_cache_keyword(layer.forward, lambda kw, cache: layer.forward(1.0, **{kw: cache}), _Cache)
+    assert keyword == "kv_state"
+    assert layer.calls == 2  # nothing hints at a cache: signature order, attention_mask, then kv_state
+    # tried likeliest first: a parameter annotated as a cache goes before the others
+
+    def annotated(hidden, flag=None, store: _Cache | None = None):
+        if store is not None:
+            store.update(hidden, hidden, 0)
+
+    tried = []
+    assert (
+        find_cache_keyword(annotated, lambda kw, c: (tried.append(kw), annotated(1.0, **{kw: c})), _Cache)
+        == "store"
+    )
+    assert tried == ["store"]
+
+
+def test_a_layer_that_writes_no_cache_is_named():
+    from energyframe.errors import WorkloadError
+    from energyframe.workloads.cache_keyword import find_cache_keyword
+
+    def forward(hidden, attention_mask=None, use_cache=False):
+        return hidden
+
+    with pytest.raises(
+        WorkloadError,
+        match=r"wrote no key/value cache under any of its arguments \(attention_mask, use_cache\)",
+    ):
+        find_cache_keyword(forward, lambda kw, cache: forward(1.0, **{kw: cache}), _Cache)

@@ -127,6 +127,10 @@ def test_tp1_prefill_and_decode_per_token_on_the_cpu(one_process, tmp_path):
         assert rows[phase]["rank"] == 0 and rows[phase]["tp"] == 1
     info = result.meta["workload"]["info"]
     assert info["heads_per_rank"] == 4 and info["all_reduces_per_forward"] == 0
+    # run.json's info is read after teardown dropped the model: the count must survive it
+    h, i, v, n = TINY["hidden"], info["intermediate"], TINY["vocab"], TINY["layers"]
+    per_layer = 4 * h * h + 3 * h * i + 2 * h  # q, k, v, o; gate, up, down; two RMS norms
+    assert info["parameters_on_this_rank"] == 2 * v * h + n * per_layer + h  # embeddings, head, final norm
     assert (tmp_path / "run" / "tokens.csv").exists()
 
 

@@ -27,6 +27,7 @@ from ..model import DerivedTable, Phase
 from ..options import Option
 from ..plugin import Workload
 from . import distributed
+from .cache_keyword import find_cache_keyword
 from .graph import DTYPE_OPTION, WINDOW_S_OPTION, device_sync, dtype_name, torch_device, torch_dtype
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ class VicunaTP(Workload):
         self._joined = False
         self._prompt: list | None = None
         self._first: torch.Tensor | None = None
+        self._parameters: int | None = None  # on this rank, counted at set-up
+        self._cache_keyword = ""  # the model's keyword for its KV cache, found at set-up
 
     # -- configuration ------------------------------------------------------------------------
     def _sizes(self) -> dict[str, int]:
@@ -211,11 +214,27 @@ class VicunaTP(Workload):
         if self.tp > 1:
             split(model, self.device, self.tp)
         self.model = model
+        # counted here: info() is read for run.json after teardown has dropped the model
+        self._parameters = sum(_local(p).numel() for p in model.parameters())
         o = self.options
         generator = torch.Generator().manual_seed(o["seed"])
         self.ids = torch.randint(0, config.vocab_size, (o["batch"], o["seq_len"]), generator=generator).to(
             self.device
         )
+        self._cache_keyword = self._find_cache_keyword()
+
+    def _find_cache_keyword(self) -> str:
+        """The model's keyword for its KV cache in this transformers release (one token's forward
+        per keyword tried; every rank tries the same ones in the same order)."""
+        import torch
+        from transformers import DynamicCache
+
+        def call(keyword: str, cache) -> None:
+            assert self.ids is not None  # set before this runs
+            with torch.no_grad():
+                self.model(input_ids=self.ids[:, :1], use_cache=True, logits_to_keep=1, **{keyword: cache})
+
+        return find_cache_keyword(self.model.forward, call, lambda: DynamicCache(config=self.model.config))
 
     # the work ------------------------------------------------------------------------------
     def prefill(self):
@@ -225,7 +244,9 @@ class VicunaTP(Workload):
 
         with torch.no_grad():
             cache = DynamicCache(config=self.model.config)
-            out = self.model(input_ids=self.ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            out = self.model(
+                input_ids=self.ids, use_cache=True, logits_to_keep=1, **{self._cache_keyword: cache}
+            )
         return out.logits, cache
 
     def prepare_decode(self) -> None:
@@ -248,7 +269,9 @@ class VicunaTP(Workload):
             cache = cache_from(self._prompt, self.model.config)
             token, tokens = self._first, []
             for _ in range(n):
-                out = self.model(input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                out = self.model(
+                    input_ids=token, use_cache=True, logits_to_keep=1, **{self._cache_keyword: cache}
+                )
                 token = out.logits[:, -1:].argmax(-1)
                 tokens.append(token)
         return torch.cat(tokens, dim=1)
@@ -360,8 +383,8 @@ class VicunaTP(Workload):
                 import torch.distributed as dist
 
                 out["backend"] = dist.get_backend() if dist.is_initialized() else None
-        if self.model is not None:
-            out["parameters_on_this_rank"] = sum(_local(p).numel() for p in self.model.parameters())
+        if self._parameters is not None:
+            out["parameters_on_this_rank"] = self._parameters
         return out
 
 

@@ -20,8 +20,9 @@ capturable sequence of kernels, and on the CPU the same calls run eagerly.
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING, Any
+
+from .cache_keyword import find_cache_keyword
 
 if TYPE_CHECKING:
     import torch
@@ -92,14 +93,19 @@ class StaticLM:
             decoder = model.model.decoder
             self.layers = list(decoder.layers)
             self.offset = getattr(decoder.embed_positions, "offset", 2)
-            self.cache_argument = _cache_argument(self.layers[0])
             # sdpa with no mask runs causal attention (what transformers chooses for an unpadded
             # prompt); eager attention needs the mask
             self.causal_prompt = getattr(config, "_attn_implementation", "eager") == "sdpa" and not new_tokens
         self.cache = None
+        self.cache_argument = ""  # the layers' keyword for the cache, found below when one is kept
         if new_tokens:
             head_dim = config.hidden_size // heads
-            self.cache = StaticKV(len(self.layers), batch, heads, self.length, head_dim, dtype, device)
+
+            def kv(layers: int) -> StaticKV:
+                return StaticKV(layers, batch, heads, self.length, head_dim, dtype, device)
+
+            self.cache_argument = self._find_cache_argument(lambda: kv(1))
+            self.cache = kv(len(self.layers))
             self.token = torch.zeros(batch, 1, dtype=torch.long, device=device)
             self.position = torch.zeros(1, dtype=torch.long, device=device)
             self.generated = torch.zeros(batch, new_tokens, dtype=torch.long, device=device)
@@ -116,43 +122,56 @@ class StaticLM:
         (None: causal attention over ``ids`` alone) to the cache, if there is one."""
         if self.cache is not None:
             self.cache.write_at = positions
+        hidden = self._embed(ids, positions)
+        for layer in self.layers:
+            hidden = _first(self._layer(layer, hidden, positions, mask, self.cache))
+        return self._head(hidden)
+
+    def _embed(self, ids, positions):
         if self.family == "bloom":
             t = self.model.transformer
-            hidden = t.word_embeddings_layernorm(t.word_embeddings(ids))
-            for block in self.layers:
-                hidden = _first(
-                    block(
-                        hidden,
-                        alibi=self.alibi,
-                        attention_mask=mask,
-                        layer_past=self.cache,
-                        use_cache=self.cache is not None,
-                    )
-                )
-            return self.model.lm_head(t.ln_f(hidden))
+            return t.word_embeddings_layernorm(t.word_embeddings(ids))
         import torch.nn.functional as F
 
         decoder = self.model.model.decoder
         hidden = decoder.embed_tokens(ids)
         if decoder.project_in is not None:
             hidden = decoder.project_in(hidden)
-        hidden = hidden + F.embedding(positions[None] + self.offset, decoder.embed_positions.weight)
-        for layer in self.layers:
-            kwargs = {self.cache_argument: self.cache} if self.cache is not None else {}
-            hidden = _first(
-                layer(
-                    hidden,
-                    attention_mask=mask,
-                    position_ids=positions[None],
-                    use_cache=self.cache is not None,
-                    **kwargs,
-                )
-            )
+        return hidden + F.embedding(positions[None] + self.offset, decoder.embed_positions.weight)
+
+    def _layer(self, layer, hidden, positions, mask, cache, keyword: str | None = None):
+        """One decoder layer; ``cache`` goes under ``keyword`` (default: the one found)."""
+        kwargs = {keyword or self.cache_argument: cache} if cache is not None else {}
+        if self.family == "bloom":
+            return layer(hidden, alibi=self.alibi, attention_mask=mask, use_cache=cache is not None, **kwargs)
+        return layer(
+            hidden, attention_mask=mask, position_ids=positions[None], use_cache=cache is not None, **kwargs
+        )
+
+    def _head(self, hidden):
+        if self.family == "bloom":
+            return self.model.lm_head(self.model.transformer.ln_f(hidden))
+        decoder = self.model.model.decoder
         if decoder.final_layer_norm is not None:
             hidden = decoder.final_layer_norm(hidden)
         if decoder.project_out is not None:
             hidden = decoder.project_out(hidden)
         return self.model.lm_head(hidden)
+
+    def _find_cache_argument(self, make_cache) -> str:
+        """The first layer's cache keyword, found by which argument it writes keys into."""
+        import torch
+
+        layer, positions = self.layers[0], self.prompt_positions
+
+        def call(keyword, cache) -> None:
+            cache.write_at = positions
+            with torch.no_grad():
+                self._layer(
+                    layer, self._embed(self.prompt, positions), positions, self.prompt_mask, cache, keyword
+                )
+
+        return find_cache_keyword(layer.forward, call, make_cache)
 
     def prefill(self):
         """One forward pass over the prompt (writing the cache when there is one)."""
@@ -182,12 +201,3 @@ class StaticLM:
 def _first(out):
     """A decoder layer's hidden states (some versions return a tuple)."""
     return out[0] if isinstance(out, tuple) else out
-
-
-def _cache_argument(layer) -> str:
-    """What the decoder layer calls its cache argument in this transformers version."""
-    parameters = inspect.signature(layer.forward).parameters
-    for name in ("past_key_values", "past_key_value", "layer_past"):
-        if name in parameters:
-            return name
-    raise TypeError(f"{type(layer).__name__}.forward takes no cache argument ({', '.join(parameters)})")
