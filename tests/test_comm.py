@@ -365,3 +365,34 @@ def test_replay_of_a_rank_trace_runs_its_collectives_on_gloo(tp2_trace, tmp_path
     both = w[w["phase"].isin(phases[:2])]
     assert sorted(set(both["rank"])) == [0, 1]
     assert (both.groupby(["phase", "trial"])["iterations"].nunique() == 1).all()
+
+
+@pytest.mark.slow
+def test_ranks_whose_traces_order_their_ops_differently_replay_the_same_ops(tp2_trace, tmp_path):
+    """Each rank's trace times its ops on its own GPU, so ordering by time differs from rank to
+    rank (seen on two H100s: rank 0's tenth op was a cat, rank 1's a mul): the ranks agree one
+    order, and an op that only one rank traced is named, not replayed."""
+    import shutil
+
+    trace = tmp_path / "trace"
+    shutil.copytree(tp2_trace, trace)
+    ops = trace / "rank1" / "ops.jsonl"
+    records = kineto.read_jsonl(ops)
+    times = [r.get("gpu_time_us", 0.0) for r in records]
+    for record, time_us in zip(records, reversed(times)):  # rank 1 ranks its ops the other way round
+        record["gpu_time_us"] = time_us
+    only_here = dict(records[0], name="aten::only_on_rank1", gpu_time_us=10 * max(times))
+    ops.write_text("".join(json.dumps(r) + "\n" for r in [*records, only_here]))
+    runs = tmp_path / "runs"
+    torchrun(
+        "-m", "energyframe", "run", "--power", "none", "--trials", "1", "--min-window", "0.02",
+        "--warmup", "0", "--workload", f"replay:trace={trace},unroll=2,limit=3,window_s=0.05,full=none",
+        "--out", str(runs),
+    )
+    run = json.loads((runs / "run.json").read_text())
+    assert run["status"] == "complete"
+    ops_measured = [p["phase"] for p in run["phases"] if not p["phase"].startswith("comm")]
+    assert len(ops_measured) == 3
+    report = json.loads((runs / "rank1" / "comparison_report.json").read_text())
+    (skipped,) = [r for r in report["not_rebuilt"] if r["op"] == "aten::only_on_rank1"]
+    assert skipped["reason"] == "not traced on every rank"

@@ -51,6 +51,7 @@ def test_four_times_the_work_costs_significantly_more(gpu_runs):
 
 
 def test_report_of_an_nvml_run(gpu_runs):
+    pytest.importorskip("plotly", reason="the report extra (pip install 'energyframe[report]')")
     run = rundir.load(gpu_runs["a"])
     page = build_report([run])
     gpu = run.result.meta["sources"][0]["info"]["gpus"][0]

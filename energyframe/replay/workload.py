@@ -161,24 +161,11 @@ class ReplayWorkload(Workload):
                 r for r in records if r.get("gpu_time_us", 0.0) > 0
             ]  # ops that ran no kernel cost nothing
         records = sorted(records, key=lambda r: -r.get("gpu_time_us", 0.0))
+        if self.world.distributed:
+            records = self._agreed(records, total_us)
         if self.options["limit"]:
             records = records[: self.options["limit"]]
-        for index, record in enumerate(records):
-            name = f"{index:03d} {record['name'].removeprefix('aten::')} {_shapes(record)}"
-            try:
-                op = rebuild(record, hint)
-                op.call(op.make_args(self.device))  # one eager call: catches bad arguments now
-            except (RebuildError, RuntimeError, TypeError, ValueError, IndexError) as e:
-                self.failed.append(
-                    {
-                        "op": record["name"],
-                        "inputs": _shapes(record),
-                        "reason": f"{type(e).__name__}: {e}"[:300],
-                        "share_percent": 100.0 * record.get("gpu_time_us", 0.0) / total_us,
-                    }
-                )
-                continue
-            self.rebuilt.append((record, op, name))
+        self._rebuild_ops(records, hint, total_us)
         if self.options["comm"]:
             self._rebuild_collectives(total_us)
         if self.full_spec:
@@ -190,6 +177,60 @@ class ReplayWorkload(Workload):
                 self.full_graph_spec = str(graph)
                 self.full_graph = registry.create_workload(graph)
                 self.full_graph.setup()
+
+    def _rebuild_ops(self, records: list[dict], hint, total_us: float) -> None:
+        """Each op rebuilt and called once (which catches bad arguments now), then named by its
+        place in the order."""
+        assert self.device is not None  # set by setup
+        for record in records:
+            try:
+                op = rebuild(record, hint)
+                op.call(op.make_args(self.device))
+            except (RebuildError, RuntimeError, TypeError, ValueError, IndexError) as e:
+                self._not_replayed(record, f"{type(e).__name__}: {e}", total_us)
+                continue
+            self.rebuilt.append((record, op, ""))
+        if self.world.distributed:
+            self._drop_failed_elsewhere(total_us)
+        self.rebuilt = [
+            (record, op, f"{index:03d} {record['name'].removeprefix('aten::')} {_shapes(record)}")
+            for index, (record, op, _name) in enumerate(self.rebuilt)
+        ]
+
+    def _not_replayed(self, record: dict, reason: str, total_us: float) -> None:
+        self.failed.append(
+            {
+                "op": record["name"],
+                "inputs": _shapes(record),
+                "reason": reason[:300],
+                "share_percent": 100.0 * record.get("gpu_time_us", 0.0) / total_us,
+            }
+        )
+
+    def _agreed(self, records: list[dict], total_us: float) -> list[dict]:
+        """The ops every rank traced, in one order on every rank: by their GPU time summed over
+        the ranks. Each rank's trace is its own, so the ops' times, and then their order by time,
+        differ a little from rank to rank; the measurement needs every rank to measure the same
+        phases in the same order. An op that not every rank traced is not replayed."""
+        mine = {_op_key(r): r.get("gpu_time_us", 0.0) for r in records}
+        everyone = distributed.gather(mine)
+        common = set(mine).intersection(*everyone)
+        summed = {key: sum(theirs[key] for theirs in everyone) for key in common}
+        for record in records:
+            if _op_key(record) not in common:
+                self._not_replayed(record, "not traced on every rank", total_us)
+        kept = [r for r in records if _op_key(r) in common]
+        return sorted(kept, key=lambda r: (-summed[_op_key(r)], _op_key(r)))
+
+    def _drop_failed_elsewhere(self, total_us: float) -> None:
+        """An op that failed to rebuild on one rank is dropped on every rank."""
+        rebuilt = [_op_key(record) for record, _op, _name in self.rebuilt]
+        everyone = distributed.gather(rebuilt)
+        common = set(rebuilt).intersection(*everyone)
+        for record, _op, _name in self.rebuilt:
+            if _op_key(record) not in common:
+                self._not_replayed(record, "failed to rebuild on another rank", total_us)
+        self.rebuilt = [item for item in self.rebuilt if _op_key(item[0]) in common]
 
     def _rebuild_collectives(self, total_us: float) -> None:
         """Every rank rebuilds its trace's collectives; the ranks must agree on them, or a rank
@@ -536,6 +577,12 @@ def _field_problem(data: Mapping[str, Any], fields: Mapping[str, tuple[type, ...
                 wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
                 return f"{key} should be {wanted}, not {json.dumps(value)[:40]}"
     return None
+
+
+def _op_key(record: dict) -> str:
+    """One op's identity across the ranks' traces: its name and its inputs as traced."""
+    fields = ("name", "input_dims", "input_types", "input_strides", "concrete_inputs")
+    return json.dumps([record.get(field) for field in fields], default=str)
 
 
 def _shapes(record: dict) -> str:
