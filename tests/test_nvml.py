@@ -21,7 +21,7 @@ import energyframe as ef
 from energyframe.errors import OptionError, PowerSourceError
 from energyframe.plugin import Quantity, SourceContext
 from energyframe.power.nvml import NVMLPowerSource, load_pynvml
-from energyframe.power.nvml.device import select_gpus
+from energyframe.power.nvml.device import VALUE_MEMBERS, select_gpus
 from energyframe.power.nvml.poller import CHANNEL_KINDS, FieldPoller, SlowPoller
 from tests.conftest import FAKE_NVML_DIR, H200, gpu
 
@@ -44,7 +44,10 @@ def test_fake_has_the_real_signatures():
         "nvmlClocksEventReasonSwPowerCap",
     } <= set(constants)
     for name in constants:
-        assert getattr(fake, name) == getattr(real, name), name
+        # a constant that an older nvidia-ml-py lacks is looked up with hasattr by the source
+        # (VALUE_MEMBERS); where the real module has it, the fake's value must be the same
+        if hasattr(real, name) or name not in VALUE_MEMBERS:
+            assert getattr(fake, name) == getattr(real, name), name
 
 
 def run_windows(source, windows=3, seconds=0.35):
