@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 import energyframe as ef
-from energyframe import compare_report, rundir
+from energyframe.compare import tables as compare_report
+from energyframe.results import rundir
 
 WORKLOADS = {
     "matmul-4096-fp16": "matmul:M=4096,K=4096,N=4096,dtype=fp16",

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import energyframe as ef
-from energyframe import registry
+from energyframe.kit import registry
 from energyframe.options import parse_spec
 from energyframe.workloads.graph import Captured
 

@@ -149,7 +149,7 @@ def unknown_as_nan(value):
 def worst_ops(run_dir: Path, n: int) -> list[dict]:
     """The ops whose replayed time per call differs most (in total per iteration) from the time
     their kernels took in the trace: where a prediction miss comes from."""
-    from energyframe.results import RunResult
+    from energyframe.results.result import RunResult
 
     ops = RunResult.load(run_dir).derived_table("replayed_ops").rows
     for op in ops:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from energyframe.core.samples import SampleSeries
 from energyframe.plugin import Channel
-from energyframe.results import RunResult
-from energyframe.samples import SampleSeries
+from energyframe.results.result import RunResult
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def gpu_info(meta: dict) -> tuple[str, str | None]:
 
 def window_energy_of(series: SampleSeries):
     """A function (start, end) -> energy of a power series, as energyframe integrates it."""
-    from energyframe.energy import power_energy
+    from energyframe.core.energy import power_energy
 
     def energy(start_s: float, end_s: float) -> float:
         return power_energy(series.times_s, series.values, start_s, end_s).energy_j
@@ -89,7 +89,7 @@ def window_energy_of(series: SampleSeries):
 
 
 def counter_energy_of(series: SampleSeries):
-    from energyframe.energy import counter_energy
+    from energyframe.core.energy import counter_energy
 
     def energy(start_s: float, end_s: float) -> float:
         return counter_energy(series.times_s, series.values, start_s, end_s).energy_j

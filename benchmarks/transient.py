@@ -4,7 +4,7 @@ The load: ``--cycles`` times, a fixed number of back-to-back bf16 GEMMs (~0.5 s,
 0.5 s idle (window "off"), then a random idle gap of up to 0.1 s, so that the energy counter's
 ~100-ms ticks fall at every phase of the cycle.
 
-The truth (``energyframe.cycle_truth``, argued in docs/measurement.md): the counter is exact
+The truth (``cycle_truth.py``, beside this script, argued in docs/measurement.md): the counter is exact
 between its ticks; the mean power profile around the load's edges is fitted from the counter's
 increments over all cycles; a window's true energy is the counter between the ticks inside it
 plus the profile's share of each edge's tick interval. Two cross-checks bound the truth: the
@@ -13,7 +13,7 @@ profile fitted on the other half of the run, and the smoothing of the fit x4 and
 Each window kind (whole on/off phases and 0.2-s windows at, and away from, the steps) is
 integrated by every method: the counter interpolated between ticks (energyframe's default), the
 20-ms buffer and instant power as energyframe integrates them today, and the fused channel
-(``energyframe.fusion``), with two variants of it for diagnosis. The table gives the median and
+(``energyframe.core.fusion``), with two variants of it for diagnosis. The table gives the median and
 the worst |error| against the truth, in % of each window's energy.
 
 On a GPU (about 2.5 minutes with the default 100 cycles; the run directory keeps the samples)::
@@ -39,11 +39,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cycle_truth import Segments, fit_profile, profile_energy, window_truth  # noqa: E402
 from run_data import RunData, counter_energy_of, gpu_info, load_run, window_energy_of  # noqa: E402
 
-from energyframe.cycle_truth import Segments, fit_profile, profile_energy, window_truth  # noqa: E402
-from energyframe.fusion import ShapeSeries, fuse, fused_channels  # noqa: E402
-from energyframe.store import json_safe  # noqa: E402
+from energyframe.core.fusion import ShapeSeries, fuse, fused_channels  # noqa: E402
+from energyframe.results.store import json_safe  # noqa: E402
 
 #: window kinds: (name, load, judged against the targets, (start, end) from one cycle's edges
 #: (on start, on end, off start, off end)). The targets are for the whole 0.5-s phases, which
@@ -194,7 +194,7 @@ def analyse(
     run: RunData, bin_s: float | None = None, smoothing: float | None = None, parameters: dict | None = None
 ) -> dict:
     """Truth, every method's energy and error for every window; summaries and checks."""
-    from energyframe import cycle_truth
+    import cycle_truth
 
     bin_s = bin_s or cycle_truth.BIN_S
     smoothing = smoothing or cycle_truth.SMOOTHING
@@ -424,7 +424,7 @@ def plot(run: RunData, out: dict, png: str, first_cycle: int = 3, cycles: int = 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from energyframe.fusion import fused_channels
+    from energyframe.core.fusion import fused_channels
 
     gpu = out["gpu_channel"]
     edges = cycle_edges(run)

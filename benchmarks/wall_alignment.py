@@ -19,10 +19,10 @@ import time
 
 import numpy as np
 
-from energyframe.align import estimate_lag_and_drift
-from energyframe.clock import ChannelTimeMap
-from energyframe.energy import power_energy
-from energyframe.simulate import combined, pulses, random_steps, synthesize
+from energyframe.core.align import estimate_lag_and_drift
+from energyframe.core.clock import ChannelTimeMap
+from energyframe.core.energy import power_energy
+from energyframe.offline.simulate import combined, pulses, random_steps, synthesize
 
 START = 1000.0
 
@@ -60,9 +60,9 @@ def case(lag: float, drift: float, duration: float, seed: int) -> dict:
 
 def live(seconds: float, lag: float, plot: str | None) -> None:
     import energyframe as ef
-    from energyframe.plots import power_trace
+    from energyframe.offline.simulate import ProfilePowerSource
     from energyframe.power.wattsup_emulator import WattsUpEmulator
-    from energyframe.simulate import ProfilePowerSource
+    from energyframe.report.plots import power_trace
 
     t0 = time.monotonic()
     profile = random_steps(t0, seconds + 30.0, seed=1, mean_step_s=4.0)

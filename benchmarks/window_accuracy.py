@@ -10,7 +10,7 @@ GEMM taken from one 20-s window. Every method sees the same windows:
 - nvml 20-ms buffer: the driver's power samples integrated
 - nvml instant / 1-s average: fields 186 / 185 integrated
 - nvidia-smi instant / average: the nvidia-smi source
-- nvml fused: the counter between ticks, shaped by the 20-ms buffer (``energyframe.fusion``),
+- nvml fused: the counter between ticks, shaped by the 20-ms buffer (``energyframe.core.fusion``),
   computed from the run's samples after it
 
 Run on a GPU: ``python benchmarks/window_accuracy.py [--repeats 8] [--json out.json]``.
@@ -33,10 +33,10 @@ from gpu_load import gemm_step, run_for, time_per_step  # noqa: E402
 from run_data import from_result, window_energy_of  # noqa: E402
 
 import energyframe as ef  # noqa: E402
-from energyframe.fusion import fused_channels  # noqa: E402
+from energyframe.core.fusion import fused_channels  # noqa: E402
 from energyframe.power.nvidia_smi import NvidiaSmiPowerSource  # noqa: E402
 from energyframe.power.nvml import NVMLPowerSource  # noqa: E402
-from energyframe.store import json_safe  # noqa: E402
+from energyframe.results.store import json_safe  # noqa: E402
 
 METHODS = [
     ("counter read at the edges", None),

@@ -14,16 +14,20 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
+from .kit.moved import install as _install_moved_paths
+
+_install_moved_paths()  # energyframe.polling and the other pre-layout paths, with a warning
+
 _EXPORTS = {
-    "measure": "energyframe.measurement",
-    "measured": "energyframe.measurement",
-    "Measurement": "energyframe.measurement",
-    "run": "energyframe.orchestrator",
-    "RunConfig": "energyframe.config",
-    "RunSettings": "energyframe.config",
-    "RunResult": "energyframe.results",
-    "PhaseSummary": "energyframe.windows",
-    "Spread": "energyframe.stats",
+    "measure": "energyframe.lifecycle.measurement",
+    "measured": "energyframe.lifecycle.measurement",
+    "Measurement": "energyframe.lifecycle.measurement",
+    "run": "energyframe.lifecycle.orchestrator",
+    "RunConfig": "energyframe.lifecycle.config",
+    "RunSettings": "energyframe.lifecycle.config",
+    "RunResult": "energyframe.results.result",
+    "PhaseSummary": "energyframe.core.windows",
+    "Spread": "energyframe.core.stats",
     "PowerSource": "energyframe.plugin",
     "Workload": "energyframe.plugin",
     "Reporter": "energyframe.plugin",
@@ -76,7 +80,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
-    from .config import RunConfig, RunSettings  # noqa: F401
+    from .core.stats import Spread  # noqa: F401
+    from .core.windows import PhaseSummary  # noqa: F401
     from .errors import (  # noqa: F401
         DistributedError,
         EnergyFrameError,
@@ -89,7 +94,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         UsageError,
         WorkloadError,
     )
-    from .measurement import Measurement, measure, measured  # noqa: F401
+    from .lifecycle.config import RunConfig, RunSettings  # noqa: F401
+    from .lifecycle.measurement import Measurement, measure, measured  # noqa: F401
+    from .lifecycle.orchestrator import run  # noqa: F401
     from .model import (  # noqa: F401
         Channel,
         ClockBase,
@@ -104,14 +111,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         WindowAnnotation,
     )
     from .options import Option  # noqa: F401
-    from .orchestrator import run  # noqa: F401
     from .plugin import PowerSource, Reporter, Workload  # noqa: F401
-    from .results import RunResult  # noqa: F401
-    from .stats import Spread  # noqa: F401
+    from .results.result import RunResult  # noqa: F401
     from .sweeps.api import sweep  # noqa: F401
     from .sweeps.kernel import load_kernel  # noqa: F401
     from .sweeps.results import KernelResult, SweepResult  # noqa: F401
-    from .windows import PhaseSummary  # noqa: F401
     from .workloads.graph import GraphKernel  # noqa: F401
     from .workloads.perlayer import PerLayer  # noqa: F401
     from .workloads.pipeline import Pipeline, Stage  # noqa: F401

@@ -54,7 +54,7 @@ class Timing(str, enum.Enum):
     PERIOD_END = "period-end"
     #: the value averages ``averaging_s`` and arrives late by an amount nobody knows (a serial
     #: wall meter stamped on arrival): the lag is estimated after the run by cross-correlation
-    #: against a finer channel (``energyframe.align``), and the run waits longer for its samples.
+    #: against a finer channel (``energyframe.core.align``), and the run waits longer for its samples.
     UNKNOWN = "unknown"
 
 

@@ -42,24 +42,24 @@ from .model import (
 from .options import Option, resolve_options
 
 if TYPE_CHECKING:
-    from .results import COMPLETE, INCOMPLETE, RunResult
-    from .samples import SampleSeries
-    from .stats import Spread
-    from .windows import PhaseSummary
+    from .core.samples import SampleSeries
+    from .core.stats import Spread
+    from .core.windows import PhaseSummary
+    from .results.result import COMPLETE, INCOMPLETE, RunResult
 
 #: what a reporter reads, re-exported here but imported on first use: loading a plugin class
 #: (``energyframe list``, ``--help``) must not import pandas
 _LAZY = {
-    "COMPLETE": "results",
-    "INCOMPLETE": "results",
-    "RunResult": "results",
-    "SampleSeries": "samples",
-    "Spread": "stats",
-    "PhaseSummary": "windows",
-    "PollingSource": "polling",
-    "Poller": "polling",
-    "Stream": "polling",
-    "Dedup": "polling",
+    "COMPLETE": "results.result",
+    "INCOMPLETE": "results.result",
+    "RunResult": "results.result",
+    "SampleSeries": "core.samples",
+    "Spread": "core.stats",
+    "PhaseSummary": "core.windows",
+    "PollingSource": "kit.polling",
+    "Poller": "kit.polling",
+    "Stream": "kit.polling",
+    "Dedup": "kit.polling",
 }
 
 

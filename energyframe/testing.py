@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import RunSettings
 from .errors import EnergyFrameError, PowerSourceError
+from .lifecycle.config import RunSettings
 from .model import Channel, Phase, Quantity, Sample, SourceContext, Timing
+from .offline.simulate import ProfilePowerSource as KnownProfileSource
 from .options import Option
 from .plugin import PowerSource, Reporter, Workload
-from .results import RunResult
-from .simulate import ProfilePowerSource as KnownProfileSource
+from .results.result import RunResult
 
 __all__ = [
     "ContractError",
@@ -193,7 +193,7 @@ def check_workload(cls: type[Workload], options: Mapping[str, Any] | None = None
         RunSettings.from_mapping(workload.run_defaults())
     except EnergyFrameError as e:
         raise ContractError(f"{cls.__name__}.run_defaults(): {e}") from e
-    from .orchestrator import run
+    from .lifecycle.orchestrator import run
 
     result = run(workload, power=None, reporters=[],
                  settings=RunSettings(trials=1, min_window_s=0.01, warmup=1, max_iterations=1000))
@@ -207,7 +207,7 @@ def check_workload(cls: type[Workload], options: Mapping[str, Any] | None = None
 def sample_result(complete: bool = True) -> RunResult:
     """A small real result (known 100 W power, two phases), finished or interrupted: what a
     reporter must be able to present."""
-    from .orchestrator import run
+    from .lifecycle.orchestrator import run
 
     def step() -> None:
         end = time.perf_counter() + 0.001

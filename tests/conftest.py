@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from energyframe import registry
-from energyframe.provenance import library_versions
+from energyframe.kit import registry
+from energyframe.results.provenance import library_versions
 
 
 def pytest_report_header(config):

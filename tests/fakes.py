@@ -6,9 +6,9 @@ import time
 from types import SimpleNamespace
 
 from energyframe.errors import PowerSourceError
+from energyframe.kit.polling import PollingSource, mode_option
 from energyframe.options import Option
 from energyframe.plugin import Channel, ClockBase, Phase, Quantity, Sample, Scope, WindowAnnotation, Workload
-from energyframe.polling import PollingSource, mode_option
 
 
 class SignalSource(PollingSource):
@@ -124,7 +124,7 @@ def busy_phase(name="busy", seconds=0.001, **kw):
 
 
 # a reference channel with a known truth (also used by the alignment benchmark)
-from energyframe.simulate import ProfilePowerSource as ProfileSource  # noqa: E402,F401
+from energyframe.offline.simulate import ProfilePowerSource as ProfileSource  # noqa: E402,F401
 
 
 def read_until_error(source, timeout_s: float = 15.0):

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from energyframe.align import estimate_lag, estimate_lag_and_drift
-from energyframe.clock import ChannelTimeMap
-from energyframe.energy import power_energy
+from energyframe.core.align import estimate_lag, estimate_lag_and_drift
+from energyframe.core.clock import ChannelTimeMap
+from energyframe.core.energy import power_energy
+from energyframe.offline.simulate import combined, pulses, random_steps, synthesize
 from energyframe.power.wattsup_emulator import square_wave
-from energyframe.simulate import combined, pulses, random_steps, synthesize
 
 START = 1000.0
 

@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 import energyframe as ef
-from energyframe import analyze as offline
 from energyframe.cli import main
+from energyframe.core.windows import WINDOW_COLUMNS
 from energyframe.errors import UsageError
-from energyframe.windows import WINDOW_COLUMNS
+from energyframe.offline import analyze as offline
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 T0 = dt.datetime(2026, 2, 4, 10, 15, 20)

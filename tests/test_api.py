@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import energyframe as ef
 from energyframe.cli import main
 from energyframe.cli.run import reporter_specs
-from energyframe.display import percent
+from energyframe.results.display import percent
 
 
 def test_measured_decorator_measures_every_call_and_saves_each(tmp_path, power_csv):
@@ -54,7 +54,7 @@ def test_power_none_means_timing_only_in_the_api_too():
 
 
 def test_nothing_detected_is_said_where_a_notebook_sees_it(caplog, monkeypatch):
-    from energyframe import registry
+    from energyframe.kit import registry
 
     monkeypatch.setattr(registry, "auto_power_sources", lambda: ([], ["nvml: not available (no GPU)"]))
     with caplog.at_level(logging.WARNING, logger="energyframe"):

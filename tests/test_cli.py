@@ -10,10 +10,10 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from energyframe import registry
 from energyframe.cli import main
-from energyframe.recovery import load_run
-from energyframe.results import RunResult
+from energyframe.kit import registry
+from energyframe.offline.recovery import load_run
+from energyframe.results.result import RunResult
 
 POWER_NAMES = ", ".join(registry.names(registry.POWER))
 WORKLOAD_NAMES = ", ".join(registry.names(registry.WORKLOADS))

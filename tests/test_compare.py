@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import energyframe as ef
-from energyframe import comparability
-from energyframe.compare import (
+from energyframe.compare import comparability
+from energyframe.compare.statistics import (
     EXACT_MAX_TOTAL,
     MIN_TRIALS,
     _exact_p,
@@ -233,6 +233,7 @@ def test_comparability_of_workloads_sources_and_status(tmp_path, power_csv):
 
 
 def test_the_cli_defaults_are_the_comparisons():
-    from energyframe import compare, compare_cli
+    from energyframe.cli import compare as compare_cli
+    from energyframe.compare import statistics as compare
 
     assert (compare_cli.ALPHA, compare_cli.MIN_CHANGE_PCT) == (compare.DEFAULT_ALPHA, compare.DEFAULT_MIN_CHANGE_PCT)

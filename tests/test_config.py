@@ -8,8 +8,8 @@ from click.testing import CliRunner
 
 import energyframe as ef
 from energyframe.cli import main
-from energyframe.config import MAX_SECONDS, SETTINGS, RunConfig, RunSettings
 from energyframe.errors import UsageError
+from energyframe.lifecycle.config import MAX_SECONDS, SETTINGS, RunConfig, RunSettings
 from tests.fakes import ListWorkload, busy_phase
 
 

@@ -1,11 +1,17 @@
 """The ground truth for windows on a repeated load, against closed-form loads."""
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from energyframe.cycle_truth import Segments, fit_profile, profile_energy, window_truth
+# the truth serves the transient benchmark, and lives beside it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from cycle_truth import Segments, fit_profile, profile_energy, window_truth  # noqa: E402
+
 from tests.sensors import PulseLoad, square_wave, tick_times
 
 

@@ -8,11 +8,11 @@ import types
 import pytest
 
 import energyframe as ef
-from energyframe import orchestrator
-from energyframe.config import RunSettings
-from energyframe.distributed import Coordinator, World
 from energyframe.errors import WorkloadError
+from energyframe.lifecycle import orchestrator
+from energyframe.lifecycle.config import RunSettings
 from energyframe.model import Phase
+from energyframe.ranks.coordinator import Coordinator, World
 from energyframe.workloads import distributed
 
 torch = pytest.importorskip("torch")
@@ -33,7 +33,7 @@ def test_world_comes_from_the_launchers_environment(monkeypatch):
 
 
 def test_world_comes_from_srun_in_a_job_step_only(monkeypatch):
-    from energyframe import distributed as core
+    from energyframe.ranks import coordinator as core
 
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
@@ -55,7 +55,7 @@ def test_world_comes_from_srun_in_a_job_step_only(monkeypatch):
 
 
 def test_srun_variables_are_exported_for_torch_and_the_workloads(monkeypatch):
-    from energyframe import distributed as core
+    from energyframe.ranks import coordinator as core
 
     launcher = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID")
     env = {k: v for k, v in os.environ.items() if k not in launcher}
@@ -67,7 +67,7 @@ def test_srun_variables_are_exported_for_torch_and_the_workloads(monkeypatch):
 
 
 def test_a_rank_measures_the_gpu_of_its_local_rank():
-    from energyframe import distributed as core
+    from energyframe.ranks import coordinator as core
 
     assert core.rank_devices(core.World()) is None  # no launcher: the sources' default
     assert core.rank_devices(core.World(5, 1, 8, True, "torchrun")) == ["cuda:1"]
@@ -298,7 +298,7 @@ def test_srun_without_a_rendezvous_address_is_refused_in_one_line(tmp_path):
 
 
 def test_one_process_keeps_the_single_process_format(tmp_path, monkeypatch):
-    from energyframe.windows import WINDOW_COLUMNS
+    from energyframe.core.windows import WINDOW_COLUMNS
     from tests.conftest import write_power_csv
 
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_STEP_NUM_TASKS"):
@@ -314,9 +314,9 @@ def test_one_process_keeps_the_single_process_format(tmp_path, monkeypatch):
 
 
 def test_rank_0_refuses_a_gpu_two_ranks_measure_and_names_ignored_directories(tmp_path):
-    from energyframe.distributed import RankInfo
     from energyframe.errors import UsageError
-    from energyframe.measurement import Measurement
+    from energyframe.lifecycle.measurement import Measurement
+    from energyframe.ranks.coordinator import RankInfo
 
     gpu = "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
 
@@ -350,7 +350,7 @@ def test_sync_pulses_load_the_ranks_own_gpu(monkeypatch):
     the one its sampler measures, not on cuda:0 for every rank."""
     import torch
 
-    from energyframe import orchestrator, pulse
+    from energyframe.lifecycle import orchestrator, pulse
 
     asked = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

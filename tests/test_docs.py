@@ -11,13 +11,15 @@ import pandas as pd
 import pytest
 
 import energyframe as ef
-from energyframe import energy, model, plugin, registry
+from energyframe import model, plugin
 from energyframe.cli import main
-from energyframe.config import RunSettings
+from energyframe.core import energy
+from energyframe.core.stats import Spread
+from energyframe.core.windows import NOISY, PARTIAL, WINDOW_COLUMNS, PhaseSummary
+from energyframe.kit import registry
+from energyframe.lifecycle.config import RunSettings
 from energyframe.model import Phase
-from energyframe.results import RunResult
-from energyframe.stats import Spread
-from energyframe.windows import NOISY, PARTIAL, WINDOW_COLUMNS, PhaseSummary
+from energyframe.results.result import RunResult
 from energyframe.workloads.kernels import MatmulKernel
 from energyframe.workloads.models import ModelWorkload
 from energyframe.workloads.pipeline import Pipeline
@@ -324,7 +326,7 @@ def test_the_reporter_example_keeps_the_contract(tmp_path, capsys):
 
 
 def test_the_ef_run_docstring_example_runs():
-    from energyframe import orchestrator
+    from energyframe.lifecycle import orchestrator
 
     example = orchestrator.run.__doc__.split("Example::", 1)[1].strip().splitlines()[0].strip()
     namespace = {"ef": __import__("energyframe")}

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from energyframe.energy import (
+from energyframe.core.energy import (
     COUNTER_RESET,
     GAP,
     SHORT_WINDOW,

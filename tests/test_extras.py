@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 import energyframe as ef
-from energyframe import extras
 from energyframe.cli import main
 from energyframe.errors import UsageError, WorkloadError
+from energyframe.kit import extras
 from energyframe.sweeps.plots import draw_all
 from energyframe.sweeps.results import SweepResult
 from energyframe.workloads import models

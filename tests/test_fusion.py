@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from energyframe.energy import counter_energy, power_energy
-from energyframe.fusion import (
+from energyframe.core.energy import counter_energy, power_energy
+from energyframe.core.fusion import (
     MAX_OFFSET_S,
     FusionResult,
     ShapeSeries,
@@ -18,8 +18,8 @@ from energyframe.fusion import (
     fuse,
     fused_channels,
 )
+from energyframe.core.samples import SampleSeries
 from energyframe.plugin import Channel, ClockBase, Quantity, Scope
-from energyframe.samples import SampleSeries
 from tests.sensors import PulseLoad, buffer_samples, instant_samples, square_wave, tick_times
 
 #: the targets for windows that start or end on a load step (docs/measurement.md)
@@ -268,7 +268,7 @@ def test_the_buffer_offset_is_found(late_s):
 
 
 def test_a_long_run_estimates_its_offset_from_the_intervals_where_the_load_changed(monkeypatch):
-    from energyframe import shapes
+    from energyframe.core import shapes
 
     _, _, ticks, counter, buffer, _ = sensors(seed=3, late_s=0.012)
     full = estimate_offset(ticks - ticks[0], np.diff(counter), buffer, origin_s=ticks[0])

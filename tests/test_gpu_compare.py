@@ -8,9 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 import energyframe as ef
-from energyframe import compare_report, rundir
 from energyframe.cli import main
-from energyframe.htmlreport import build_report
+from energyframe.compare import tables as compare_report
+from energyframe.report.html import build_report
+from energyframe.results import rundir
 
 pytestmark = pytest.mark.gpu
 

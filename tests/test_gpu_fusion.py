@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 import energyframe as ef
-from energyframe.energy import power_energy
-from energyframe.fusion import fused_channels
+from energyframe.core.energy import power_energy
+from energyframe.core.fusion import fused_channels
 from energyframe.power.nvml import NVMLPowerSource
 
 pytestmark = pytest.mark.gpu

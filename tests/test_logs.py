@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import energyframe as ef
-from energyframe import logs
 from energyframe.errors import UsageError
+from energyframe.offline import logs
 from energyframe.plugin import ClockBase, Quantity, Scope, Timing
 from tests.fakes import ListWorkload, SignalSource, busy_phase
 

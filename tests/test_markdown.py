@@ -6,11 +6,11 @@ import numpy as np
 from click.testing import CliRunner
 
 import energyframe as ef
-from energyframe import store
 from energyframe.cli import main
-from energyframe.display import si
 from energyframe.reporters.markdown import MarkdownReporter
-from energyframe.results import RunResult
+from energyframe.results import store
+from energyframe.results.display import si
+from energyframe.results.result import RunResult
 from tests.fakes import ListWorkload, SignalSource, busy_phase
 
 HOSTILE = "a|b <img src=x> *c*"

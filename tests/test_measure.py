@@ -6,7 +6,7 @@ import pytest
 
 import energyframe as ef
 from energyframe.errors import PowerSourceError, UsageError
-from energyframe.results import RunResult
+from energyframe.results.result import RunResult
 from tests.fakes import SignalSource
 
 

@@ -8,10 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from energyframe.merge import INCOMPLETE_TOTAL, TOTAL, RankPart, merge_parts, rank_shift_s, run_status
+from energyframe.core.windows import PARTIAL, WINDOW_COLUMNS
 from energyframe.model import DerivedTable
-from energyframe.results import COMPLETE, INCOMPLETE, RunResult
-from energyframe.windows import PARTIAL, WINDOW_COLUMNS
+from energyframe.ranks.merge import INCOMPLETE_TOTAL, TOTAL, RankPart, merge_parts, rank_shift_s, run_status
+from energyframe.results.result import COMPLETE, INCOMPLETE, RunResult
 
 
 def windows(channel, watts, durations, start_s=1000.0, dynamic_w=None, flags=None):
@@ -191,7 +191,7 @@ def test_a_source_on_one_rank_only_is_not_in_the_total():
 
 
 def test_the_ranks_messages_are_said_once_with_who_said_them():
-    from energyframe.merge import said_by_ranks
+    from energyframe.ranks.merge import said_by_ranks
 
     said = {0: ["slow disk"], 1: ["slow disk", "throttled"], 2: ["throttled"], 3: []}
     assert said_by_ranks(said) == ["slow disk", "rank 1: slow disk", "ranks 1, 2: throttled"]

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 import energyframe as ef
-from energyframe import orchestrator
-from energyframe.config import RunSettings
 from energyframe.errors import PowerSourceError, RunInterrupted, UsageError, WorkloadError
-from energyframe.orchestrator import CALIBRATION_MARGIN, SHORT_REDO, calibrate
+from energyframe.lifecycle import orchestrator
+from energyframe.lifecycle.config import RunSettings
+from energyframe.lifecycle.orchestrator import CALIBRATION_MARGIN, SHORT_REDO, calibrate
 from energyframe.plugin import Phase
-from energyframe.results import RunResult
+from energyframe.results.result import RunResult
 from tests.fakes import ListWorkload, SignalSource, StepClock, busy_phase, spin
 
 FAST = RunSettings(trials=3, min_window_s=0.15, warmup_s=0.02)

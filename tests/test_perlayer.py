@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 import energyframe as ef
-from energyframe import registry
 from energyframe.cli import main
 from energyframe.errors import OptionError, PluginNotFoundError, UsageError
+from energyframe.kit import registry
 from energyframe.workloads import lm, models
 from energyframe.workloads.perlayer import PerLayer, per_layer_models, per_layer_spec
 

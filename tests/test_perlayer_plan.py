@@ -5,9 +5,9 @@ rotated inputs, the closure table and its causes, and the options that do not go
 import pytest
 
 import energyframe as ef
-from energyframe import registry
 from energyframe.errors import OptionError
-from energyframe.measurement import Measurement
+from energyframe.kit import registry
+from energyframe.lifecycle.measurement import Measurement
 from energyframe.workloads import graph, perlayer, unitplan
 from energyframe.workloads.graph import Captured
 from energyframe.workloads.models import ModelWorkload
@@ -99,7 +99,7 @@ def test_options_that_cannot_run_are_refused(spec, message):
 
 def test_window_s_counts_each_units_replays_at_capture_instead_of_calibrating(monkeypatch):
     calibrated = []
-    from energyframe import orchestrator
+    from energyframe.lifecycle import orchestrator
 
     real = orchestrator.calibrate
     monkeypatch.setattr(
@@ -125,7 +125,7 @@ def test_window_s_counts_each_units_replays_at_capture_instead_of_calibrating(mo
 
 def test_without_window_s_the_run_calibrates_as_before(monkeypatch):
     calibrated = []
-    from energyframe import orchestrator
+    from energyframe.lifecycle import orchestrator
 
     real = orchestrator.calibrate
     monkeypatch.setattr(

@@ -24,8 +24,8 @@ def test_plot_command_and_reporter(tmp_path):
 
 def test_a_timing_only_run_says_it_has_no_power(tmp_path):
     """Its windows on the run's own time axis (not Unix seconds), and no empty power axis."""
-    from energyframe.plots import missing_power, origin_s
-    from energyframe.results import RunResult
+    from energyframe.report.plots import missing_power, origin_s
+    from energyframe.results.result import RunResult
 
     out = tmp_path / "run"
     ef.run("sleep:seconds=0.01", power=None, reporters=[], out=out, config=ef.RunConfig(trials=2))

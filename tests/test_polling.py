@@ -1,4 +1,4 @@
-"""The polling base (energyframe.polling) and its process mode (energyframe.sampler): one drain
+"""The polling base (energyframe.kit.polling) and its process mode (energyframe.kit.sampler): one drain
 per read, dedup, error latching, the watchdog, reaping, a child that outlives its parent; and the
 HTTP PDU example against a local http.server."""
 
@@ -18,8 +18,8 @@ import pytest
 
 import energyframe as ef
 from energyframe.errors import PowerSourceError
+from energyframe.kit.polling import Dedup, PollingSource, Stream
 from energyframe.plugin import Channel, ClockBase, Quantity, Sample, Scope, SourceContext
-from energyframe.polling import Dedup, PollingSource, Stream
 from tests.fakes import SignalSource, read_until_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,7 +179,7 @@ class Hanging(Scripted):
     """Polls once, then hangs in the driver."""
 
     def tasks(self):
-        from energyframe.polling import Poller
+        from energyframe.kit.polling import Poller
 
         return [Poller(self._poll, 0.01, name="hanging", silent_after_s=0.3, on_silence=self._silence)]
 

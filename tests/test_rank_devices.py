@@ -106,7 +106,7 @@ def test_replay_reads_the_ranks_own_file(tmp_path):
 
 
 def test_which_sources_run_in_every_rank():
-    from energyframe import registry
+    from energyframe.kit import registry
 
     per_process = {name: registry.load(registry.POWER, name).PER_PROCESS for name in registry.names(registry.POWER)}
     assert per_process["nvml"] and per_process["nvidia-smi"] and per_process["replay"]

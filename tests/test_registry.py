@@ -7,9 +7,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from energyframe import registry
 from energyframe.cli import main
 from energyframe.errors import PluginLoadError, PluginNotFoundError
+from energyframe.kit import registry
 from energyframe.power.replay import ReplayPowerSource
 
 GOOD = """
@@ -131,7 +131,7 @@ def test_a_plugins_distribution_is_found_without_scanning_every_package(install_
     """run.json names the distribution behind each plugin. A distribution named after the
     plugin's package is read directly; only others fall back to the scan of every installed
     package (seconds on a machine with many), which is then done once."""
-    from energyframe import provenance
+    from energyframe.results import provenance
     from energyframe.workloads.basic import SleepWorkload
 
     scans = []

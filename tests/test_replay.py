@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import energyframe as ef
-from energyframe.config import RunSettings
 from energyframe.errors import PowerSourceError
+from energyframe.lifecycle.config import RunSettings
 from energyframe.plugin import ClockBase, Quantity, Scope, SourceContext
 from energyframe.power.replay import ReplayPowerSource
 from tests.fakes import ListWorkload, SignalSource, busy_phase

@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 import energyframe as ef
-from energyframe import rundir, store
 from energyframe.cli import main
-from energyframe.htmlreport import build_report, figures
+from energyframe.report.html import build_report, figures
+from energyframe.results import rundir, store
 from tests.fakes import ListWorkload, SignalSource, busy_phase
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
-from energyframe import rundir
-from energyframe.htmlreport import write_report
+from energyframe.report.html import write_report
+from energyframe.results import rundir
 from tests.test_report import EVIL, EVIL_TOO, assert_tables_equal_windows_csv, runs  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # Chromium loads a 5-MB page per test

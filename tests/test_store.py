@@ -5,10 +5,10 @@ import json
 import pandas as pd
 import pytest
 
-from energyframe import store
+from energyframe.core.samples import PARTIAL_NAME
 from energyframe.errors import StoreError
-from energyframe.results import RunResult
-from energyframe.samples import PARTIAL_NAME
+from energyframe.results import store
+from energyframe.results.result import RunResult
 
 
 def test_atomic_write_leaves_no_partial_file_on_failure(tmp_path):
@@ -77,7 +77,7 @@ def test_invalid_json_is_a_store_error(tmp_path):
 
 def test_a_header_only_windows_csv_is_a_run_without_windows(tmp_path):
     """An interrupted run that finished no window writes the header alone: not damage."""
-    from energyframe.windows import WINDOW_COLUMNS
+    from energyframe.core.windows import WINDOW_COLUMNS
 
     (tmp_path / store.WINDOWS_CSV).write_text(",".join(WINDOW_COLUMNS) + "\n")
     frame = store.read_windows(tmp_path)

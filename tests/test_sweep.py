@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import energyframe as ef
 from energyframe.cli import main
 from energyframe.errors import StoreError, UsageError, WorkloadError
-from energyframe.store import write_json
+from energyframe.results.store import write_json
 from energyframe.sweeps import ncu
 from energyframe.sweeps.check import (
     DETERMINISTIC,

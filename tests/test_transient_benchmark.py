@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from energyframe.core.windows import WINDOW_COLUMNS
 from energyframe.plugin import Channel, ClockBase, Quantity, Scope
-from energyframe.results import RunResult
-from energyframe.store import FORMAT_VERSION
-from energyframe.windows import WINDOW_COLUMNS
+from energyframe.results.result import RunResult
+from energyframe.results.store import FORMAT_VERSION
 from tests.sensors import buffer_samples, instant_samples, square_wave, tick_times
 
 pytestmark = pytest.mark.slow  # one synthetic 60-cycle run, analysed twice: ~20 s

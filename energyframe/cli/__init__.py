@@ -45,7 +45,9 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings=CONTEXT)
 @click.version_option(_version(), "--version", prog_name="energyframe")
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug messages.")
-@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr; no progress, no table.")
+@click.option(
+    "-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr; no progress, no table."
+)
 @click.pass_context
 def main(ctx: click.Context, debug: bool, quiet: bool) -> None:
     """Measure the latency and the energy of GPU work, or of any command."""
@@ -65,7 +67,7 @@ def _register_commands(group: click.Group) -> None:
 
     A hook that fails to load or to register is reported on stderr and skipped: one broken
     plugin must not take the whole command line down (``energyframe list`` shows it too)."""
-    from ..registry import command_hooks
+    from ..kit.registry import command_hooks
 
     for name, hook, error in command_hooks():
         if error is None:

@@ -57,7 +57,7 @@ def analyze(power_logs, run_dir, timing, windows, runs, tz, lag, out) -> None:
     """Energy of windows from power logs recorded elsewhere (offline)."""
     import dataclasses
 
-    from .. import analyze as offline
+    from ..offline import analyze as offline
 
     if sum(bool(x) for x in (run_dir, timing, windows)) != 1:
         raise UsageError("give the windows one way: --run DIR, --timing FILE or --window START,END")

@@ -13,7 +13,7 @@ KINDS = ["power", "workloads", "reporters", "commands"]
 @click.argument("kind", required=False, type=click.Choice(KINDS))
 def list_plugins(kind: str | None) -> None:
     """List installed plugins by kind, with version, options and load errors."""
-    from .. import registry
+    from ..kit import registry
 
     kinds = [kind] if kind else KINDS
     for k in kinds:
@@ -44,7 +44,7 @@ def list_plugins(kind: str | None) -> None:
 
 
 def _list_commands() -> None:
-    from .. import registry
+    from ..kit import registry
 
     click.secho(f"commands ({registry.COMMANDS_GROUP}):", bold=True)
     hooks = registry.command_hooks()

@@ -1,5 +1,5 @@
 """``energyframe run``: measure a workload or a command. Its run settings are generated from
-``energyframe.config`` (one source for names, defaults, ranges and help)."""
+``energyframe.lifecycle.config`` (one source for names, defaults, ranges and help)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from ..config import SETTINGS, RunSettings, check_setting, default_of
 from ..errors import UsageError
+from ..lifecycle.config import SETTINGS, RunSettings, check_setting, default_of
 from .show import grid_intensity_option
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -136,10 +136,10 @@ def run(
     Under torchrun (or srun) every rank measures its own GPU, and rank 0 writes one run
     directory with every rank's windows and their total.
     """
-    from .. import orchestrator
-    from ..distributed import export_launcher_env
-    from ..registry import power_from_cli
-    from ..store import default_run_dir
+    from ..kit.registry import power_from_cli
+    from ..lifecycle import orchestrator
+    from ..ranks.coordinator import export_launcher_env
+    from ..results.store import default_run_dir
     from ..workloads.command import CommandWorkload
 
     rank = export_launcher_env().rank

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PowerSourceError
+from ..kit.polling import PollingSource, Stream
 from ..model import Channel, ClockBase, Detection, Quantity, Sample, Scope, Timing
+from ..offline.smi_format import AVERAGE_WINDOW_S, POWER_FIELDS, STATE_FIELDS, header_name
 from ..options import Option
-from ..polling import PollingSource, Stream
-from ..smi_format import AVERAGE_WINDOW_S, POWER_FIELDS, STATE_FIELDS, header_name
 from .devices import cuda_visible_devices, rank_gpus
 
 MISSING = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", ""}

@@ -1,6 +1,6 @@
 """``replay``: play back recorded samples as if a meter produced them now.
 
-Reads any power log ``energyframe.logs`` knows: an energyframe ``samples.parquet`` (channels,
+Reads any power log ``energyframe.offline.logs`` knows: an energyframe ``samples.parquet`` (channels,
 units and, from the ``run.json`` beside it, scopes, resolutions and timing), a CSV with
 ``time_s`` (Unix seconds) and ``power_w`` or ``energy_j``, the earlier tool's WattsUp? CSV
 (``time,id,pm1,pm2,sum``) or an nvidia-smi CSV log. With ``align=start`` the recording is shifted
@@ -92,7 +92,7 @@ class ReplayPowerSource(PowerSource):
         self._file: Path = self.options["file"]
 
     def start(self, context: SourceContext) -> Sequence[Channel]:  # noqa: C901 (the ordered start steps: read the file, choose channels, refuse gaps, build tracks)
-        from ..logs import POWER_CSV, SAMPLES, read_log
+        from ..offline.logs import POWER_CSV, SAMPLES, read_log
 
         path = self._file = rank_path(self.options["file"], context)
         if not path.exists():

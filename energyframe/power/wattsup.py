@@ -4,7 +4,7 @@ Each meter is initialised (logging stopped, input flushed, header requested so r
 by the meter's own field order), then logs externally once per interval; every ``#d`` record is
 stamped on arrival (monotonic) and becomes a power sample. With several ports, each meter is a
 channel (``meter0``, ``meter1``, ...) and ``wall`` is their sum. Records report the average of
-the last interval and arrive late by an unknown amount (``Timing.UNKNOWN``): ``energyframe.align``
+the last interval and arrive late by an unknown amount (``Timing.UNKNOWN``): ``energyframe.core.align``
 estimates that lag after the run against a GPU's power and moves the meter's samples before
 integrating. Each port is read as a ``Stream`` of the polling base.
 
@@ -27,11 +27,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..energy import MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
+from ..core.energy import MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
 from ..errors import OptionError, PowerSourceError
+from ..kit.polling import PollingSource, Stream
 from ..model import Channel, ClockBase, Quantity, Sample, Scope, Timing, WindowAnnotation
 from ..options import Option
-from ..polling import PollingSource, Stream
 from . import wattsup_protocol as proto
 
 #: this many records within one logging interval is a flood (10 times the meter's rate)

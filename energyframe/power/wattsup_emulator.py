@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..simulate import record_window
+from ..offline.simulate import record_window
 from . import wattsup_protocol as proto
 
 #: the emulated line voltage (records carry V, A and PF too)

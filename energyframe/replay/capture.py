@@ -15,8 +15,8 @@ import shutil
 import time
 from pathlib import Path
 
-from .. import extras, registry
 from ..errors import UsageError
+from ..kit import extras, registry
 from ..options import parse_spec
 from ..workloads import distributed
 from . import kineto

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..plots import pyplot
+from ..report.plots import pyplot
 from .kineto import TIER_COMM, TIER_GEMM, TIER_MEMORY, TIER_OTHER, Trace
 
 COLOURS = {TIER_GEMM: "#4C72B0", TIER_MEMORY: "#DD8452", TIER_OTHER: "#55A868", TIER_COMM: "#C44E52"}

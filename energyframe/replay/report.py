@@ -255,7 +255,7 @@ def prediction(
 
 def report_png(report: dict, title: str) -> bytes:
     """Bars: measured against predicted (by tier), and predicted plus the traced idle gaps."""
-    from ..plots import pyplot
+    from ..report.plots import pyplot
 
     plt = pyplot("the prediction plot")
 

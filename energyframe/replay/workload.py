@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import extras, registry
 from ..errors import UsageError, WorkloadError
+from ..kit import extras, registry
 from ..model import DerivedTable, Phase
 from ..options import Option, parse_spec
 from ..plugin import Workload
@@ -472,7 +472,7 @@ class ReplayWorkload(Workload):
         return tables
 
     def extra_files(self, result) -> Mapping[str, bytes]:
-        from ..store import json_safe
+        from ..results.store import json_safe
 
         report = self._report(result)
         title = f"{self.full_spec or self.options['trace']}: measured vs predicted"

@@ -12,9 +12,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from ..display import derived_table, summary_table, windows_table
 from ..options import Option
 from ..plugin import Reporter, RunResult
+from ..results.display import derived_table, summary_table, windows_table
 
 #: a pipe or a file gets a table this wide rather than rich's 80 columns
 PIPE_WIDTH = 160

@@ -10,8 +10,8 @@ import pandas as pd
 
 from ..options import Option
 from ..plugin import Reporter
-from ..results import RunResult
-from ..store import json_safe, write_csv, write_json
+from ..results.result import RunResult
+from ..results.store import json_safe, write_csv, write_json
 
 SPREAD_FIELDS = ("n", "median", "q1", "q3", "iqr", "cv", "min", "max")
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from ..options import Option
 from ..plugin import Reporter
-from ..results import RunResult
-from ..store import write_bytes
+from ..results.result import RunResult
+from ..results.store import write_bytes
 
 
 class MarkdownReporter(Reporter):
@@ -21,7 +21,7 @@ class MarkdownReporter(Reporter):
     )
 
     def report(self, result: RunResult, run_dir: Path | None) -> None:
-        from ..markdown import run_markdown
+        from ..report.markdown import run_markdown
 
         text = run_markdown(result, run_dir, all_channels=self.options["all_channels"])
         path = self.options["path"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import extras
+from ..kit import extras
 from ..options import Option
 from ..plugin import Reporter
-from ..results import RunResult
+from ..results.result import RunResult
 
 
 class PlotReporter(Reporter):
@@ -22,7 +22,7 @@ class PlotReporter(Reporter):
         extras.check("matplotlib", "the plot reporter")  # before the run, not after it
 
     def report(self, result: RunResult, run_dir: Path | None) -> None:
-        from ..plots import power_trace
+        from ..report.plots import power_trace
 
         target = self.options["path"] or (run_dir / "power-trace.png" if run_dir else "power-trace.png")
         power_trace(result, target, all_channels=not self.options["primary_only"])

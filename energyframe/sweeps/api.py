@@ -158,8 +158,8 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
         UsageError: bad input, before anything starts.
         WorkloadError: no CUDA GPU or no CuPy, before anything starts (nothing is written).
     """
-    from .. import orchestrator
-    from ..store import default_run_dir
+    from ..lifecycle import orchestrator
+    from ..results.store import default_run_dir
     from .devices import base_label
     from .outputs import describe, write
 

@@ -161,8 +161,8 @@ def sweep(
         -p N=512..4096 -p M=512..4096 -p K=1024 --shape a=N,K --shape b=K,M --shape res=N,M \\
         --flop '2*N*M*K' --power nvml --ncu
     """
-    from ..config import RunSettings
-    from ..registry import power_from_cli
+    from ..kit.registry import power_from_cli
+    from ..lifecycle.config import RunSettings
     from .api import sweep as run_sweep
     from .kernel import load_kernel, parse_dim3
     from .space import constant, parse_values
@@ -240,7 +240,7 @@ def _child_argv(ctx: click.Context) -> list[str]:
 
 def _on_devices(ctx, kernels, settings, devices, shard, dry_run, out) -> None:
     """``--devices``: a child process per GPU, each measuring one shard, merged into --out."""
-    from ..store import default_run_dir
+    from ..results.store import default_run_dir
     from .api import sweep as run_sweep
     from .parallel import parse_devices, sweep_on_devices
     from .space import in_shard

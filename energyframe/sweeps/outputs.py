@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import store
+from ..results import store
 from .plots import draw_all
 from .report import text_report
 from .results import REPORT_TXT, SweepResult

@@ -14,8 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from .. import extras
-from ..plots import PALETTE, pyplot
+from ..kit import extras
+from ..report.plots import PALETTE, pyplot
 from .results import KernelResult, SweepResult
 
 

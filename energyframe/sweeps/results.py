@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import store
 from ..errors import StoreError, UsageError
+from ..results import store
 from .devices import differences, label_devices
 
 RESULTS_JSON = "benchmark_results.json"

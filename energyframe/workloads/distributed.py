@@ -2,7 +2,7 @@
 and which power channel is this rank's GPU.
 
 The measurement agrees every window edge, calibrated step count, warm-up and guard band across
-the ranks itself (``energyframe.distributed``), so a phase that runs collectives is an ordinary
+the ranks itself (``energyframe.ranks.coordinator``), so a phase that runs collectives is an ordinary
 phase here: every rank runs it the same number of steps because the core decides them together.
 What stays here is what a workload needs: joining the process group (NCCL between GPUs, gloo on
 the CPU), this rank's device, a host (gloo) group for the barriers of a trace, and the GPU channel
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..distributed import World
-from ..distributed import world as _world
 from ..errors import UsageError, WorkloadError
+from ..ranks.coordinator import World
+from ..ranks.coordinator import world as _world
 
 
 def world() -> World:

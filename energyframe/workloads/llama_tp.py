@@ -21,8 +21,8 @@ import inspect
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .. import extras
 from ..errors import WorkloadError
+from ..kit import extras
 from ..model import DerivedTable, Phase
 from ..options import Option
 from ..plugin import Workload

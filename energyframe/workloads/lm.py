@@ -17,8 +17,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from .. import extras
 from ..errors import WorkloadError
+from ..kit import extras
 from ..model import Phase
 from ..options import Option
 from .graph import DTYPE_OPTION, device_sync

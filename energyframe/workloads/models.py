@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .. import extras
 from ..errors import OptionError, WorkloadError
+from ..kit import extras
 from ..model import DerivedTable, Phase
 from ..options import Option
 from ..plugin import Workload
@@ -130,7 +130,7 @@ class ModelWorkload(Workload):
         #: the deprecated ``per_layer=true``: the per-layer wrapper around this model
         self.per_layer: Workload | None = None
         if self.options["per_layer"]:
-            from .. import registry
+            from ..kit import registry
 
             log.warning(
                 "%s:per_layer=true is deprecated; use per-layer:model=%s (the same run)", self.name, self.name

@@ -91,7 +91,7 @@ def per_layer_spec(workload_spec: str | None, validate: bool = False) -> str:
 
 def per_layer_models() -> list[str]:
     """Registered workloads that can be measured layer by layer."""
-    from .. import registry
+    from ..kit import registry
     from .models import ModelWorkload
 
     return [
@@ -102,7 +102,7 @@ def per_layer_models() -> list[str]:
 
 
 def _model_class(name: str) -> type[ModelWorkload]:
-    from .. import registry
+    from ..kit import registry
     from .models import ModelWorkload
 
     cls = registry.load(registry.WORKLOADS, name)

@@ -1,7 +1,7 @@
 """``rapl``: CPU package and DRAM energy from Linux powercap (Intel RAPL; AMD exposes the same).
 
 Each zone's ``energy_uj`` is a cumulative counter in µJ that wraps at ``max_energy_range_uj``.
-The polling base (``energyframe.polling``) reads every zone every ``interval_ms`` in a thread and
+The polling base (``energyframe.kit.polling``) reads every zone every ``interval_ms`` in a thread and
 stamps each reading at the middle of the poll; the wraps are undone here. energyframe
 interpolates the counter at window edges.
 """

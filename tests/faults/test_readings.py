@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import energyframe as ef
-from energyframe.clock import ClockModel
+from energyframe.core.clock import ClockModel
 from energyframe.errors import PowerSourceError
+from energyframe.lifecycle.recorder import Recorder, stall_after_s
 from energyframe.model import Channel, ClockBase, Quantity, Sample, Scope
 from energyframe.plugin import PowerSource
-from energyframe.recorder import Recorder, stall_after_s
 from tests.fakes import ListWorkload, busy_phase
 
 FAST = ef.RunSettings(trials=3, min_window_s=0.2, warmup_s=0.0)
@@ -219,8 +219,8 @@ def test_one_meter_in_two_power_specs_is_refused_before_anything_starts(tmp_path
 def test_rejected_readings_move_with_their_channel_to_the_run_timeline():
     # a period-end channel's readings move back by half the period they average, a wall meter's by
     # its lag: a rejected reading must move the same way to flag the window it fell in
-    from energyframe.assemble import placed_rejections
-    from energyframe.clock import ChannelTimeMap
+    from energyframe.core.clock import ChannelTimeMap
+    from energyframe.lifecycle.assemble import placed_rejections
 
     times = np.array([10.0, 20.0])
     placed = placed_rejections(

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import energyframe as ef
-from energyframe.recovery import load_run
-from energyframe.results import RunResult
+from energyframe.offline.recovery import load_run
+from energyframe.results.result import RunResult
 
 
 def energyframe(*args: str, **kw) -> subprocess.CompletedProcess:
@@ -142,9 +142,9 @@ def test_a_killed_run_keeps_its_finished_windows(tmp_path, power_csv):
 
 
 def test_a_window_journal_survives_a_discarded_window(tmp_path):
-    from energyframe.clock import ClockModel
-    from energyframe.recovery import journal_records
-    from energyframe.store import WindowJournal
+    from energyframe.core.clock import ClockModel
+    from energyframe.offline.recovery import journal_records
+    from energyframe.results.store import WindowJournal
 
     journal = WindowJournal(tmp_path / "windows.partial.csv")
     journal.closed("a", 0, 100.0, 100.5, 10)

@@ -11,7 +11,7 @@ The package, in the style of a device layer:
 - ``device``: NVIDIA's bindings, the one NVML error map, GPU selection and probing, readings;
 - ``poller``: the channels of a GPU, the fast field poller and the slow poller;
 - ``source``: ``NVMLPowerSource``, a ``PollingSource`` (its sampler process, with the line
-  protocol's writer and reader side by side, is ``energyframe.sampler``).
+  protocol's writer and reader side by side, is ``energyframe.kit.sampler``).
 """
 
 from ..devices import cuda_visible_devices

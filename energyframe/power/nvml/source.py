@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import OptionError, PowerSourceError
+from ...kit.polling import Dedup, Poller, PollingSource, mode_option
 from ...model import Channel, Detection, Quantity, Scope, WindowAnnotation
 from ...options import Option
-from ...polling import Dedup, Poller, PollingSource, mode_option
 from ..devices import cuda_visible_devices, rank_gpus
 from .device import (
     GPU,

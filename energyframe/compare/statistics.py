@@ -1,0 +1,393 @@
+"""Comparing runs: an exact Mann–Whitney U test over trials, ratios of medians, verdicts.
+
+Pure: values in, figures out; nothing here reads files or prints. docs/comparing.md explains
+the choices (why a rank test, why at least three trials per run, why a minimum change).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..core.stats import Spread
+
+#: fewer trials than this on either side are never called a significant difference
+MIN_TRIALS = 3
+DEFAULT_ALPHA = 0.05
+#: changes smaller than this (in %) are "not significant" whatever the test says: trials of one
+#: run vary less than runs taken at different times do (docs/comparing.md)
+DEFAULT_MIN_CHANGE_PCT = 1.0
+#: pooled trials up to which the exact distribution of U is computed (a normal approximation,
+#: corrected for ties, above)
+EXACT_MAX_TOTAL = 60
+
+#: figure -> (windows.csv column, unit, word when larger, word when smaller)
+FIGURES: dict[str, tuple[str, str, str, str]] = {
+    "time": ("time_per_iter_s", "s", "slower", "faster"),
+    "energy": ("energy_per_iter_j", "J", "more energy", "less energy"),
+    "power": ("mean_power_w", "W", "more power", "less power"),
+    "dynamic": ("dynamic_energy_per_iter_j", "J", "more dynamic energy", "less dynamic energy"),
+}
+DEFAULT_FIGURES = ("time", "energy")
+
+#: kinds of rows, in the order they are shown
+KINDS = ("phase", "stage", "layer", "configuration", "op", "derived")
+
+
+@dataclass(frozen=True)
+class RankTest:
+    """Two-sided Mann–Whitney U test of two samples (ties get their mean rank).
+
+    Args:
+        u: U of the first sample: pairs (a, b) with a > b, a tie counting one half.
+        p_value: the probability, with no difference between the two, of a U at least as far
+            from its mean as the one seen.
+        method: ``exact`` (the permutation distribution of the ranks, ties included) or
+            ``normal`` (the tie-corrected normal approximation, for many trials).
+    """
+
+    u: float
+    p_value: float
+    n_a: int
+    n_b: int
+    method: str
+
+
+def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    x = np.asarray([v for v in values if v is not None], dtype=float)
+    return x[np.isfinite(x)]
+
+
+def midranks(values: np.ndarray) -> np.ndarray:
+    """Ranks 1..N, tied values sharing the mean of the ranks they span."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    last = np.cumsum(counts)
+    return (last - (counts - 1) / 2.0)[inverse]
+
+
+def _exact_p(doubled_ranks: np.ndarray, n_a: int, observed: int) -> float:
+    """P(|W - E W| >= |observed - E W|) over every choice of ``n_a`` of the pooled ranks, where W
+    is the sum of the chosen (doubled, hence integer) ranks."""
+    total = int(doubled_ranks.sum())
+    # ways[k, s]: how many k-subsets of the ranks seen so far sum to s (floats: C(60, 30) ~ 1e17)
+    ways = np.zeros((n_a + 1, total + 1))
+    ways[0, 0] = 1.0
+    for r in doubled_ranks.astype(int):
+        ways[1:, r:] += ways[:-1, : total + 1 - r].copy()
+    dist = ways[n_a]
+    mean = n_a * total // len(doubled_ranks)  # n_a (N + 1), an integer in doubled ranks
+    distance = np.abs(np.arange(total + 1) - mean)
+    return float(dist[distance >= abs(observed - mean)].sum() / dist.sum())
+
+
+def mann_whitney(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> RankTest:
+    """The two-sided Mann–Whitney U test of ``a`` against ``b`` (NaNs left out).
+
+    Exact for up to ``EXACT_MAX_TOTAL`` pooled values, ties included (the conditional
+    permutation distribution of the mid-ranks); above, the normal approximation with the tie
+    and continuity corrections. With an empty side the p-value is NaN.
+    """
+    x, y = _finite(a), _finite(b)
+    n_a, n_b = x.size, y.size
+    if n_a == 0 or n_b == 0:
+        return RankTest(math.nan, math.nan, n_a, n_b, "none")
+    ranks = midranks(np.concatenate([x, y]))
+    w_a = float(ranks[:n_a].sum())
+    u = w_a - n_a * (n_a + 1) / 2.0
+    n = n_a + n_b
+    if n <= EXACT_MAX_TOTAL:
+        doubled = np.rint(2 * ranks).astype(int)
+        # the smaller side keeps the table small; the two-sided p-value is the same
+        if n_a <= n_b:
+            p = _exact_p(doubled, n_a, int(doubled[:n_a].sum()))
+        else:
+            p = _exact_p(doubled, n_b, int(doubled[n_a:].sum()))
+        return RankTest(u, min(1.0, p), n_a, n_b, "exact")
+    _, counts = np.unique(ranks, return_counts=True)
+    ties = float(np.sum(counts**3 - counts))
+    variance = n_a * n_b / 12.0 * ((n + 1) - ties / (n * (n - 1)))
+    if variance <= 0:
+        return RankTest(u, 1.0, n_a, n_b, "normal")
+    z = max(0.0, abs(u - n_a * n_b / 2.0) - 0.5) / math.sqrt(variance)
+    return RankTest(u, min(1.0, math.erfc(z / math.sqrt(2.0))), n_a, n_b, "normal")
+
+
+def smallest_p(n_a: int, n_b: int) -> float:
+    """The smallest two-sided p-value the exact test can give with ``n_a`` and ``n_b`` trials
+    (every trial of one run beyond every trial of the other, no ties)."""
+    return min(1.0, 2.0 / math.comb(n_a + n_b, n_a))
+
+
+def trials_needed(alpha: float) -> int:
+    """The fewest trials per run (the same in both) with which a difference can reach ``alpha``."""
+    n = MIN_TRIALS
+    while smallest_p(n, n) >= alpha:
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class Change:
+    """One figure of one run against the reference run.
+
+    Args:
+        ratio: median of this run / median of the reference (NaN when either is missing).
+        test: the rank test over the two runs' trials (``None`` for figures without trials).
+        significant: the test's p-value is under alpha, each run has ``MIN_TRIALS`` trials,
+            and the change is at least the minimum change.
+        verdict: for people, e.g. ``1.10× more energy, significant (p=0.008)``.
+    """
+
+    ratio: float
+    test: RankTest | None
+    significant: bool
+    verdict: str
+
+    @property
+    def change_pct(self) -> float:
+        return 100.0 * (self.ratio - 1.0) if math.isfinite(self.ratio) else math.nan
+
+
+def factor_text(ratio: float, figure: str) -> str:
+    """``1.1, "energy"`` -> ``1.10× more energy``; ``0.5, "time"`` -> ``2.00× faster``."""
+    _, _, more, less = FIGURES.get(figure, ("", "", "larger", "smaller"))
+    if ratio == 1.0:
+        return "no change"
+    word = more if ratio > 1 else less
+    factor = ratio if ratio > 1 else 1.0 / ratio
+    if factor < 1.001:
+        return f"{100 * (factor - 1):.2g}% {word}"
+    return f"{factor:.{3 if factor < 1.01 else 2}f}× {word}"
+
+
+def _p_text(p: float) -> str:
+    return f"p={p:.2g}" if p >= 0.001 else "p<0.001"
+
+
+def judge(
+    figure: str,
+    reference: Sequence[float] | np.ndarray,
+    other: Sequence[float] | np.ndarray,
+    alpha: float = DEFAULT_ALPHA,
+    min_change_pct: float = DEFAULT_MIN_CHANGE_PCT,
+) -> Change:
+    """Compare the trials of one figure: the ratio of medians and whether it is significant."""
+    a, b = _finite(reference), _finite(other)
+    if a.size == 0 or b.size == 0:
+        missing = "the reference" if a.size == 0 else "this run"
+        return Change(math.nan, None, False, f"not measured in {missing}")
+    median_a, median_b = float(np.median(a)), float(np.median(b))
+    ratio = median_b / median_a if median_a != 0 else math.nan
+    test = mann_whitney(a, b)
+    factor = factor_text(ratio, figure) if math.isfinite(ratio) else "no ratio (reference median is 0)"
+    if min(a.size, b.size) < MIN_TRIALS:
+        few = min(a.size, b.size)
+        return Change(
+            ratio,
+            test,
+            False,
+            f"{factor}, not significant: {few} trial{'s' if few != 1 else ''}, "
+            f"need at least {MIN_TRIALS} per run",
+        )
+    if not (test.p_value < alpha):
+        floor = smallest_p(a.size, b.size)
+        if floor >= alpha:
+            return Change(
+                ratio,
+                test,
+                False,
+                f"{factor}, not significant: with {a.size} and {b.size} trials no difference can reach "
+                f"p<{alpha:g} (the smallest p is {floor:.2g}); measure at least "
+                f"{trials_needed(alpha)} trials per run",
+            )
+        return Change(ratio, test, False, f"{factor}, not significant ({_p_text(test.p_value)})")
+    if not math.isfinite(ratio) or abs(100.0 * (ratio - 1.0)) < min_change_pct:
+        return Change(
+            ratio,
+            test,
+            False,
+            f"{factor}, not significant: under the {min_change_pct:g} % minimum change "
+            f"({_p_text(test.p_value)})",
+        )
+    return Change(ratio, test, True, f"{factor}, significant ({_p_text(test.p_value)})")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One figure of one phase (or layer, configuration, op) on one channel, in every run.
+
+    Args:
+        kind: ``phase``, ``stage``, ``layer``, ``configuration``, ``op`` or ``derived``.
+        name: the phase name (or, for ``derived``, ``table.column``).
+        channel: the channel, empty for latency (the same on every channel) and timing-only runs.
+        figure: ``time``, ``energy``, ``power``, ``dynamic`` (or a derived column name).
+        spreads: per run, the spread over trials (``None`` where the run lacks the row, and
+            for derived figures).
+        values: per run, the median (or the derived value); NaN where missing.
+        changes: per run, the change against the first run (``None`` for the first run and
+            where either lacks the row).
+    """
+
+    kind: str
+    name: str
+    channel: str
+    figure: str
+    unit: str
+    spreads: tuple[Spread | None, ...]
+    values: tuple[float, ...]
+    changes: tuple[Change | None, ...]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every row of a comparison of runs against the first one, and why they may not compare."""
+
+    labels: tuple[str, ...]
+    rows: tuple[Row, ...]
+    warnings: tuple[str, ...] = ()
+    alpha: float = DEFAULT_ALPHA
+    min_change_pct: float = DEFAULT_MIN_CHANGE_PCT
+    only_in: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def reference(self) -> str:
+        return self.labels[0]
+
+
+def trial_values(windows: pd.DataFrame, figure: str) -> dict[tuple[str, str], np.ndarray]:
+    """Per (phase, channel), the figure's value in each trial. Latency is taken once per
+    window (it is the same on every channel) under channel ``""``."""
+    column = FIGURES[figure][0]
+    if windows.empty or column not in windows.columns:
+        return {}
+    frame = windows
+    if figure == "time":
+        frame = windows.drop_duplicates(["phase", "trial"]).assign(channel="")
+    out = {}
+    for (phase, channel), group in frame.groupby(["phase", "channel"], sort=False):
+        values = pd.to_numeric(group[column], errors="coerce").to_numpy(float)
+        if np.isfinite(values).any():
+            out[(str(phase), str(channel))] = values
+    return out
+
+
+def compare_trials(  # noqa: C901, PLR0915 (one pass over figures, keys and runs builds every row; then the derived rows)
+    labels: Sequence[str],
+    windows: Sequence[pd.DataFrame],
+    channels: Sequence[set[str] | None] = (),
+    kinds: Sequence[Mapping[str, str]] = (),
+    figures: Sequence[str] = DEFAULT_FIGURES,
+    alpha: float = DEFAULT_ALPHA,
+    min_change_pct: float = DEFAULT_MIN_CHANGE_PCT,
+    derived: Sequence[Mapping[str, float]] = (),
+) -> Comparison:
+    """Compare the windows of several runs, each against the first.
+
+    Args:
+        labels: a name per run.
+        windows: per run, its windows.csv.
+        channels: per run, the channels to compare (``None``: all of them).
+        kinds: per run, the kind of each phase (``layer``...); unnamed phases are ``phase``.
+        figures: which of ``FIGURES`` to compare.
+        derived: per run, figures derived from medians (``table.column`` -> value): shown with
+            their change, never tested.
+    """
+    n = len(labels)
+    if n < 2 or len(windows) != n:
+        raise ValueError("compare at least two runs, one label each")
+    unknown = [f for f in figures if f not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figure(s) {unknown}; valid: {', '.join(FIGURES)}")
+    channels = list(channels) or [None] * n
+    kinds = list(kinds) or [{}] * n
+    rows: list[Row] = []
+    only_in: dict[str, list[str]] = {}
+    for figure in figures:
+        per_run = [trial_values(w, figure) for w in windows]
+        for i, kept in enumerate(channels):
+            if kept is not None:
+                per_run[i] = {k: v for k, v in per_run[i].items() if k[1] == "" or k[1] in kept}
+        keys = list(dict.fromkeys(k for run in per_run for k in run))
+        for key in keys:
+            present = [key in run for run in per_run]
+            if not all(present):
+                where = ", ".join(labels[i] for i in range(n) if present[i])
+                text = f"{key[0]} [{key[1]}]" if key[1] else key[0]
+                if text not in only_in.setdefault(where, []):
+                    only_in[where].append(text)
+            if not present[0] or sum(present) < 2:
+                continue
+            reference = per_run[0][key]
+            spreads: list[Spread | None] = []
+            values: list[float] = []
+            changes: list[Change | None] = []
+            for i, run in enumerate(per_run):
+                if key not in run:
+                    spreads.append(None)
+                    values.append(math.nan)
+                    changes.append(None)
+                    continue
+                spread = Spread.of(run[key])
+                spreads.append(spread)
+                values.append(spread.median)
+                changes.append(None if i == 0 else judge(figure, reference, run[key], alpha, min_change_pct))
+            kind = next((k[key[0]] for k in kinds if key[0] in k), "phase")
+            rows.append(
+                Row(
+                    kind,
+                    key[0],
+                    key[1],
+                    figure,
+                    FIGURES[figure][1],
+                    tuple(spreads),
+                    tuple(values),
+                    tuple(changes),
+                )
+            )
+    derived = list(derived) or [{}] * n
+    for name in dict.fromkeys(k for d in derived for k in d):
+        if name not in derived[0]:
+            continue
+        figures_of_runs = tuple(float(d.get(name, math.nan)) for d in derived)
+        ref = figures_of_runs[0]
+        changes = [None]
+        for v in figures_of_runs[1:]:
+            if math.isfinite(v) and math.isfinite(ref) and ref != 0:
+                changes.append(Change(v / ref, None, False, "not tested: derived from medians"))
+            else:
+                changes.append(None)
+        rows.append(
+            Row(
+                "derived",
+                name,
+                "",
+                name.rpartition(".")[2],
+                _unit(name),
+                (None,) * n,
+                figures_of_runs,
+                tuple(changes),
+            )
+        )
+    order = {k: i for i, k in enumerate(KINDS)}
+    rows.sort(key=lambda r: order.get(r.kind, len(order)))  # stable: phases keep their order
+    return Comparison(
+        tuple(labels),
+        tuple(rows),
+        alpha=alpha,
+        min_change_pct=min_change_pct,
+        only_in={k: tuple(v) for k, v in only_in.items()},
+    )
+
+
+def _unit(column: str) -> str:
+    for suffix, unit in (("_per_s", "/s"), ("_pct", "%"), ("_percent", "%"), ("_us", "µs")):
+        if column.endswith(suffix):
+            return unit
+    for suffix, unit in (("_s", "s"), ("_j", "J"), ("_w", "W")):
+        if column.endswith(suffix):
+            return unit
+    return ""

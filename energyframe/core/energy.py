@@ -1,0 +1,149 @@
+"""Energy of a time window from a sample stream, exact at the window's edges.
+
+Two kinds of stream (see ``Quantity``):
+
+- a cumulative energy counter, sampled at its tick times: the counter is interpolated linearly
+  between ticks at both edges, and the window's energy is the difference. A plain difference
+  of two reads would be off by up to one tick of energy at each edge, and read 0 J for a
+  window between two ticks.
+- power samples: the piecewise-linear signal through the samples is integrated (trapezoid)
+  over the window, with its value at each edge interpolated between the neighbouring samples.
+
+Both need a sample at or before the window's start and at or after its end; otherwise the
+window is flagged ``uncovered`` and its energy is NaN rather than a confident wrong number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model import Quantity
+
+# numpy 2 renamed trapz; keep working with numpy 1.24+
+_trapezoid = getattr(np, "trapezoid", None) or getattr(np, "trapz")  # noqa: B009
+
+#: window flags (also documented in docs/result-format.md)
+SHORT_WINDOW = "short_window"  # shorter than two update periods of the channel
+UNCOVERED = "uncovered"  # the samples do not reach both edges
+GAP = "gap"  # samples around the window are further apart than three update periods
+COUNTER_RESET = "counter_reset"  # the counter went down inside the window
+NEGATIVE_POWER = "negative_power"  # a negative reading near the window was rejected, not integrated
+INVALID_READING = "invalid_reading"  # a NaN or infinite reading near the window was rejected
+MISSING_POWER = "missing_power"  # offline: a log row without a power value ([N/A]) near the window
+SHORT_FOR_METER = "meter_window_under_60s"  # a wall meter's window shorter than MLPerf Power's minimum
+#: MLPerf Power's guidance: wall-meter windows shorter than this are not trustworthy. Units: s.
+MLPERF_MIN_WINDOW_S = 60.0
+
+
+@dataclass(frozen=True)
+class WindowEnergy:
+    """Energy of one window on one channel. Units: J (NaN when it cannot be known)."""
+
+    energy_j: float
+    flags: tuple[str, ...] = ()
+
+
+def _bracket(times: np.ndarray, start_s: float, end_s: float) -> tuple[int, int] | None:
+    """Indices of the last sample at/before start and the first at/after end, or None."""
+    if times.size == 0 or times[0] > start_s or times[-1] < end_s:
+        return None
+    lo = int(np.searchsorted(times, start_s, side="right")) - 1
+    hi = int(np.searchsorted(times, end_s, side="left"))
+    return lo, hi
+
+
+def _quality_flags(
+    times: np.ndarray, lo: int, hi: int, start_s: float, end_s: float, resolution_s: float
+) -> list[str]:
+    flags = []
+    if resolution_s > 0 and (end_s - start_s) < 2 * resolution_s:
+        flags.append(SHORT_WINDOW)
+    if resolution_s > 0 and hi > lo and float(np.max(np.diff(times[lo : hi + 1]))) > 3 * resolution_s:
+        flags.append(GAP)
+    return flags
+
+
+def counter_energy(
+    times_s: np.ndarray, energy_j: np.ndarray, start_s: float, end_s: float, resolution_s: float = 0.0
+) -> WindowEnergy:
+    """Energy between ``start_s`` and ``end_s`` from a cumulative counter sampled at its ticks.
+
+    Args:
+        times_s: tick times, ascending. Units: s.
+        energy_j: counter value at each tick. Units: J.
+        start_s, end_s: the window. Units: s.
+        resolution_s: the counter's update period, for the short-window and gap flags. Units: s.
+    """
+    bracket = _bracket(times_s, start_s, end_s)
+    if bracket is None:
+        return WindowEnergy(math.nan, (UNCOVERED,))
+    lo, hi = bracket
+    flags = _quality_flags(times_s, lo, hi, start_s, end_s, resolution_s)
+    segment_v = energy_j[lo : hi + 1]
+    if np.any(np.diff(segment_v) < 0):
+        return WindowEnergy(math.nan, (*flags, COUNTER_RESET))
+    # Work relative to the window start and the first bracketing tick: keeps full precision
+    # when timestamps are Unix seconds and counters hold megajoules since driver load.
+    t = times_s[lo : hi + 1] - start_s
+    v = segment_v - segment_v[0]
+    e0 = float(np.interp(0.0, t, v))
+    e1 = float(np.interp(end_s - start_s, t, v))
+    return WindowEnergy(e1 - e0, tuple(flags))
+
+
+def power_energy(
+    times_s: np.ndarray, power_w: np.ndarray, start_s: float, end_s: float, resolution_s: float = 0.0
+) -> WindowEnergy:
+    """Integral of the piecewise-linear power signal over ``[start_s, end_s]``.
+
+    Args:
+        times_s: sample times, ascending (two samples at one time describe a step). Units: s.
+        power_w: power at each sample. Units: W.
+        start_s, end_s: the window. Units: s.
+        resolution_s: the reading's update period, for the short-window and gap flags. Units: s.
+    """
+    bracket = _bracket(times_s, start_s, end_s)
+    if bracket is None:
+        return WindowEnergy(math.nan, (UNCOVERED,))
+    lo, hi = bracket
+    flags = _quality_flags(times_s, lo, hi, start_s, end_s, resolution_s)
+    t = times_s[lo : hi + 1] - start_s
+    p = power_w[lo : hi + 1]
+    duration = end_s - start_s
+    inside = (t > 0.0) & (t < duration)
+    ts = np.concatenate(([0.0], t[inside], [duration]))
+    ps = np.concatenate(([_value_at(t, p, 0.0)], p[inside], [_value_at(t, p, duration)]))
+    return WindowEnergy(float(_trapezoid(ps, ts)), tuple(flags))
+
+
+def _value_at(t: np.ndarray, v: np.ndarray, x: float) -> float:
+    """Linear interpolation that, at a step (two samples at one time), takes the side inside
+    the window: the later value at the window's start, the earlier at its end."""
+    if x <= 0.0:
+        i = int(np.searchsorted(t, x, side="right"))
+        if i > 0 and t[i - 1] == x:
+            return float(v[i - 1])
+    else:
+        i = int(np.searchsorted(t, x, side="left"))
+        if i < t.size and t[i] == x:
+            return float(v[i])
+    return float(np.interp(x, t, v))
+
+
+def window_energy(
+    quantity: Quantity,
+    times_s: np.ndarray,
+    values: np.ndarray,
+    start_s: float,
+    end_s: float,
+    resolution_s: float = 0.0,
+) -> WindowEnergy:
+    """Dispatch on the channel's quantity."""
+    if quantity == Quantity.ENERGY:
+        return counter_energy(times_s, values, start_s, end_s, resolution_s)
+    if quantity == Quantity.POWER:
+        return power_energy(times_s, values, start_s, end_s, resolution_s)
+    raise ValueError(f"{quantity} samples carry no energy")

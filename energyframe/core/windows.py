@@ -1,0 +1,257 @@
+"""Measured windows, their energy on every channel, and per-phase summaries."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..model import Channel, WindowAnnotation
+from .clock import ClockModel
+from .energy import INVALID_READING, NEGATIVE_POWER, window_energy
+from .samples import SampleSeries
+from .stats import Spread
+
+WINDOW_COLUMNS = [
+    "phase",
+    "trial",
+    "channel",
+    "start_s",
+    "end_s",
+    "duration_s",
+    "iterations",
+    "time_per_iter_s",
+    "energy_j",
+    "mean_power_w",
+    "energy_per_iter_j",
+    "dynamic_energy_j",
+    "dynamic_energy_per_iter_j",
+    "flags",
+]
+
+NOISY = "noisy"  # phase-level flag: IQR/median of time or energy per iteration >= 10 %
+PARTIAL = "partial"  # phase-level flag: energy known for fewer trials than were measured
+#: which flag a rejected reading gives the windows around it (samples.py names the reasons)
+REJECTION_FLAGS = {"negative": NEGATIVE_POWER, "not_finite": INVALID_READING, "implausible": INVALID_READING}
+
+
+@dataclass(frozen=True)
+class WindowRecord:
+    """A window as measured: where it lies on the monotonic timeline and what ran in it.
+
+    Args:
+        phase: the phase (or user window) name.
+        trial: 0-based index among the windows of that phase.
+        start_s, end_s: monotonic seconds, each taken after a device sync.
+        iterations: iterations of the phase's step inside the window.
+    """
+
+    phase: str
+    trial: int
+    start_s: float
+    end_s: float
+    iterations: int = 1
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
+class IdleBaseline:
+    """Power of one channel while nothing ran. Units: W, s."""
+
+    channel: str
+    power_w: float
+    duration_s: float
+    flags: tuple[str, ...] = ()
+
+
+def idle_baselines(
+    window: WindowRecord, channels: Mapping[str, Channel], series: Mapping[str, SampleSeries]
+) -> dict[str, IdleBaseline]:
+    out = {}
+    for name, channel in channels.items():
+        if not channel.integrable:
+            continue
+        s = series[name]
+        we = window_energy(
+            channel.quantity, s.times_s, s.values, window.start_s, window.end_s, channel.resolution_s
+        )
+        power = we.energy_j / window.duration_s if window.duration_s > 0 else math.nan
+        out[name] = IdleBaseline(name, power, window.duration_s, we.flags)
+    return out
+
+
+Annotator = Callable[[Channel, float, float], WindowAnnotation]
+
+
+def rejection_flags(
+    channel: Channel, rejected: Mapping[str, np.ndarray], start_s: float, end_s: float
+) -> list[str]:
+    """Flags for readings of ``channel`` rejected within one update period of the window."""
+    margin = max(channel.resolution_s, 1e-6)
+    flags = []
+    for reason, times in rejected.items():
+        lo = int(np.searchsorted(times, start_s - margin, side="left"))
+        if lo < times.size and times[lo] <= end_s + margin:
+            flags.append(REJECTION_FLAGS.get(reason, INVALID_READING))
+    return flags
+
+
+def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejection flags, idle baseline, annotations)
+    records: Sequence[WindowRecord],
+    channels: Mapping[str, Channel],
+    series: Mapping[str, SampleSeries],
+    clock: ClockModel,
+    idle: Mapping[str, IdleBaseline] | None = None,
+    annotate: Annotator | None = None,
+    rejected: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+) -> pd.DataFrame:
+    """One row per window and integrable channel (one row per window when there is none).
+
+    Args:
+        rejected: per channel, when readings that cannot be physical were kept out of its series
+            (``SampleStore.rejected_times``); the windows near them are flagged.
+    """
+    idle = idle or {}
+    rejected = rejected or {}
+    integrable = [c for c in channels.values() if c.integrable]
+    rows = []
+    for w in records:
+        base = {
+            "phase": w.phase,
+            "trial": w.trial,
+            "start_s": clock.to_unix(w.start_s),
+            "end_s": clock.to_unix(w.end_s),
+            "duration_s": w.duration_s,
+            "iterations": w.iterations,
+            "time_per_iter_s": w.duration_s / w.iterations if w.iterations else math.nan,
+        }
+        if not integrable:
+            rows.append({**base, "channel": "", "flags": ""})
+            continue
+        for channel in integrable:
+            s = series[channel.name]
+            we = window_energy(
+                channel.quantity, s.times_s, s.values, w.start_s, w.end_s, channel.resolution_s
+            )
+            row = {
+                **base,
+                "channel": channel.name,
+                "energy_j": we.energy_j,
+                "mean_power_w": we.energy_j / w.duration_s if w.duration_s > 0 else math.nan,
+                "energy_per_iter_j": we.energy_j / w.iterations if w.iterations else math.nan,
+            }
+            flags = list(we.flags)
+            if channel.name in rejected:
+                for flag in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s):
+                    if flag not in flags:
+                        flags.append(flag)
+            baseline = idle.get(channel.name)
+            if baseline is not None:
+                dynamic = we.energy_j - baseline.power_w * w.duration_s
+                row["dynamic_energy_j"] = dynamic
+                row["dynamic_energy_per_iter_j"] = dynamic / w.iterations if w.iterations else math.nan
+            if annotate is not None:
+                note = annotate(channel, w.start_s, w.end_s)
+                row.update(note.columns)
+                flags.extend(f for f in note.flags if f not in flags)
+            row["flags"] = ";".join(flags)
+            rows.append(row)
+    frame = pd.DataFrame(rows)
+    for column in WINDOW_COLUMNS:
+        if column not in frame.columns:
+            frame[column] = math.nan if column not in ("phase", "channel", "flags") else ""
+    extra = [c for c in frame.columns if c not in WINDOW_COLUMNS]
+    return frame[WINDOW_COLUMNS + extra]
+
+
+@dataclass(frozen=True)
+class PhaseSummary:
+    """One phase on one channel over its trials (``channel`` is empty for timing-only runs)."""
+
+    phase: str
+    channel: str
+    trials: int
+    iterations: int
+    time_per_iter_s: Spread
+    energy_per_iter_j: Spread
+    mean_power_w: Spread
+    dynamic_energy_per_iter_j: Spread | None = None
+    flags: tuple[str, ...] = ()
+    work: Mapping[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "phase": self.phase,
+            "channel": self.channel,
+            "trials": self.trials,
+            "iterations": self.iterations,
+            "time_per_iter_s": self.time_per_iter_s.to_json(),
+            "energy_per_iter_j": self.energy_per_iter_j.to_json(),
+            "mean_power_w": self.mean_power_w.to_json(),
+            "dynamic_energy_per_iter_j": (
+                self.dynamic_energy_per_iter_j.to_json() if self.dynamic_energy_per_iter_j else None
+            ),
+            "flags": list(self.flags),
+            "work": dict(self.work),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> PhaseSummary:
+        dyn = d.get("dynamic_energy_per_iter_j")
+        return cls(
+            phase=d["phase"],
+            channel=d["channel"],
+            trials=d["trials"],
+            iterations=d["iterations"],
+            time_per_iter_s=Spread.from_json(d["time_per_iter_s"]),
+            energy_per_iter_j=Spread.from_json(d["energy_per_iter_j"]),
+            mean_power_w=Spread.from_json(d["mean_power_w"]),
+            dynamic_energy_per_iter_j=Spread.from_json(dyn) if dyn else None,
+            flags=tuple(d.get("flags", ())),
+            work=d.get("work", {}),
+        )
+
+
+def summarize(
+    windows: pd.DataFrame, work: Mapping[str, Mapping[str, float]] | None = None
+) -> list[PhaseSummary]:
+    """Per phase and channel: median and spread over trials, and the union of window flags."""
+    work = work or {}
+    out: list[PhaseSummary] = []
+    if windows.empty:
+        return out
+    for (phase, channel), group in windows.groupby(["phase", "channel"], sort=False):
+        flags: list[str] = []
+        for text in group["flags"].fillna(""):
+            flags.extend(f for f in str(text).split(";") if f and f not in flags)
+        time_spread = Spread.of(group["time_per_iter_s"])
+        energy_spread = Spread.of(group["energy_per_iter_j"])
+        if (time_spread.noisy or energy_spread.noisy) and NOISY not in flags:
+            flags.append(NOISY)
+        trials = int(group["trial"].nunique())
+        if channel and energy_spread.n < trials and PARTIAL not in flags:
+            flags.append(PARTIAL)  # the median below covers energy_per_iter_j.n of the trials
+        dynamic = None
+        if group["dynamic_energy_per_iter_j"].notna().any():
+            dynamic = Spread.of(group["dynamic_energy_per_iter_j"])
+        out.append(
+            PhaseSummary(
+                phase=str(phase),
+                channel=str(channel),
+                trials=trials,
+                iterations=int(group["iterations"].median()),
+                time_per_iter_s=time_spread,
+                energy_per_iter_j=energy_spread,
+                mean_power_w=Spread.of(group["mean_power_w"]),
+                dynamic_energy_per_iter_j=dynamic,
+                flags=tuple(flags),
+                work=dict(work.get(str(phase), {})),
+            )
+        )
+    return out

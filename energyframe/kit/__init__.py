@@ -1,0 +1,1 @@
+"""How plugins are found (``registry``), sampled (``polling``, ``sampler``: the polling base and its child process) and their optional dependencies named (``extras``); ``moved`` keeps the pre-layout import paths."""

@@ -1,0 +1,427 @@
+"""The plugin kit's acquisition base: a power source written as ``open()`` and ``poll()``.
+
+An author declares the channels in ``open`` and writes ``poll() -> readings``; ``PollingSource``
+owns the rest: the sampling loop (a thread, or a child process when the ``mode`` option says
+``process``), the buffer and its lock, dedup of repeated readings, error latching (a failure
+is raised once, after the samples acquired before it), a watchdog for a loop that stops coming
+round, and reaping of the processes a source starts. A source that reads a stream instead of
+polling (a child's stdout, a serial port) returns ``Stream`` tasks and gets the same.
+
+    class PDU(PollingSource):
+        OPTIONS = (Option("url", required=True), Option("interval_s", "float", 1.0))
+
+        def open(self):
+            return [Channel("pdu", Quantity.POWER, Scope.SYSTEM_WALL, 1.0)]
+
+        def poll(self):
+            return {"pdu": float(json.load(urlopen(self.options["url"]))["watts"])}
+
+``read()`` never makes a caller spin: each call hands over what accumulated since the last one
+(one drain) and returns ``[]`` when nothing is new. In process mode the source is rebuilt in a
+child process from its class path and options (``energyframe.kit.sampler``, this module's other
+half), which exits when its parent dies and is reaped on ``stop()``.
+
+This module imports only ``errors``, ``model``, ``options``, ``plugin`` and ``sampler`` (no pandas);
+plugins import ``PollingSource`` from ``energyframe.plugin``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..errors import PowerSourceError
+from ..model import Channel, ClockBase, Sample, SourceContext
+from ..options import Option
+from ..plugin import PowerSource
+from .sampler import Remote, reap
+
+#: what ``poll`` returns: ``{channel: value}``, stamped by the base at the middle of the poll on
+#: each channel's clock and deduplicated (``dedup``); or samples the source stamped itself,
+#: passed through as they are
+Readings = Mapping[str, float] | Iterable[Sample]
+
+MODES = ("thread", "process")
+#: how long ``stop`` waits for a loop to end, and a reaped process to exit. Units: s.
+JOIN_TIMEOUT_S = 5.0
+
+
+class Dedup(str, enum.Enum):
+    """What the base does with a ``{channel: value}`` reading equal to the channel's last one."""
+
+    #: every reading is a sample at the poll's midpoint (a counter read at a known instant)
+    KEEP = "keep"
+    #: a changed value is stamped midway between the poll that last saw the old value and the
+    #: first that sees the new one; an unchanged value is repeated once per ``resolution_s``
+    #: so that a steady signal does not look like a gap (instant power that updates slowly)
+    CHANGES = "changes"
+    #: only changes are samples, stamped as for CHANGES, and the first value is not one: a
+    #: counter that ticks (its tick times are what an energy window interpolates between)
+    TICKS = "ticks"
+
+
+@dataclass(frozen=True)
+class Poller:
+    """A loop that calls ``poll`` and pauses ``interval_s`` between two calls.
+
+    Args:
+        poll: returns ``Readings``; raises ``PowerSourceError`` (with what to do) to fail.
+        interval_s: pause between the end of one call and the start of the next. Units: s.
+        name: the thread's name, and the loop's name in messages.
+        silent_after_s: the loop not coming round for this long (the pause included) fails
+            the source: a call that hangs in a driver, a request without a timeout. ``None``:
+            never. Units: s.
+        on_silence: the failure message, given how long the loop has been quiet.
+    """
+
+    poll: Callable[[], Readings]
+    interval_s: float
+    name: str = "poll"
+    silent_after_s: float | None = None
+    on_silence: Callable[[float], str] | None = None
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A loop over ``read()``, an iterator that blocks until readings come (a child's stdout).
+
+    The iterator ends when ``PollingSource.stopping`` is set or its input ends; ending while
+    the source is not stopping fails the source (raise ``PowerSourceError`` to say why).
+    ``silent_after_s``: yielding nothing for this long fails the source (``on_silence`` says
+    why); yield an empty list to show the stream is alive when input came that holds no sample.
+    """
+
+    read: Callable[[], Iterable[Readings]]
+    name: str = "stream"
+    silent_after_s: float | None = None
+    on_silence: Callable[[float], str] | None = None
+
+
+Task = Poller | Stream
+
+
+def mode_option(default: str = "thread") -> Option:
+    """The ``mode`` option: acquire in a thread of the measured process, or in a child process."""
+    return Option(
+        "mode",
+        "choice",
+        default,
+        "sample in a separate process, or a thread of this one",
+        choices=("process", "thread"),
+    )
+
+
+class PollingSource(PowerSource):
+    """A power source that polls (or reads a stream); the base does the acquisition around it.
+
+    Write ``open`` (touch the hardware, return the channels) and ``poll``, or ``tasks`` for
+    several loops or streams; optionally ``close``, ``dedup``, ``describe`` and ``prepare``.
+    Call ``warn`` for problems that do not stop the run, ``spawn`` to start a process that is
+    reaped on ``stop``, and raise ``PowerSourceError`` from ``poll`` to fail.
+    """
+
+    #: the pause between polls of the default poller, when the source has no ``interval_s``
+    #: or ``interval_ms`` option. Units: s.
+    POLL_INTERVAL_S: ClassVar[float] = 0.1
+    #: where to acquire when the source has no ``mode`` option (``mode_option()`` adds one)
+    DEFAULT_MODE: ClassVar[str] = "thread"
+    #: what the child process is called in messages ("the NVML sampler process died")
+    PROCESS_LABEL: ClassVar[str] = ""
+    #: process mode keeps ``<raw_dir>/<PROCESS_LOG>.log`` (the protocol) and ``.stderr``
+    PROCESS_LOG: ClassVar[str] = "sampler"
+    #: how long the child may take to open the hardware. Units: s.
+    START_TIMEOUT_S: ClassVar[float] = 60.0
+    #: samples held but not read beyond this mean the source floods: it fails
+    MAX_PENDING: ClassVar[int] = 1_000_000
+
+    def __init__(self, name: str | None = None, **options: Any) -> None:
+        super().__init__(name, **options)
+        #: what ``prepare`` returned in the measured process, wherever ``open`` runs
+        self.prepared: dict[str, Any] = {}
+        #: the context ``start`` was given (in the child: its raw_dir, and warn to the parent)
+        self.context = SourceContext()
+        self._poll_lock = threading.Lock()
+        self._poll_pending: list[Sample] = []
+        self._poll_error: str | None = None
+        self._poll_raised = False
+        self._poll_stop = threading.Event()
+        self._poll_children: list[subprocess.Popen] = []
+        self._poll_threads: list[threading.Thread] = []
+        self._poll_alive: dict[str, float] = {}
+        self._poll_tasks: list[Task] = []
+        self._poll_channels: dict[str, Channel] = {}
+        self._poll_policy: dict[str, Dedup] = {}
+        self._poll_last: dict[str, tuple[float, float]] = {}
+        self._poll_opened = False
+        self._poll_remote: Any = None  # a sampler.Remote in process mode
+
+    # -- what an author writes -------------------------------------------------------------
+    def open(self) -> Sequence[Channel]:
+        """Touch the hardware and return the channels (runs where acquisition runs).
+
+        Raises:
+            PowerSourceError: the hardware, driver or permissions are missing, with the fix.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define open()")
+
+    def poll(self) -> Readings:
+        """One reading of every channel: ``{channel: value}``, or samples stamped here."""
+        raise NotImplementedError(f"{type(self).__name__} must define poll() or tasks()")
+
+    def tasks(self) -> Sequence[Task]:
+        """The loops to run once ``open`` succeeded: by default one ``Poller`` over ``poll``."""
+        return [Poller(self.poll, self.poll_interval_s(), name=self.name)]
+
+    def close(self) -> None:
+        """Release what ``open`` took; called once the loops ended, also after ``open`` failed."""
+
+    def dedup(self, channel: Channel) -> Dedup:
+        """How ``{channel: value}`` readings of ``channel`` are deduplicated (``Dedup``)."""
+        return Dedup.KEEP
+
+    def describe(self) -> Mapping[str, Any]:
+        """What was measured, for run.json; runs where acquisition runs (``info`` returns it)."""
+        return {}
+
+    def prepare(self) -> Mapping[str, Any]:
+        """State only the measured process knows (JSON values), taken before acquisition starts
+        and available as ``self.prepared`` where ``open`` runs, also in a child process."""
+        return {}
+
+    # -- what an author calls -----------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self.options.get("mode") or self.DEFAULT_MODE
+
+    @property
+    def sampler_process(self) -> subprocess.Popen | None:
+        """The child process acquiring in process mode (``None`` in thread mode)."""
+        return self._poll_remote.proc if self._poll_remote is not None else None
+
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop`` began or acquisition failed: loops and streams should end."""
+        return self._poll_stop.is_set()
+
+    def poll_interval_s(self) -> float:
+        """The default poller's pause: the ``interval_s`` or ``interval_ms`` option, if any."""
+        if self.options.get("interval_s") is not None:
+            return float(self.options["interval_s"])
+        if self.options.get("interval_ms") is not None:
+            return float(self.options["interval_ms"]) / 1e3
+        return self.POLL_INTERVAL_S
+
+    def warn(self, message: str) -> None:
+        """Report a problem that does not stop the run (in process mode, sent to the parent)."""
+        self.context.warn(message)
+
+    def spawn(self, args: Sequence[str], **popen: Any) -> subprocess.Popen:
+        """Start a process that ``stop`` (or a failure) terminates and reaps."""
+        proc = subprocess.Popen(list(args), **popen)
+        self._poll_children.append(proc)
+        return proc
+
+    def fail(self, message: str) -> None:
+        """Latch a failure from any thread: acquisition stops, ``read`` raises it once, after
+        the samples acquired before it."""
+        with self._poll_lock:
+            if self._poll_error is not None:
+                return
+            self._poll_error = message
+        self._poll_stop.set()
+        self._reap_children()
+
+    # -- the PowerSource contract ---------------------------------------------------------------
+    def start(self, context: SourceContext) -> Sequence[Channel]:
+        self.context = context
+        self.prepared = json.loads(json.dumps(dict(self.prepare())))  # what a child would get
+        if self.mode == "process":
+            self._poll_remote = Remote(self)
+            return self._poll_remote.start(context)
+        channels = self._open_here()
+        self._run_here(self._take)
+        return channels
+
+    def read(self) -> list[Sample]:
+        if self._poll_remote is not None:
+            self._poll_remote.pull()
+        else:
+            self._watch()
+        with self._poll_lock:
+            out, self._poll_pending = self._poll_pending, []
+            if out:
+                return out
+            if self._poll_error is not None and not self._poll_raised:
+                self._poll_raised = True
+                raise PowerSourceError(self._poll_error)
+        return []
+
+    def stop(self) -> None:
+        if self._poll_remote is not None:
+            self._poll_remote.stop()
+        else:
+            self._stop_here()
+
+    def info(self) -> Mapping[str, Any]:
+        info = dict(self._poll_remote.info if self._poll_remote is not None else self.describe())
+        if "mode" in self.options:
+            info["mode"] = self.mode
+        return info
+
+    # -- acquisition where it runs (this process, or the child) ---------------------------------
+    def _open_here(self) -> list[Channel]:
+        self._poll_stop.clear()
+        try:
+            channels = list(self.open())
+            self._poll_opened = True
+            self._poll_channels = {c.name: c for c in channels}
+            self._poll_policy = {c.name: Dedup(self.dedup(c)) for c in channels}
+            self._poll_tasks = list(self.tasks())
+        except BaseException:
+            self._reap_children()
+            self._close_once(force=True)
+            raise
+        return channels
+
+    def _run_here(self, sink: Callable[[list[Sample]], None]) -> None:
+        now = time.monotonic()
+        for task in self._poll_tasks:
+            self._poll_alive[task.name] = now
+            target = self._poll_loop if isinstance(task, Poller) else self._stream_loop
+            thread = threading.Thread(
+                target=self._guard, args=(target, task, sink), name=f"energyframe-{task.name}", daemon=True
+            )
+            self._poll_threads.append(thread)
+        for thread in self._poll_threads:
+            thread.start()
+
+    def _stop_here(self) -> None:
+        self._poll_stop.set()
+        self._reap_children()
+        for thread in self._poll_threads:
+            thread.join(timeout=JOIN_TIMEOUT_S)
+        self._close_once()
+
+    def _close_once(self, force: bool = False) -> None:
+        if self._poll_opened or force:
+            self._poll_opened = False
+            try:
+                self.close()
+            except Exception as e:  # releasing hardware must not hide the first error
+                if not force:
+                    self.warn(f"power source {self.name!r} did not close cleanly: {e}")
+
+    def _guard(self, loop, task: Task, sink) -> None:
+        try:
+            loop(task, sink)
+        except PowerSourceError as e:
+            self.fail(str(e))
+        except Exception as e:  # a bug must stop the run visibly, not silently stop sampling
+            self.fail(f"{task.name} failed: {e!r}")
+
+    def _poll_loop(self, task: Poller, sink) -> None:
+        prev_mid: float | None = None
+        while not self._poll_stop.is_set():
+            m0 = time.monotonic()
+            readings = task.poll()
+            m1 = time.monotonic()
+            self._poll_alive[task.name] = m1
+            mid = (m0 + m1) / 2
+            batch = self._stamp(readings, mid, prev_mid)
+            prev_mid = mid
+            if batch:
+                sink(batch)
+            if task.interval_s > 0:
+                self._poll_stop.wait(task.interval_s)
+
+    def _stream_loop(self, task: Stream, sink) -> None:
+        for readings in task.read():
+            now = time.monotonic()
+            self._poll_alive[task.name] = now
+            batch = self._stamp(readings, now, None)
+            if batch:
+                sink(batch)
+        if not self._poll_stop.is_set():
+            raise PowerSourceError(f"{task.name} ended unexpectedly")
+
+    def _stamp(self, readings: Readings, mid: float, prev_mid: float | None) -> list[Sample]:  # noqa: C901 (per reading: its clock base, then its channel's dedup policy)
+        if not isinstance(readings, Mapping):
+            out = [Sample(*s) for s in readings]
+            for s in out:
+                if s.channel not in self._poll_channels:
+                    raise PowerSourceError(self._undeclared(s.channel))
+            return out
+        out = []
+        offset = None
+        for name, value in readings.items():
+            channel = self._poll_channels.get(name)
+            if channel is None:
+                raise PowerSourceError(self._undeclared(name))
+            value = float(value)
+            t, before = mid, prev_mid
+            if channel.clock == ClockBase.WALL:
+                if offset is None:
+                    offset = time.time() - time.monotonic()
+                t += offset
+                before = None if before is None else before + offset
+            policy = self._poll_policy[name]
+            if policy is Dedup.KEEP:
+                out.append(Sample(name, t, value))
+                continue
+            last = self._poll_last.get(name)
+            if last is None:
+                self._poll_last[name] = (value, t)
+                if policy is Dedup.CHANGES:
+                    out.append(Sample(name, t, value))
+            elif value != last[0]:
+                # the change happened between the previous poll and this one
+                changed = (before + t) / 2 if before is not None else t
+                out.append(Sample(name, changed, value))
+                self._poll_last[name] = (value, changed)
+            elif policy is Dedup.CHANGES and t - last[1] >= channel.resolution_s:
+                out.append(Sample(name, t, value))  # unchanged: say so, or it looks like a gap
+                self._poll_last[name] = (value, t)
+        return out
+
+    def _undeclared(self, name: str) -> str:
+        return (
+            f"power source {self.name!r} produced a sample for channel {name!r}, which open() did not declare"
+        )
+
+    def _take(self, batch: list[Sample]) -> None:
+        with self._poll_lock:
+            self._poll_pending.extend(batch)
+            flooded = len(self._poll_pending) > self.MAX_PENDING
+        if flooded:
+            self.fail(
+                f"power source {self.name!r} holds more than {self.MAX_PENDING} samples nobody read: "
+                "it produces far more than its channels' update periods allow"
+            )
+
+    def _watch(self) -> None:
+        """Fail the source when a loop has not come round for longer than it may."""
+        if self._poll_stop.is_set():
+            return
+        now = time.monotonic()
+        for task in self._poll_tasks:
+            if task.silent_after_s is None:
+                continue
+            quiet = now - self._poll_alive.get(task.name, now)
+            if quiet > task.silent_after_s:
+                message = (
+                    task.on_silence(quiet)
+                    if task.on_silence is not None
+                    else f"{task.name} delivered nothing for {quiet:.1f} s"
+                )
+                self.fail(message)
+                return
+
+    def _reap_children(self) -> None:
+        for proc in self._poll_children:
+            reap(proc)

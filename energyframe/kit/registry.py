@@ -1,0 +1,266 @@
+"""Plugin discovery through entry points, and turning specs into plugins. The only module that
+imports stevedore.
+
+Here so tests can override: a test may install a package or put a ``*.dist-info`` folder on
+``sys.path`` and the real discovery below finds it. Power sources are resolved here too: a
+``--power`` value, ``"auto"`` (detection) or specs become started-able ``PowerSource``s.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stevedore import DriverManager, ExtensionManager
+from stevedore.exception import MultipleMatches, NoMatches
+
+from ..errors import PluginLoadError, PluginNotFoundError, UsageError
+from ..options import Spec, parse_spec
+from ..plugin import Plugin, PowerSource, Reporter, Workload
+from ..results.provenance import _named_distribution, _packages_distributions, entry_point_distribution
+
+log = logging.getLogger("energyframe")
+
+POWER = "power"
+WORKLOADS = "workloads"
+REPORTERS = "reporters"
+#: entry points of this group are functions ``register(cli: click.Group) -> None`` that add
+#: commands to ``energyframe`` (simonw/llm's ``register_commands`` hook, without pluggy)
+COMMANDS_GROUP = "energyframe.commands"
+GROUPS = {
+    POWER: "energyframe.power",
+    WORKLOADS: "energyframe.workloads",
+    REPORTERS: "energyframe.reporters",
+}
+LABELS = {POWER: "power source", WORKLOADS: "workload", REPORTERS: "reporter"}
+BASES: dict[str, type[Plugin]] = {POWER: PowerSource, WORKLOADS: Workload, REPORTERS: Reporter}
+
+
+@dataclass(frozen=True)
+class PluginEntry:
+    """A registered plugin, loaded or not. ``error`` says why it failed to import."""
+
+    kind: str
+    name: str
+    target: str
+    distribution: str | None
+    version: str | None
+    cls: type[Plugin] | None = None
+    error: str | None = None
+
+
+def refresh() -> None:
+    """Forget the entry points stevedore cached in this process (after installing a plugin)."""
+    ExtensionManager.ENTRY_POINT_CACHE.clear()
+    _packages_distributions.cache_clear()
+    _named_distribution.cache_clear()
+
+
+def _entry_points(kind: str) -> list[md.EntryPoint]:
+    return list(md.entry_points(group=GROUPS[kind]))
+
+
+def names(kind: str) -> list[str]:
+    """Registered names of one kind, without importing any plugin."""
+    return sorted({ep.name for ep in _entry_points(kind)})
+
+
+def _describe_error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def load(kind: str, name: str) -> type[Plugin]:
+    """Import the plugin class registered as ``name``.
+
+    Raises:
+        PluginNotFoundError: no such name; the message lists the available ones.
+        PluginLoadError: the plugin's module failed to import, or two packages claim the name.
+    """
+    available = names(kind)
+    if name not in available:
+        listing = ", ".join(available) or "(none installed)"
+        raise PluginNotFoundError(f"unknown {LABELS[kind]} {name!r}. Available: {listing}")
+
+    def failed(_manager: Any, ep: md.EntryPoint, error: BaseException) -> None:
+        raise PluginLoadError(
+            f"{LABELS[kind]} {ep.name!r} ({ep.value}) failed to load: {_describe_error(error)}"
+        ) from error
+
+    try:
+        manager = DriverManager(GROUPS[kind], name, invoke_on_load=False, on_load_failure_callback=failed)
+    except MultipleMatches as e:
+        owners = ", ".join(f"{ep.value}" for ep in _entry_points(kind) if ep.name == name)
+        raise PluginLoadError(f"several packages register {LABELS[kind]} {name!r}: {owners}") from e
+    except NoMatches as e:  # registered but vanished between listing and loading
+        raise PluginNotFoundError(f"unknown {LABELS[kind]} {name!r}") from e
+    cls = manager.driver
+    if not (isinstance(cls, type) and issubclass(cls, BASES[kind])):
+        raise PluginLoadError(
+            f"{LABELS[kind]} {name!r} ({manager.extensions[0].entry_point.value}) is not a "
+            f"{BASES[kind].__name__} subclass"
+        )
+    return cls
+
+
+def entries(kind: str) -> list[PluginEntry]:
+    """Every registered plugin of one kind, imported; failures are kept with their reason."""
+    failures: dict[str, PluginEntry] = {}
+
+    def failed(_manager: Any, ep: md.EntryPoint, error: BaseException) -> None:
+        dist, version = entry_point_distribution(ep)
+        failures[ep.name] = PluginEntry(kind, ep.name, ep.value, dist, version, None, _describe_error(error))
+
+    manager = ExtensionManager(GROUPS[kind], invoke_on_load=False, on_load_failure_callback=failed)
+    out = []
+    for ext in manager.extensions:
+        dist, version = entry_point_distribution(ext.entry_point)
+        error = None
+        if not (isinstance(ext.plugin, type) and issubclass(ext.plugin, BASES[kind])):
+            error = f"not a {BASES[kind].__name__} subclass"
+        out.append(PluginEntry(kind, ext.name, ext.entry_point.value, dist, version, ext.plugin, error))
+    out.extend(failures.values())
+    return sorted(out, key=lambda e: e.name)
+
+
+def create(kind: str, spec: str | Spec | Plugin) -> Plugin:
+    """A plugin instance from a spec string, a parsed ``Spec``, or an instance (returned as is)."""
+    if isinstance(spec, Plugin):
+        if not isinstance(spec, BASES[kind]):
+            raise UsageError(f"{spec!r} is not a {BASES[kind].__name__}")
+        return spec
+    if isinstance(spec, str):
+        spec = parse_spec(spec)
+    cls = load(kind, spec.name)
+    return cls(name=spec.name, **dict(spec.options))
+
+
+def create_workload(spec: str | Spec | Workload) -> Workload:
+    """``create(WORKLOADS, spec)``, typed as the workload it is."""
+    workload = create(WORKLOADS, spec)
+    assert isinstance(workload, Workload)  # create checks the class against the group's base
+    return workload
+
+
+def command_hooks() -> list[tuple[str, Any, str | None]]:
+    """The registered command hooks as ``(name, register function or None, load error)``."""
+    failures: list[tuple[str, Any, str | None]] = []
+
+    def failed(_manager: Any, ep: md.EntryPoint, error: BaseException) -> None:
+        failures.append((ep.name, None, f"{ep.value}: {_describe_error(error)}"))
+
+    manager = ExtensionManager(COMMANDS_GROUP, invoke_on_load=False, on_load_failure_callback=failed)
+    hooks: list[tuple[str, Any, str | None]] = []
+    for ext in manager.extensions:
+        if callable(ext.plugin):
+            hooks.append((ext.name, ext.plugin, None))
+        else:
+            hooks.append((ext.name, None, f"{ext.entry_point.value} is not a function"))
+    return sorted(hooks + failures, key=lambda h: h[0])
+
+
+def power_from_cli(values: Sequence[str]) -> str | list[str] | None:
+    """What repeated ``--power SPEC`` options mean: none given is ``"auto"``, ``none`` is timing
+    only, anything else a list of specs (checked later, against the registered sources)."""
+    if not values:
+        return "auto"
+    if any(v.strip().lower() == "none" for v in values):
+        if len(values) > 1:
+            raise UsageError("--power none cannot be combined with other power sources")
+        return None
+    return list(values)
+
+
+def create_all(kind: str, specs: Sequence[str | Spec | Plugin]) -> list[Plugin]:
+    plugins = [create(kind, s) for s in specs]
+    seen: set[str] = set()
+    for plugin in plugins:
+        if plugin.name in seen and kind == POWER:
+            # two sources of one name would write the same channels; give them distinct names
+            index = 2
+            while f"{plugin.name}{index}" in seen:
+                index += 1
+            plugin.name = f"{plugin.name}{index}"
+        seen.add(plugin.name)
+    return plugins
+
+
+PowerArg = str | Spec | PowerSource
+
+
+def auto_power_sources() -> tuple[list[PowerSource], list[str]]:
+    """The sources this machine has: per scope, the available one of highest priority.
+
+    Every installed power plugin is imported to ask it; returns the chosen sources and one note
+    per plugin saying whether it loaded, whether it is available here, and which was chosen.
+    """
+    best: dict[str, tuple[int, str, type[PowerSource]]] = {}
+    notes = []
+    for entry in entries(POWER):
+        cls = entry.cls
+        if cls is None or entry.error or not issubclass(cls, PowerSource):
+            notes.append(f"{entry.name}: failed to load ({entry.error})")
+            continue
+        if getattr(cls, "AUTO_PRIORITY", None) is None:
+            notes.append(f"{entry.name}: never auto-detected (needs options, e.g. a port or a file)")
+            continue
+        try:
+            found = cls.detect()
+        except Exception as e:  # detection must never break a run
+            notes.append(f"{entry.name}: detection failed ({type(e).__name__}: {e})")
+            continue
+        notes.append(f"{entry.name}: {'available' if found.available else 'not available'} ({found.reason})")
+        priority = cls.AUTO_PRIORITY
+        if found.available and priority is not None:
+            scope = cls.AUTO_SCOPE.value
+            if scope not in best or priority > best[scope][0]:
+                best[scope] = (priority, entry.name, cls)
+    sources = [cls(name=name) for _, name, cls in sorted(best.values(), key=lambda b: b[1])]
+    return sources, notes
+
+
+def resolve_power(power: str | Sequence[PowerArg] | None) -> tuple[list[PowerSource], list[str]]:
+    """``"auto"``: detect; ``None``, ``"none"`` or ``[]``: timing only; else specs or instances.
+
+    Returns the sources (not started) and notes for run.json (what auto-detection found).
+
+    Raises:
+        UsageError: an unknown source or option, or two sources that claim one device.
+    """
+    if power == "auto":
+        sources, notes = auto_power_sources()
+        chosen = ", ".join(s.name for s in sources) or "none (timing only)"
+        notes = [f"power sources auto-detected: {chosen}", *notes]
+        if sources:
+            log.info(notes[0])
+        else:  # a notebook shows warnings without any logging set-up: say why nothing was found
+            log.warning("no power source found, measuring time only: %s", "; ".join(notes[1:]) or "none installed")
+        for note in notes[1:]:
+            log.debug("  %s", note)
+        return sources, notes
+    if power is None or (isinstance(power, str) and power.strip().lower() == "none"):
+        return [], []
+    if isinstance(power, (str, Spec, PowerSource)):
+        power = [power]
+    sources = [s for s in create_all(POWER, list(power)) if isinstance(s, PowerSource)]
+    check_exclusive(sources)
+    return sources, []
+
+
+def check_exclusive(sources: Sequence[PowerSource]) -> None:
+    """Refuse two sources (or one source twice) claiming the same device: it would be counted twice.
+
+    Raises:
+        UsageError: naming the device and the sources that claim it.
+    """
+    owner: dict[str, str] = {}
+    for source in sources:
+        for resource in source.resources():
+            if resource in owner:
+                raise UsageError(
+                    f"{resource} is claimed by power source {owner[resource]!r} and by {source.name!r}: "
+                    "one device measured twice would be counted twice"
+                )
+            owner[resource] = source.name

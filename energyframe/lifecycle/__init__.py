@@ -1,0 +1,1 @@
+"""A run's lifecycle: settings (``config``), the sources' recorder, the live measurement, the orchestrator behind ``energyframe run``, assembly into a result, device sync, sync pulses, progress and timings."""

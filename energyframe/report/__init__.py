@@ -1,0 +1,1 @@
+"""What people read: a run as Markdown, the power-trace PNG, the self-contained HTML report."""

@@ -1,0 +1,400 @@
+"""``energyframe report``: one self-contained HTML file for a run or a comparison of runs.
+
+The page carries everything inline (plotly.js, the figures' data, the styles): it opens from a
+disk, a mail attachment or a CI artifact with no network. Strings from run data are escaped by
+Jinja2's autoescaping in the page and by ``figures.text`` in the plots. Every number shown in a
+table carries its exact value in ``data-value`` (what tests and scripts read).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...errors import UsageError
+from ...results.display import cell, si
+from ...results.rundir import SavedRun
+from ...results.store import json_safe
+
+#: windows shown in a run's window table (the rest are in windows.csv)
+MAX_WINDOW_ROWS = 5000
+EXTRA = "report"
+
+
+class MissingExtraError(UsageError):
+    """An optional dependency of a command is not installed."""
+
+
+def _require():
+    try:
+        import jinja2
+        import plotly
+    except ImportError as e:
+        raise MissingExtraError(
+            f"energyframe report needs plotly and jinja2 ({e.name} is missing): "
+            f"pip install 'energyframe[{EXTRA}]'"
+        ) from e
+    return jinja2, plotly
+
+
+# -- cells: text for people, the exact value for scripts ----------------------------------------
+def number(value: Any) -> str:
+    """The exact value of a number as text (``repr`` of a float reads back to the same float)."""
+    if value is None or isinstance(value, bool):
+        return ""
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ""
+    if isinstance(value, int):
+        return str(value)
+    try:
+        as_float = float(value)
+    except (TypeError, ValueError):
+        return ""
+    return repr(as_float) if math.isfinite(as_float) else ""
+
+
+def _cell(text: str, value: Any = None, field: str = "") -> dict:
+    return {"text": text, "value": number(value), "field": field}
+
+
+def _plain(value: Any) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+# -- the parts of a run --------------------------------------------------------------------------
+def _duration(meta: Mapping[str, Any]) -> str:
+    clock = meta.get("clock") or {}
+    start, end = clock.get("anchor_monotonic_s"), clock.get("end_monotonic_s")
+    if isinstance(start, (int, float)) and isinstance(end, (int, float)):
+        return si(end - start, "s")
+    return "-"
+
+
+def facts(run: SavedRun) -> list[tuple[str, str]]:
+    """The run at a glance: status, work, device, sources, when, where, how."""
+    from ...compare.comparability import gpu_models, gpus
+
+    meta = run.result.meta
+    workload = meta.get("workload") or {}
+    status = run.result.status + (f": {run.result.reason}" if run.result.reason else "")
+    out = [
+        ("run directory", str(run.path)),
+        ("status", status),
+        ("workload", f"{workload.get('name', '-')} {json.dumps(workload.get('options') or {})}"),
+        ("GPU", ", ".join(gpu_models(meta)) or "-"),
+    ]
+    drivers = sorted(
+        {str((s.get("info") or {}).get("driver_version")) for s in meta.get("sources", [])} - {"None"}
+    )
+    if drivers:
+        out.append(("driver", ", ".join(drivers)))
+    limits = [f"{g['power_limit_w']:g} W" for g in gpus(meta) if g.get("power_limit_w") is not None]
+    if limits:
+        out.append(("power limit", ", ".join(limits)))
+    sources = ", ".join(s.get("name", "?") for s in meta.get("sources", [])) or "none (timing only)"
+    out += [
+        ("power sources", sources),
+        ("primary channels", ", ".join(meta.get("primary_channels", [])) or "-"),
+        ("started", str(meta.get("started_at") or "-")),
+        ("ended", str(meta.get("ended_at") or "-")),
+        ("duration", _duration(meta)),
+        ("command line", shlex.join(str(a) for a in meta.get("command_line") or []) or "-"),
+    ]
+    host = meta.get("host") or {}
+    if host:
+        out.append(
+            (
+                "host",
+                f"{host.get('hostname', '-')}: {host.get('cpu', '-')}, {host.get('logical_cpus', '-')} logical CPUs, "
+                f"{host.get('platform', '-')}",
+            )
+        )
+    versions = meta.get("versions") or {}
+    if versions:
+        out.append(("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)))
+    config = meta.get("config") or {}
+    if config:
+        out.append(("config", ", ".join(f"{k}={_plain(v)}" for k, v in config.items())))
+    if meta.get("exit_code") is not None:
+        out.append(("exit code of the measured command", str(meta["exit_code"])))
+    if meta.get("samples_origin") and meta["samples_origin"] != "samples.parquet":
+        out.append(("samples", f"recovered from {meta['samples_origin']} (the run did not finish)"))
+    return out
+
+
+SUMMARY_FIELDS = (
+    ("time/iter", "time_per_iter_s", "s"),
+    ("energy/iter", "energy_per_iter_j", "J"),
+    ("power", "mean_power_w", "W"),
+    ("dyn. energy/iter", "dynamic_energy_per_iter_j", "J"),
+)
+
+
+def summary_rows(run: SavedRun) -> list[dict]:
+    primary = run.primary_channels
+    rows = []
+    for s in run.result.summaries:
+        cells = [
+            _cell(s.phase),
+            _cell(s.channel or "(timing only)"),
+            _cell(str(s.trials), s.trials, "trials"),
+            _cell(str(s.iterations), s.iterations, "iterations"),
+        ]
+        for _, name, unit in SUMMARY_FIELDS:
+            spread = getattr(s, name)
+            if spread is None:
+                cells += [_cell("-", None, f"{name}.median"), _cell("-", None, f"{name}.iqr")]
+                continue
+            riqr = (
+                f"{100 * spread.relative_iqr:.2g}%"
+                if spread.n > 1 and math.isfinite(spread.relative_iqr)
+                else "-"
+            )
+            cells += [
+                _cell(si(spread.median, unit), spread.median, f"{name}.median"),
+                _cell(riqr, spread.iqr, f"{name}.iqr"),
+            ]
+        cells.append(_cell(", ".join(s.flags)))
+        rows.append(
+            {
+                "phase": s.phase,
+                "channel": s.channel,
+                "primary": not s.channel or s.channel in primary,
+                "cells": cells,
+            }
+        )
+    return rows
+
+
+def derived_tables(run: SavedRun) -> list[dict]:
+    out = []
+    for table in run.result.derived:
+        columns: list[str] = list(table.display)
+        if not columns:
+            for row in table.rows:
+                columns += [c for c in row if c not in columns]
+        rows = [[_cell(cell(c, row.get(c)), row.get(c), c) for c in columns] for row in table.rows]
+        out.append(
+            {"name": table.name, "title": table.title, "note": table.note, "columns": columns, "rows": rows}
+        )
+    return out
+
+
+def window_rows(run: SavedRun) -> tuple[list[str], list[list[dict]], int]:
+    frame = run.result.windows
+    if frame.empty:
+        return [], [], 0
+    columns = list(frame.columns)
+    rows = []
+    for record in frame.head(MAX_WINDOW_ROWS).to_dict("records"):
+        row = []
+        for c in columns:
+            value = record[c]
+            if isinstance(value, str):
+                row.append(_cell(value, None, c))
+            else:
+                row.append(_cell(_plain(value), value, c))
+        rows.append(row)
+    return columns, rows, len(frame)
+
+
+def alignment_rows(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    for channel, entry in (meta.get("alignment") or {}).items():
+        if isinstance(entry, Mapping):
+            parts = [f"{k}={_plain(v)}" for k, v in entry.items() if not isinstance(v, (Mapping, list))]
+            out.append((str(channel), ", ".join(parts)))
+    for channel, shift in (meta.get("time_maps") or {}).items():
+        if isinstance(shift, Mapping):
+            out.append((f"{channel} (time map)", ", ".join(f"{k}={_plain(v)}" for k, v in shift.items())))
+    return out
+
+
+def run_figures(run: SavedRun, max_points: int) -> tuple[list[tuple[str, dict]], list[str]]:
+    """The run's plots, and notes on the ones that could not be drawn."""
+    from . import figures as f
+
+    notes: list[str] = []
+    items: list[tuple[str, dict | None]] = [
+        (
+            "Power trace: every power channel, windows shaded by phase (drag to zoom, double-click to reset; "
+            "secondary channels are in the legend)",
+            f.power_trace(run.result, max_points, title=f"{run.label}: power"),
+        )
+    ]
+    for table in run.result.derived:
+        if table.name in ("layers", "stages"):
+            items.append((table.title, f.layer_bars(table)))
+        if table.name == "summary" and table.rows and "whole_latency_s" in table.rows[0]:
+            items.append(("Per-layer closure", f.closure(table.rows[0])))
+    if run.sweep:
+        items += [
+            ("Sweep: latency heatmaps", f.sweep_heatmaps(run.sweep)),
+            ("Sweep: speedup", f.sweep_speedup(run.sweep)),
+            ("Sweep: energy against latency", f.sweep_energy_latency(run.sweep)),
+        ]
+    if run.replay:
+        items += [
+            ("Replay: prediction", f.replay_prediction(run.replay)),
+            ("Replay: tiers", f.tiers(run.replay)),
+        ]
+        trace = ((run.result.meta.get("workload") or {}).get("info") or {}).get("trace")
+        if trace:
+            path = Path(trace) if Path(trace).is_absolute() else run.path / trace
+            try:
+                chart = f.gantt(path) if path.is_dir() else None
+            except UsageError as e:
+                chart, notes = None, notes + [f"the trace in {path} could not be read: {e}"]
+            if chart is None and not notes:
+                notes.append(
+                    f"no gantt: the trace in {path} has no GPU kernels"
+                    if path.is_dir()
+                    else f"no gantt: the trace directory {path} is not here"
+                )
+            items.append(("Replay: the traced iteration (gantt)", chart))
+    return f.figures_of(items), notes
+
+
+def run_context(index: int, run: SavedRun, max_points: int, figure_ids) -> dict:
+    figures, notes = run_figures(run, max_points)
+    columns, windows, total = window_rows(run)
+    meta = run.result.meta
+    return {
+        "anchor": f"run-{index}",
+        "index": index,
+        "label": run.label,
+        "status": run.result.status,
+        "reason": run.result.reason,
+        "facts": facts(run),
+        "sources": [
+            {
+                "name": s.get("name", "?"),
+                "cls": s.get("class", ""),
+                "version": f"{s.get('distribution') or ''} {s.get('version') or ''}".strip(),
+                "options": json.dumps(s.get("options") or {}, default=str),
+                "info": json.dumps(json_safe(s.get("info") or {}), indent=1),
+                "channels": s.get("channels") or [],
+            }
+            for s in meta.get("sources", [])
+        ],
+        "workload_info": json.dumps(json_safe((meta.get("workload") or {}).get("info") or {}), indent=1),
+        "summary_fields": [label for label, _, _ in SUMMARY_FIELDS],
+        "summary": summary_rows(run),
+        "derived": derived_tables(run),
+        "figures": [(caption, figure_ids(fig)) for caption, fig in figures],
+        "figure_notes": notes,
+        "alignment": alignment_rows(meta),
+        "idle": [
+            (str(k), f"{_plain((v or {}).get('power_w'))} W over {_plain((v or {}).get('duration_s'))} s")
+            for k, v in (meta.get("idle_baseline") or {}).items()
+        ],
+        "window_columns": columns,
+        "windows": windows,
+        "windows_total": total,
+        "warnings": run.result.warnings,
+        "notes": list(meta.get("notes") or []),
+    }
+
+
+def comparison_context(runs: Sequence[SavedRun], figures, alpha, min_change_pct, figure_ids) -> dict:
+    from ...compare import tables as cr
+    from . import figures as f
+
+    comparison = cr.compare_runs(runs, figures=figures, alpha=alpha, min_change_pct=min_change_pct)
+    rows = []
+    for row in comparison.rows:
+        cells = [_cell(cr.row_name(row)), _cell(row.channel or "-"), _cell(cr.figure_label(row))]
+        for i in range(len(comparison.labels)):
+            cells.append(_cell(cr.value_text(row, i), row.values[i], f"run{i}.median"))
+            if i:
+                change = row.changes[i]
+                cells.append(
+                    _cell(cr.change_text(row, i), change.change_pct if change else None, f"run{i}.change_pct")
+                )
+                cells.append(_cell(cr.verdict_text(row, i), None, f"run{i}.verdict"))
+        significant = any(c is not None and c.significant for c in row.changes)
+        rows.append({"cells": cells, "significant": significant, "name": row.name, "figure": row.figure})
+    charts = [(f"{fig}: each run", f.compare_bars(comparison, fig)) for fig in figures]
+    return {
+        "header": cr.header(comparison),
+        "columns": cr._columns(comparison),
+        "rows": rows,
+        "warnings": list(comparison.warnings),
+        "only_in": [(where, cr.comparison_names(names)) for where, names in comparison.only_in.items()],
+        "figures": [(caption, figure_ids(fig)) for caption, fig in f.figures_of(charts)],
+    }
+
+
+def _script_json(data: Any) -> str:
+    """JSON that is safe inside a <script> element (no "</script>", no "<!--")."""
+    from plotly.io.json import to_json_plotly
+
+    text = to_json_plotly(data)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def build_report(
+    runs: Sequence[SavedRun],
+    figures: Sequence[str] = ("time", "energy"),
+    alpha: float = 0.05,
+    min_change_pct: float = 1.0,
+    max_points: int = 20000,
+) -> str:
+    """The HTML text of the report of ``runs`` (a comparison first when there are several)."""
+    jinja2, plotly = _require()
+    from markupsafe import Markup
+    from plotly.offline import get_plotlyjs
+
+    from ...results.provenance import distribution_version
+
+    specs: list[tuple[str, Markup]] = []
+
+    def figure_id(fig: dict) -> str:
+        name = f"figure-{len(specs)}"
+        specs.append((name, Markup(_script_json(fig))))
+        return name
+
+    comparison = (
+        comparison_context(runs, figures, alpha, min_change_pct, figure_id) if len(runs) > 1 else None
+    )
+    contexts = [run_context(i, run, max_points, figure_id) for i, run in enumerate(runs)]
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("energyframe.report.html", "."),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    workloads = ", ".join(
+        dict.fromkeys(str((r.result.meta.get("workload") or {}).get("name", "?")) for r in runs)
+    )
+    js = get_plotlyjs().replace("</script", "<\\/script")
+    return env.get_template("report.html.j2").render(
+        title=f"energyframe: {' vs '.join(r.label for r in runs)} ({workloads})",
+        generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        energyframe_version=distribution_version("energyframe") or "unknown",
+        plotly_version=plotly.__version__,
+        comparison=comparison,
+        runs=contexts,
+        specs=specs,
+        plotly_js=Markup(js),
+    )
+
+
+def write_report(runs: Sequence[SavedRun], path: Path | str, **options: Any) -> Path:
+    """Write the report of ``runs`` to ``path`` (atomically); returns the path."""
+    from ...results.store import write_bytes
+
+    text = build_report(runs, **options)
+    path = Path(path)
+    write_bytes(path, text.encode("utf-8"))
+    return path

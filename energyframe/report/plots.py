@@ -1,0 +1,187 @@
+"""The power trace of a run: every channel over time, the windows shaded, meter lags shown.
+
+Energy counters are drawn as the power they imply between consecutive ticks; wall meters at the
+times the alignment moved them to (the legend says by how much). matplotlib (``energyframe[plots]``)
+is imported when a plot is drawn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..kit.extras import require
+from ..results.result import RunResult
+
+PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974"]
+
+
+def pyplot(feature: str):
+    """``matplotlib.pyplot`` on the file-only Agg backend, or a ``UsageError`` saying that
+    ``feature`` needs the ``plots`` extra."""
+    matplotlib = require("matplotlib", feature)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+@dataclass(frozen=True)
+class TraceLine:
+    """One channel of the power trace, ready to draw (the PNG and the HTML report share it).
+
+    Args:
+        name: the channel.
+        label: the legend text (says how far alignment moved a wall meter).
+        times_s: seconds since the run's first sample or window.
+        power_w: power; for an energy counter, the power it implies between consecutive ticks.
+        style: ``line``, ``steps-pre`` (a counter: the power over the interval that ends at a
+            tick), ``steps-post`` (a reading held until the next) or ``steps-mid`` (a moved meter
+            reading, in the middle of the interval it reports).
+        dashed: a moved channel drawn where it was recorded.
+    """
+
+    name: str
+    label: str
+    times_s: np.ndarray
+    power_w: np.ndarray
+    style: str
+    dashed: bool = False
+
+
+def origin_s(result: RunResult) -> float:
+    """The time axis' zero: the first sample or window (Unix seconds)."""
+    samples, windows = result.samples, result.windows
+    t0 = float(samples["time_s"].min()) if len(samples) else 0.0
+    if len(windows) and "start_s" in windows.columns:
+        t0 = min(t0, float(windows["start_s"].min())) if len(samples) else float(windows["start_s"].min())
+    return t0
+
+
+def trace_lines(result: RunResult, all_channels: bool = True, show_raw: bool = False) -> list[TraceLine]:
+    """Every power or energy channel of ``result`` as power over time since ``origin_s``."""
+    samples = result.samples
+    channels = {c["name"]: c for s in result.meta.get("sources", []) for c in s.get("channels", [])}
+    maps = result.meta.get("time_maps", {})
+    t0 = origin_s(result)
+    lines = []
+    for name, info in channels.items():
+        if info["quantity"] not in ("power", "energy") or (not all_channels and not info.get("primary")):
+            continue
+        rows = samples[samples["channel"] == name].sort_values("time_s")
+        if len(rows) < 2:
+            continue
+        t = rows["time_s"].to_numpy(float)
+        v = rows["value"].to_numpy(float)
+        label = name
+        shift = maps.get(name)
+        if shift:  # a time map written as null (NaN) moves nothing
+            shift = {k: shift.get(k) or 0.0 for k in ("lag_s", "drift", "reference_s")}
+        moved = bool(shift and (shift.get("lag_s") or shift.get("drift")))
+        if moved and show_raw:
+            # a record reports the interval that ended when it arrived
+            lines.append(TraceLine(name, f"{name} as recorded", t - t0, v, "steps-pre", dashed=True))
+        if moved:
+            clock = result.meta["clock"]
+            mono = t - clock["anchor_wall_s"] + clock["anchor_monotonic_s"]
+            mono = mono - shift["lag_s"] - shift.get("drift", 0.0) * (mono - shift.get("reference_s", 0.0))
+            t = mono + clock["anchor_wall_s"] - clock["anchor_monotonic_s"]
+            label += (
+                f" (moved {-shift['lag_s']:+.2f} s"
+                + (f", drift {shift['drift'] * 100:+.3f} %" if shift.get("drift") else "")
+                + ")"
+            )
+        if info["quantity"] == "energy":
+            dt = np.diff(t)
+            ok = dt > 0
+            power = np.diff(v)[ok] / dt[ok]
+            lines.append(
+                TraceLine(name, f"{label} (counter, between ticks)", t[1:][ok] - t0, power, "steps-pre")
+            )
+        else:
+            resolution = info.get("resolution_s", 0)
+            # a moved meter sample sits in the middle of the interval it reports
+            style = (
+                "steps-mid" if moved and resolution >= 0.5 else "steps-post" if resolution >= 0.05 else "line"
+            )
+            lines.append(TraceLine(name, label, t - t0, v, style))
+    return lines
+
+
+def missing_power(result: RunResult) -> str | None:
+    """Why ``result`` has no power to draw (None when it has some): a timing-only run, or
+    power channels without a sample."""
+    channels = {c["name"]: c for s in result.meta.get("sources", []) for c in s.get("channels", [])}
+    power = [n for n, c in channels.items() if c.get("quantity") in ("power", "energy")]
+    if not power:
+        return "no power channels: this run measured timing only"
+    samples = result.samples
+    if len(samples) == 0 or "channel" not in samples.columns or not samples["channel"].isin(power).any():
+        return f"no power samples: the run's power channels ({', '.join(power)}) recorded none"
+    return None
+
+
+def power_trace(
+    result: RunResult,
+    path: Path | str,
+    title: str | None = None,
+    all_channels: bool = True,
+    show_raw: bool = False,
+) -> Path:
+    """Draw ``result``'s power channels and windows into a PNG at ``path``; ``show_raw`` also
+    draws moved (aligned) channels where they were recorded, dashed. A run with no power (timing
+    only) gets its windows on the time axis and says so where the power would be.
+
+    Raises:
+        UsageError: matplotlib is not installed (the message names the extra).
+    """
+    plt = pyplot("the power-trace plot")
+
+    windows = result.windows
+    if windows.empty or not {"start_s", "end_s"} <= set(windows.columns):
+        windows = windows.iloc[0:0]
+    else:
+        windows = windows.drop_duplicates(["phase", "trial"])
+    t0 = origin_s(result)
+    fig, ax = plt.subplots(figsize=(12, 5))
+    phases = list(dict.fromkeys(windows["phase"])) if len(windows) else []
+    for i, phase in enumerate(phases):
+        colour = PALETTE[i % len(PALETTE)]
+        for j, row in enumerate(windows[windows["phase"] == phase].itertuples()):
+            ax.axvspan(
+                row.start_s - t0,
+                row.end_s - t0,
+                color=colour,
+                alpha=0.12,
+                lw=0,
+                label=phase if j == 0 else None,
+            )
+    lines = trace_lines(result, all_channels=all_channels, show_raw=show_raw)
+    for line in lines:
+        if line.dashed:
+            ax.plot(line.times_s, line.power_w, lw=0.9, ls="--", drawstyle="steps-pre", label=line.label)
+        elif line.style == "steps-pre":
+            ax.step(line.times_s, line.power_w, where="pre", lw=1.2, label=line.label)
+        else:
+            style = "default" if line.style == "line" else line.style
+            ax.plot(line.times_s, line.power_w, lw=1.0, drawstyle=style, label=line.label)
+    drawn = len(lines)
+    ax.set_xlabel("time since the run started (s)")
+    note = missing_power(result) if not drawn else None
+    if note is None:
+        ax.set_ylabel("power (W)")
+    else:  # no empty power axis pretending to be a measurement
+        ax.set_yticks([])
+        ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize=12)
+    workload = result.meta.get("workload", {}).get("name", "")
+    ax.set_title(title or f"{workload} — {result.meta.get('started_at', '')} ({result.status})")
+    if drawn or phases:
+        ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

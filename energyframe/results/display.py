@@ -1,0 +1,203 @@
+"""Formatting for people: SI prefixes, the summary table. Stored values are never formatted."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from ..core.stats import Spread
+from ..core.windows import PhaseSummary
+
+_PREFIXES = [(1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n")]
+
+
+def si(value: float | None, unit: str, digits: int = 4) -> str:
+    """``0.00123, "s"`` -> ``1.23 ms``; NaN or None -> ``-``."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if value == 0:
+        return f"0 {unit}"
+    magnitude = abs(value)
+    for scale, prefix in _PREFIXES:
+        if magnitude >= scale * 0.9995:
+            return f"{value / scale:.{digits}g} {prefix}{unit}"
+    scale, prefix = _PREFIXES[-1]
+    return f"{value / scale:.{digits}g} {prefix}{unit}"
+
+
+def percent(fraction: float) -> str:
+    """``0.021`` -> ``2.1%``, ``1.1`` -> ``110%``: two significant digits, never exponents."""
+    value = 100 * fraction
+    if abs(value) >= 10:
+        return f"{value:.0f}%"
+    return f"{value:.2g}%"
+
+
+def relative_iqr(spread: Spread) -> str:
+    if spread.n < 2 or not math.isfinite(spread.relative_iqr):
+        return "-"
+    return percent(spread.relative_iqr)
+
+
+def trials_cell(s: PhaseSummary) -> str:
+    """Trials measured, and how many of them have an energy when not all do (never hidden)."""
+    if s.channel and s.energy_per_iter_j.n < s.trials:
+        return f"{s.energy_per_iter_j.n} of {s.trials}"
+    return str(s.trials)
+
+
+def _with_spread(value: str, spread: Spread) -> str:
+    spread_text = relative_iqr(spread)
+    return value if spread_text == "-" else f"{value} ±{spread_text}"
+
+
+def summary_table(summaries: Sequence[PhaseSummary], title: str | None = None, wide: bool = True) -> Table:
+    """The table ``energyframe run``, ``show`` and ``RunResult.table()`` print.
+
+    ``wide=False`` fits a terminal: the spread (IQR/median) joins its figure, and the iteration
+    count and dynamic energy (when no phase has one) are left out.
+    """
+    table = Table(title=title, show_lines=False, header_style="bold")
+    dynamic = any(s.dynamic_energy_per_iter_j for s in summaries)
+    if wide:
+        columns = ["phase", "channel", "trials", "iters", "time/iter", "IQR", "energy/iter", "IQR", "power",
+                   "dyn. energy/iter", "flags"]
+    else:
+        columns = ["phase", "channel", "trials", "time/iter ±IQR", "energy/iter ±IQR", "power"]
+        columns += ["dyn. energy/iter"] if dynamic else []
+        columns += ["flags"]
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("phase", "channel", "flags") else "right",
+                         overflow="fold")
+    for s in summaries:
+        time_s, energy_j = si(s.time_per_iter_s.median, "s"), si(s.energy_per_iter_j.median, "J")
+        dyn = si(s.dynamic_energy_per_iter_j.median, "J") if s.dynamic_energy_per_iter_j else "-"
+        if wide:
+            cells = [s.phase, s.channel or "(timing only)", trials_cell(s), str(s.iterations), time_s,
+                     relative_iqr(s.time_per_iter_s), energy_j, relative_iqr(s.energy_per_iter_j),
+                     si(s.mean_power_w.median, "W"), dyn, ", ".join(s.flags)]
+        else:
+            cells = [s.phase, s.channel or "(timing only)", trials_cell(s),
+                     _with_spread(time_s, s.time_per_iter_s), _with_spread(energy_j, s.energy_per_iter_j),
+                     si(s.mean_power_w.median, "W")]
+            cells += [dyn] if dynamic else []
+            cells += [", ".join(s.flags)]
+        table.add_row(*cells)
+    return table
+
+
+def windows_table(windows, all_channels: bool, primary: Sequence[str]) -> Table:
+    """Every window for people: start relative to the first window, SI units, flags."""
+    table = Table(header_style="bold")
+    for name in ("phase", "trial", "channel", "start", "duration", "iters", "time/iter", "energy",
+                 "power", "flags"):
+        table.add_column(name, justify="left" if name in ("phase", "channel", "flags") else "right",
+                         overflow="fold")
+    if windows.empty:
+        return table
+    origin = float(windows["start_s"].min())
+    for row in windows.itertuples(index=False):
+        channel = str(getattr(row, "channel", "") or "")
+        if channel and not all_channels and channel not in primary:
+            continue
+        table.add_row(
+            str(row.phase),
+            str(row.trial),
+            channel or "(timing only)",
+            f"+{float(row.start_s) - origin:.3f} s",
+            si(float(row.duration_s), "s"),
+            str(row.iterations),
+            si(float(row.time_per_iter_s), "s"),
+            si(_float(getattr(row, "energy_j", None)), "J"),
+            si(_float(getattr(row, "mean_power_w", None)), "W"),
+            str(getattr(row, "flags", "") or "").replace(";", ", "),
+        )
+    return table
+
+
+def _float(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+_UNITS = {"_s": "s", "_j": "J", "_w": "W", "_wh": "Wh"}
+
+
+def cell(column: str, value) -> str:
+    """A derived-table value for people: SI prefixes by the unit in the column name."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if column.endswith("_per_s"):
+        return f"{value:.4g}/s"
+    if column.endswith("_pct"):
+        return f"{value:+.2f}%" if "error" in column or "diff" in column else f"{value:.2f}%"
+    for suffix, unit in _UNITS.items():
+        if column.endswith(suffix):
+            return si(float(value), unit)
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def derived_table(table) -> Table:
+    """A workload's DerivedTable; a one-row table is shown as name/value pairs."""
+    columns: list[str] = list(table.display)
+    if not columns:
+        for row in table.rows:
+            columns += [c for c in row if c not in columns]
+    caption = table.note or None
+    if len(table.rows) == 1:
+        out = Table(title=table.title, caption=caption, caption_justify="left", show_header=False)
+        out.add_column("figure")
+        out.add_column("value", justify="right")
+        row = table.rows[0]
+        for column in columns:
+            out.add_row(column, cell(column, row.get(column)))
+        return out
+    out = Table(title=table.title, header_style="bold", caption=caption, caption_justify="left")
+    for column in columns:
+        out.add_column(column, overflow="fold")
+    for row in table.rows:
+        out.add_row(*(cell(c, row.get(c)) for c in columns))
+    return out
+
+
+def render(renderable, width: int = 140) -> str:
+    """Render a rich object to plain text."""
+    buffer = io.StringIO()
+    Console(file=buffer, width=width, force_terminal=False, color_system=None).print(renderable)
+    return buffer.getvalue()
+
+
+# -- Markdown: cells escaped so that a value shows as written -----------------------------------
+_SPECIAL = re.compile(r"([\\`*_\[\]|#])")
+
+
+def md_text(value: object) -> str:
+    """Text that Markdown shows as written: no markup, no raw HTML, no table breaks."""
+    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
+
+
+def md_code(value: object) -> str:
+    """A path or an option set as inline code (shown as written), when it has no backquote."""
+    text = " ".join(str(value).splitlines())
+    return f"`{text}`" if "`" not in text else md_text(text)
+
+
+def md_table(columns: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool] = ()) -> list[str]:
+    """A GitHub-flavoured Markdown table; cells are escaped here."""
+    right = list(right) or [False] * len(columns)
+    lines = ["| " + " | ".join(md_text(c) for c in columns) + " |"]
+    lines.append("|" + "|".join("---:" if r else "---" for r in right) + "|")
+    lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in rows]
+    return lines
