@@ -25,7 +25,7 @@ def main() -> int:
     ap.add_argument("--power", default="none", help="power source spec (none: timing only)")
     ap.add_argument("--json", help="write the figures here (rank 0)")
     args = ap.parse_args()
-    with ef.measure(power=None if args.power == "none" else [args.power]) as m:
+    with ef.measure(power="none" if args.power == "none" else [args.power]) as m:
         started = time.monotonic()
         for _ in range(args.windows):
             with m.window("empty"):

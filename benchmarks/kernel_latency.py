@@ -116,7 +116,7 @@ def main() -> int:
             spec,
             power=["nvml:gpus=0"],
             reporters=[],
-            config=ef.RunSettings(trials=5, min_window_periods=5, warmup_s=0.2),
+            settings=ef.RunSettings(trials=5, min_window_periods=5, warmup_s=0.2),
         )
         name = spec.split(":")[0]
         s = result.summary(name, "gpu0")

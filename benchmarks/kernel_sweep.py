@@ -58,10 +58,10 @@ def main() -> None:
         N=[64],
         M=[64],
         K=[64],
-        power=None,
+        power="none",
         out=args.out / "warm",
         reporters=[],
-        config=ef.RunSettings(trials=1, min_window_s=0.01, warmup_s=0.0),
+        settings=ef.RunSettings(trials=1, min_window_s=0.01, warmup_s=0.0),
         echo=lambda s: None,
     )
 
@@ -77,7 +77,7 @@ def main() -> None:
         power=[args.power],
         profile=False,
         out=args.out / "sweep",
-        config=ef.RunSettings(trials=args.trials),
+        settings=ef.RunSettings(trials=args.trials),
         reporters=[],
     )
     wall_s = time.monotonic() - t0

@@ -61,7 +61,7 @@ def main() -> int:
             gap = f",kernel_gap_us={args.kernel_gap_us}" if args.kernel_gap_us is not None else ""
             ef.run(
                 f"replay:trace={folder / 'trace'}{gap},l2={args.l2}",
-                power=None if args.power == "none" else [args.power],
+                power="none" if args.power == "none" else [args.power],
                 reporters=[],
                 out=folder / "run",
             )

@@ -75,7 +75,7 @@ def main() -> int:
             power=power,
             reporters=[],
             out=run_dir,
-            config=ef.RunSettings(trials=args.trials),
+            settings=ef.RunSettings(trials=args.trials),
         )
         mine = run_dir / distributed.rank_dir_name(w.rank) if tp > 1 else run_dir
         report = json.loads((mine / "comparison_report.json").read_text(), object_hook=_nan)

@@ -7,82 +7,29 @@ The public API, imported lazily so that ``energyframe --help`` starts fast::
         with m.window("step", iterations=100):
             ...
     print(m.result.table())
+
+Plugin authors import the plugin contract from ``energyframe.plugin`` (docs/writing-plugins.md).
 """
 
 from __future__ import annotations
 
+import ast
+import warnings
 from importlib import import_module
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .kit.moved import install as _install_moved_paths
 
 _install_moved_paths()  # energyframe.polling and the other pre-layout paths, with a warning
 
-_EXPORTS = {
-    "measure": "energyframe.lifecycle.measurement",
-    "measured": "energyframe.lifecycle.measurement",
-    "Measurement": "energyframe.lifecycle.measurement",
-    "run": "energyframe.lifecycle.orchestrator",
-    "RunConfig": "energyframe.lifecycle.config",
-    "RunSettings": "energyframe.lifecycle.config",
-    "RunResult": "energyframe.results.result",
-    "PhaseSummary": "energyframe.core.windows",
-    "Spread": "energyframe.core.stats",
-    "PowerSource": "energyframe.plugin",
-    "Workload": "energyframe.plugin",
-    "Reporter": "energyframe.plugin",
-    "Phase": "energyframe.model",
-    "Channel": "energyframe.model",
-    "Sample": "energyframe.model",
-    "Quantity": "energyframe.model",
-    "Scope": "energyframe.model",
-    "ClockBase": "energyframe.model",
-    "Timing": "energyframe.model",
-    "SourceContext": "energyframe.model",
-    "Detection": "energyframe.model",
-    "WindowAnnotation": "energyframe.model",
-    "Option": "energyframe.options",
-    "DerivedTable": "energyframe.model",
-    "GraphKernel": "energyframe.workloads.graph",
-    "Pipeline": "energyframe.workloads.pipeline",
-    "PerLayer": "energyframe.workloads.perlayer",
-    "load_kernel": "energyframe.sweeps.kernel",
-    "sweep": "energyframe.sweeps.api",
-    "SweepResult": "energyframe.sweeps.results",
-    "KernelResult": "energyframe.sweeps.results",
-    "Stage": "energyframe.workloads.pipeline",
-    "EnergyFrameError": "energyframe.errors",
-    "UsageError": "energyframe.errors",
-    "OptionError": "energyframe.errors",
-    "PluginNotFoundError": "energyframe.errors",
-    "PluginLoadError": "energyframe.errors",
-    "PowerSourceError": "energyframe.errors",
-    "WorkloadError": "energyframe.errors",
-    "StoreError": "energyframe.errors",
-    "RunInterrupted": "energyframe.errors",
-    "DistributedError": "energyframe.errors",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'energyframe' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
-
-
-if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on first use
-    from .core.stats import Spread  # noqa: F401
-    from .core.windows import PhaseSummary  # noqa: F401
-    from .errors import (  # noqa: F401
+# Every public name is declared once, in this block: type checkers read it, and at run time the
+# same block is read (below) to import each name on first use.
+if TYPE_CHECKING:
+    from .api import measure, measured
+    from .core.stats import Spread
+    from .core.windows import PhaseSummary
+    from .errors import (
         DistributedError,
         EnergyFrameError,
         OptionError,
@@ -94,28 +41,70 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load on f
         UsageError,
         WorkloadError,
     )
-    from .lifecycle.config import RunConfig, RunSettings  # noqa: F401
-    from .lifecycle.measurement import Measurement, measure, measured  # noqa: F401
-    from .lifecycle.orchestrator import run  # noqa: F401
-    from .model import (  # noqa: F401
-        Channel,
-        ClockBase,
-        DerivedTable,
-        Detection,
-        Phase,
-        Quantity,
-        Sample,
-        Scope,
-        SourceContext,
-        Timing,
-        WindowAnnotation,
+    from .lifecycle.config import RunConfig, RunSettings
+    from .lifecycle.measurement import Measurement
+    from .lifecycle.orchestrator import run
+    from .model import Phase
+    from .options import Option
+    from .plugin import Workload
+    from .results.result import RunResult
+    from .sweeps.api import sweep
+    from .sweeps.kernel import load_kernel
+    from .sweeps.results import KernelResult, SweepResult
+    from .workloads.graph import GraphKernel
+    from .workloads.perlayer import PerLayer
+    from .workloads.pipeline import Pipeline, Stage
+
+#: names that were exported here before and belong to the plugin contract: they still resolve,
+#: with a warning, from ``energyframe.plugin``, their one public home
+_PLUGIN_CONTRACT = (
+    "PowerSource",
+    "Reporter",
+    "Channel",
+    "Sample",
+    "Quantity",
+    "Scope",
+    "ClockBase",
+    "Timing",
+    "SourceContext",
+    "Detection",
+    "WindowAnnotation",
+    "DerivedTable",
+)
+
+
+def _declared() -> dict[str, str]:
+    """Each name of the ``TYPE_CHECKING`` block above, and the module it comes from."""
+    tree = ast.parse(Path(__file__).read_text())
+    block = next(
+        node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
     )
-    from .options import Option  # noqa: F401
-    from .plugin import PowerSource, Reporter, Workload  # noqa: F401
-    from .results.result import RunResult  # noqa: F401
-    from .sweeps.api import sweep  # noqa: F401
-    from .sweeps.kernel import load_kernel  # noqa: F401
-    from .sweeps.results import KernelResult, SweepResult  # noqa: F401
-    from .workloads.graph import GraphKernel  # noqa: F401
-    from .workloads.perlayer import PerLayer  # noqa: F401
-    from .workloads.pipeline import Pipeline, Stage  # noqa: F401
+    return {
+        alias.asname or alias.name: f"{__name__}.{node.module}"
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+
+
+_EXPORTS = _declared()
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None and name in _PLUGIN_CONTRACT:
+        warnings.warn(
+            f"ef.{name} is deprecated: import it from energyframe.plugin", DeprecationWarning, stacklevel=2
+        )
+        module = f"{__name__}.plugin"
+    if module is None:
+        raise AttributeError(f"module 'energyframe' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    if name in _EXPORTS:
+        globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

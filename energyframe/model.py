@@ -159,6 +159,48 @@ class SourceContext:
 
 
 @dataclass(frozen=True)
+class WorkloadContext:
+    """Where a workload runs, as a power source's ``SourceContext`` says where a source runs: the
+    one place a workload learns its rank and its GPU (it never reads the launcher's
+    environment itself).
+
+    Args:
+        rank, local_rank, world_size: this process among the ranks a launcher started (0, 0, 1
+            alone).
+        launched: whether a launcher started this process (even as the only rank).
+        launcher: ``torchrun``, ``srun`` or ``""``.
+        out: the run directory, ``None`` when the run is not saved.
+    """
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    launched: bool = False
+    launcher: str = ""
+    out: Path | None = None
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+@dataclass(frozen=True)
+class ReportFigure:
+    """A figure a workload adds to the HTML report of its saved runs.
+
+    Args:
+        title: the heading above it.
+        figure: a plotly figure as a dict (``fig.to_plotly_json()``), or ``None`` when it cannot
+            be drawn for this run.
+        note: why it could not be drawn (shown in its place), when ``figure`` is ``None``.
+    """
+
+    title: str
+    figure: Mapping[str, Any] | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class Detection:
     """Whether a source can run on this machine, and why (shown when auto-detecting)."""
 

@@ -32,11 +32,13 @@ from .model import (
     Detection,
     Phase,
     Quantity,
+    ReportFigure,
     Sample,
     Scope,
     SourceContext,
     Timing,
     WindowAnnotation,
+    WorkloadContext,
     no_sync,
 )
 from .options import Option, resolve_options
@@ -154,6 +156,23 @@ class PowerSource(Plugin, ABC):
 class Workload(Plugin, ABC):
     """Work to measure: set up, one or more phases, torn down."""
 
+    _context: WorkloadContext | None = None
+
+    @property
+    def context(self) -> WorkloadContext:
+        """Where this workload runs (its rank, the run directory), set by the run before
+        ``setup``; before that, what the launcher's environment says."""
+        if self._context is None:
+            from .ranks.world import world
+
+            w = world()
+            self._context = WorkloadContext(w.rank, w.local_rank, w.world_size, w.launched, w.launcher)
+        return self._context
+
+    def bind(self, context: WorkloadContext) -> None:
+        """Tell the workload where it runs (the run calls this before ``setup``)."""
+        self._context = context
+
     def setup(self) -> None:
         """Allocate what the phases need (models, tensors). Runs before any phase."""
 
@@ -190,6 +209,20 @@ class Workload(Plugin, ABC):
         """For workloads that run a program: its exit status, which the CLI returns."""
         return None
 
+    # -- a saved run of this workload, read later (compare, report) ---------------------------
+    @classmethod
+    def phase_kinds(cls, run_dir: Path, result: RunResult) -> Mapping[str, str]:
+        """What each measured phase of a saved run is, where it is more than a phase: ``layer``,
+        ``stage``, ``op`` or ``configuration`` (comparisons group rows by it). ``run_dir`` holds
+        the files ``extra_files`` wrote."""
+        return {}
+
+    @classmethod
+    def report_figures(cls, run_dir: Path, result: RunResult) -> Sequence[ReportFigure]:
+        """Figures of a saved run for the HTML report (``energyframe report``), drawn from the
+        files ``extra_files`` wrote into ``run_dir``."""
+        return ()
+
 
 class Reporter(Plugin, ABC):
     """Presents a finished or interrupted run."""
@@ -218,6 +251,7 @@ __all__ = [
     "PowerSource",
     "PowerSourceError",
     "Quantity",
+    "ReportFigure",
     "Reporter",
     "RunResult",
     "Sample",
@@ -230,6 +264,7 @@ __all__ = [
     "UsageError",
     "WindowAnnotation",
     "Workload",
+    "WorkloadContext",
     "WorkloadError",
     "no_sync",
 ]

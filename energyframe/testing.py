@@ -195,7 +195,7 @@ def check_workload(cls: type[Workload], options: Mapping[str, Any] | None = None
         raise ContractError(f"{cls.__name__}.run_defaults(): {e}") from e
     from .lifecycle.orchestrator import run
 
-    result = run(workload, power=None, reporters=[],
+    result = run(workload, power="none", reporters=[],
                  settings=RunSettings(trials=1, min_window_s=0.01, warmup=1, max_iterations=1000))
     _require(result.complete, f"{cls.__name__} did not run to the end: {result.reason}")
     phases = {str(p) for p in result.windows["phase"]}

@@ -37,6 +37,6 @@ def my_pipeline(n: int) -> ef.Pipeline:
 
 
 if __name__ == "__main__":
-    result = ef.run(my_pipeline(1), power="auto", config=ef.RunSettings(idle_s=0.5 if GPU else 0.0))
+    result = ef.run(my_pipeline(1), power="auto", settings=ef.RunSettings(idle_s=0.5 if GPU else 0.0))
     totals = result.derived_table("summary").rows[0]
     print(f"pipeline: {totals['sum_latency_s'] * 1e6:.1f} us per item over {totals['stages']} stages")

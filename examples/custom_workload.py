@@ -24,6 +24,6 @@ if __name__ == "__main__":
         SortAndSum(n=100_000),
         power="auto",
         reporters=["console"],
-        config=ef.RunSettings(trials=3, min_window_s=0.2, warmup_s=0.1),
+        settings=ef.RunSettings(trials=3, min_window_s=0.2, warmup_s=0.1),
     )
     print("sort:", result.summary("sort").time_per_iter_s.median, "s per call")

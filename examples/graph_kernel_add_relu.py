@@ -26,5 +26,5 @@ def capture(state):
 
 if __name__ == "__main__":
     kernel = ef.GraphKernel("add_relu", setup, capture, unroll=100)
-    result = ef.run(kernel, power="auto", config=ef.RunSettings(trials=3, warmup_s=0.1))
+    result = ef.run(kernel, power="auto", settings=ef.RunSettings(trials=3, warmup_s=0.1))
     print(f"add+relu: {result.summary('add_relu').time_per_iter_s.median * 1e6:.1f} us per call")

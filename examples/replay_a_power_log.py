@@ -21,7 +21,7 @@ def main():
         power=[f"replay:file={profile},loop=true"],
         reporters=["console"],
         out=folder / "run",
-        config=ef.RunSettings(trials=3, min_window_s=0.2, warmup_s=0.1),
+        settings=ef.RunSettings(trials=3, min_window_s=0.2, warmup_s=0.1),
     )
     print("mean power per window:", list(result.windows["mean_power_w"].round(6)))
 

@@ -101,3 +101,47 @@ def test_measured_rebuilds_a_source_instance_for_every_call():
         with pytest.raises(ef.PowerSourceError, match="replay file '/nonexistent.csv' does not exist"):
             f()
     assert seen == []
+
+
+def test_every_public_name_is_declared_once_and_resolves():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none of them is deprecated
+        for name in ef.__all__:
+            assert getattr(ef, name) is not None, name
+    assert {"run", "measure", "measured", "RunSettings", "RunResult", "Workload", "Phase"} <= set(ef.__all__)
+    # the plugin contract has one public home; the old top-level names warn and point to it
+    assert "Channel" not in ef.__all__
+    with pytest.warns(DeprecationWarning, match="ef.Channel is deprecated: import it from energyframe.plugin"):
+        from energyframe.plugin import Channel
+
+        assert ef.Channel is Channel
+
+
+def test_one_spelling_of_timing_only():
+    assert ef.run("sleep:seconds=0", power="none", reporters=[], settings=ef.RunSettings(trials=1)).complete
+    with pytest.warns(DeprecationWarning, match="say power='none'"):
+        ef.run("sleep:seconds=0", power=None, reporters=[], settings=ef.RunSettings(trials=1))
+    with pytest.warns(DeprecationWarning, match=r"ef.run\(config=...\) is deprecated: say settings=..."):
+        ef.run("sleep:seconds=0", power="none", reporters=[], config=ef.RunSettings(trials=1))
+
+
+def test_a_workload_is_told_where_it_runs_before_setup(tmp_path, monkeypatch):
+    """Workloads get a context as power sources do: the rank and the run directory, never the
+    launcher's environment read by the workload itself."""
+    from energyframe.plugin import WorkloadContext
+    from tests.fakes import ListWorkload, busy_phase
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_STEP_NUM_TASKS"):
+        monkeypatch.delenv(name, raising=False)
+    seen = []
+
+    class Telling(ListWorkload):
+        def setup(self):
+            seen.append(self.context)
+
+    workload = Telling([busy_phase()])
+    assert workload.context == WorkloadContext()  # before the run: one process, no directory
+    ef.run(workload, power="none", reporters=[], out=tmp_path / "run", settings=ef.RunSettings(trials=1))
+    assert seen == [WorkloadContext(out=tmp_path / "run")]

@@ -12,7 +12,8 @@ from energyframe.errors import WorkloadError
 from energyframe.lifecycle import orchestrator
 from energyframe.lifecycle.config import RunSettings
 from energyframe.model import Phase
-from energyframe.ranks.coordinator import Coordinator, World
+from energyframe.ranks.coordinator import Alone
+from energyframe.ranks.world import World
 from energyframe.workloads import distributed
 
 torch = pytest.importorskip("torch")
@@ -33,7 +34,7 @@ def test_world_comes_from_the_launchers_environment(monkeypatch):
 
 
 def test_world_comes_from_srun_in_a_job_step_only(monkeypatch):
-    from energyframe.ranks import coordinator as core
+    from energyframe.ranks import world as core
 
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
@@ -55,7 +56,7 @@ def test_world_comes_from_srun_in_a_job_step_only(monkeypatch):
 
 
 def test_srun_variables_are_exported_for_torch_and_the_workloads(monkeypatch):
-    from energyframe.ranks import coordinator as core
+    from energyframe.ranks import world as core
 
     launcher = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID")
     env = {k: v for k, v in os.environ.items() if k not in launcher}
@@ -67,7 +68,7 @@ def test_srun_variables_are_exported_for_torch_and_the_workloads(monkeypatch):
 
 
 def test_a_rank_measures_the_gpu_of_its_local_rank():
-    from energyframe.ranks import coordinator as core
+    from energyframe.ranks import world as core
 
     assert core.rank_devices(core.World()) is None  # no launcher: the sources' default
     assert core.rank_devices(core.World(5, 1, 8, True, "torchrun")) == ["cuda:1"]
@@ -141,7 +142,7 @@ def test_a_one_rank_group_gathers_and_barriers(one_rank_group):
     assert distributed.joined()
 
 
-class SlowerPeer(Coordinator):
+class SlowerPeer(Alone):
     """Rank 0 of two, whose peer takes ``factor`` times as long for everything, and whose own
     proposals stand; records what was agreed."""
 
@@ -214,7 +215,7 @@ def test_rank_0_proposes_chunks_that_end_on_its_clock(fake_clock):
     assert fake_clock.now >= 0.5
 
 
-class Listening(Coordinator):
+class Listening(Alone):
     """One process that records what the run asked the ranks to agree on."""
 
     def __init__(self):
@@ -316,6 +317,7 @@ def test_one_process_keeps_the_single_process_format(tmp_path, monkeypatch):
 def test_rank_0_refuses_a_gpu_two_ranks_measure_and_names_ignored_directories(tmp_path):
     from energyframe.errors import UsageError
     from energyframe.lifecycle.measurement import Measurement
+    from energyframe.lifecycle.ranked import check_ranks
     from energyframe.ranks.coordinator import RankInfo
 
     gpu = "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
@@ -328,7 +330,7 @@ def test_rank_0_refuses_a_gpu_two_ranks_measure_and_names_ignored_directories(tm
         is_root=True, ranks={0: info(0, [("nvml", gpu)]), 1: info(1, [("nvml", gpu)])}
     )
     with pytest.raises(UsageError) as e:
-        m._check_ranks()
+        check_ranks(m.coordinator, m.out, m.warn)
     assert str(e.value) == (
         f"GPU {gpu} is measured by rank 0 (nvml) and by rank 1 (nvml): it would be counted twice; let each "
         "rank measure its own GPU (nvml and nvidia-smi without gpus= take the GPU of the rank's LOCAL_RANK)"
@@ -338,7 +340,7 @@ def test_rank_0_refuses_a_gpu_two_ranks_measure_and_names_ignored_directories(tm
         0: info(0, [("nvidia-smi", "0")], out=str(tmp_path / "run")),
         1: info(1, [("nvidia-smi", "0")], out=str(tmp_path / "elsewhere"), host="node1"),
     }
-    m._check_ranks()
+    check_ranks(m.coordinator, m.out, m.warn)
     assert m.warnings == [
         f"the ranks were given other run directories than rank 0's (rank 1: {tmp_path / 'elsewhere'}); the "
         f"run is saved once, by rank 0, in {tmp_path / 'run'}"

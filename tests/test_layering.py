@@ -16,8 +16,8 @@ LAYERS = [
     {"errors", "model", "options"},
     {"core"},
     {"results"},
-    {"plugin", "kit"},
     {"ranks"},
+    {"plugin", "kit"},
     {"lifecycle"},
     {"offline"},
     {"compare"},
@@ -26,15 +26,13 @@ LAYERS = [
     {"power"},
     {"workloads"},
     {"replay", "sweeps", "reporters"},
-    {"cli", "__init__", "__main__"},
+    {"cli", "api", "__init__", "__main__"},
 ]
 
 #: (importing module, imported module) prefixes allowed to point up, each with its reason
 ALLOWED_UP = {
     ("workloads.perlayer", "replay.graphgap"): "kernel_gaps=true profiles the whole-model graph "
     "with the replay's trace reader",
-    ("report.html.figures", "sweeps."): "the HTML report draws a sweep's heatmaps",
-    ("report.html.figures", "replay."): "the HTML report draws a replay's gantt",
 }
 
 

@@ -101,3 +101,30 @@ def test_auto_detect_without_hardware_is_timing_only():
             pass
     assert m.sources == []
     assert m.result.meta["notes"][0] == "power sources auto-detected: none (timing only)"
+
+
+def test_a_run_writes_run_json_once_after_its_claim(tmp_path, monkeypatch):
+    """One writer: the claim creates run.json (saying "running"); the journals hold what the
+    run records while it goes; run.json is written once more, last, when the run is saved."""
+    from energyframe.results import store
+
+    writes = []
+    atomic = store._atomic_write
+
+    def counting(path, write):
+        writes.append(path.name)
+        return atomic(path, write)
+
+    monkeypatch.setattr(store, "_atomic_write", counting)
+    out = tmp_path / "run"
+    with ef.measure(power=[SignalSource(name="gpu", watts=100.0)], out=out, sync=None) as m:
+        claimed = (out / "run.json").read_text()
+        assert '"status": "incomplete"' in claimed and "running (pid" in claimed
+        assert (out / "sources.partial.json").exists()  # the channels, for rebuilding a dead run
+        for _ in range(2):
+            with m.window("step"):
+                time.sleep(0.02)
+    assert writes.count("run.json") == 1
+    assert writes[-1] == "run.json"  # last: a run.json that says complete means every file is there
+    assert not (out / "sources.partial.json").exists()
+    assert RunResult.load(out).status == "complete"

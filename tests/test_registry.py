@@ -142,9 +142,80 @@ def test_a_plugins_distribution_is_found_without_scanning_every_package(install_
     assert provenance.plugin_distribution(SleepWorkload) == ("energyframe", version)
     assert scans == []
 
-    root = install_plugin("energyframe.reporters", "hello", "ef_hello", GOOD, "HelloReporter", dist="fake-plugin")
+    root = install_plugin(
+        "energyframe.reporters", "hello", "ef_hello", GOOD, "HelloReporter", dist="fake-plugin"
+    )
     (root / "fake_plugin-1.0.dist-info" / "top_level.txt").write_text("ef_hello\n")
     cls = registry.load(registry.REPORTERS, "hello")
     assert provenance.plugin_distribution(cls) == ("fake-plugin", "1.0")  # ef_hello is not its name
     assert provenance.plugin_distribution(cls) == ("fake-plugin", "1.0")
     assert scans == [1]
+
+
+OTHER_MARKDOWN = """
+from energyframe.plugin import Reporter
+
+class TheirMarkdown(Reporter):
+    DESCRIPTION = "their markdown"
+
+    def report(self, result, run_dir):
+        pass
+"""
+
+
+def test_a_name_two_packages_register_means_the_third_partys_and_either_can_be_named(install_plugin, caplog):
+    """We added a built-in 'markdown' reporter after a third-party package had registered one:
+    runs that name it keep meaning theirs (with a warning), and name@package picks either."""
+    from energyframe.reporters.markdown import MarkdownReporter
+
+    install_plugin(
+        "energyframe.reporters",
+        "markdown",
+        "their_md",
+        OTHER_MARKDOWN,
+        "TheirMarkdown",
+        dist="energyframe-extras",
+    )
+    with caplog.at_level("WARNING", logger="energyframe"):
+        assert registry.load(registry.REPORTERS, "markdown").__name__ == "TheirMarkdown"
+    assert any(
+        "reporter 'markdown' is registered by several packages" in r.message
+        and "using markdown@energyframe-extras (say markdown@energyframe for another)" in r.message
+        for r in caplog.records
+    )
+    assert registry.load(registry.REPORTERS, "markdown@energyframe") is MarkdownReporter
+    assert registry.load(registry.REPORTERS, "markdown@energyframe_extras").__name__ == "TheirMarkdown"
+    reporter = registry.create(registry.REPORTERS, "markdown@energyframe")
+    assert reporter.name == "markdown" and isinstance(reporter, MarkdownReporter)
+    with pytest.raises(PluginNotFoundError) as e:
+        registry.load(registry.REPORTERS, "markdown@nobody")
+    assert str(e.value) == (
+        "no package 'nobody' registers reporter 'markdown'; registered: markdown@energyframe, "
+        "markdown@energyframe-extras"
+    )
+    out = CliRunner().invoke(main, ["list", "reporters"]).output
+    assert "markdown@energyframe-extras  [energyframe-extras 1.0]  their markdown" in out
+    assert "markdown@energyframe  [energyframe " in out
+
+
+def test_a_name_two_third_parties_register_asks_which(install_plugin):
+    from energyframe.errors import UsageError
+
+    install_plugin(
+        "energyframe.reporters", "twice", "first_twice", OTHER_MARKDOWN, "TheirMarkdown", dist="pkg-a"
+    )
+    install_plugin(
+        "energyframe.reporters", "twice", "second_twice", OTHER_MARKDOWN, "TheirMarkdown", dist="pkg-b"
+    )
+    with pytest.raises(UsageError) as e:
+        registry.load(registry.REPORTERS, "twice")
+    assert str(e.value) == "several packages register reporter 'twice'; choose one: twice@pkg-a, twice@pkg-b"
+    assert registry.load(registry.REPORTERS, "twice@pkg-b").__module__ == "second_twice"
+    result = CliRunner().invoke(
+        main, ["run", "--power", "none", "--workload", "sleep:seconds=0", "--reporter", "twice"]
+    )
+    assert result.exit_code == 2
+    assert (
+        "Error: several packages register reporter 'twice'; choose one: twice@pkg-a, twice@pkg-b"
+        in result.output
+    )

@@ -19,6 +19,8 @@ import energyframe as ef
 from energyframe.cli import main
 from energyframe.report.html import build_report, figures
 from energyframe.results import rundir, store
+from energyframe.sweeps.results import RESULTS_JSON
+from energyframe.sweeps.workload import SweepWorkload
 from tests.fakes import ListWorkload, SignalSource, busy_phase
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -53,9 +55,13 @@ def make_runs(root: Path) -> dict[str, Path]:
         config=ef.RunSettings(trials=3, min_window_s=0.05, idle_s=0.1, warmup_s=0.0),
     )
     out["pipeline"] = root / "pipeline"
-    # the sweep section reads benchmark_results.json: the one recorded on an H100, beside a run
+    # the sweep's own figures come from the sweep workload, which reads benchmark_results.json:
+    # the one recorded on an H100, beside a run that names the sweep workload
     shutil.copytree(root / "evil", root / "sweep")
-    shutil.copy(FIXTURES / "sweep" / "h100-sgemm.json", root / "sweep" / rundir.SWEEP_JSON)
+    shutil.copy(FIXTURES / "sweep" / "h100-sgemm.json", root / "sweep" / RESULTS_JSON)
+    meta = json.loads((root / "sweep" / "run.json").read_text())
+    meta["workload"]["class"] = f"{SweepWorkload.__module__}.{SweepWorkload.__qualname__}"
+    (root / "sweep" / "run.json").write_text(json.dumps(meta))
     out["sweep"] = root / "sweep"
     return out
 
@@ -193,6 +199,7 @@ def test_pipeline_and_sweep_sections(runs):
 
 
 def test_gantt_of_a_recorded_h200_trace(tmp_path):
+    from energyframe.replay import report_figures as figures
     from energyframe.replay.capture import summarize_trace
 
     summarize_trace(FIXTURES / "kineto-h200" / "bloom-tiny.json.gz", tmp_path / "trace", iterations=1)
@@ -231,3 +238,34 @@ def test_without_the_report_extra_the_error_names_it(runs, monkeypatch):
     assert result.output == (
         "Error: energyframe report needs plotly and jinja2 (plotly is missing): pip install 'energyframe[report]'\n"
     )
+
+
+def test_a_workload_draws_its_own_figures_in_the_report(runs, tmp_path):
+    """The core names no plugin's files: the replay workload reads its comparison_report.json
+    and draws its figures through Workload.report_figures, found from run.json's class."""
+    import shutil
+
+    from energyframe.replay.workload import REPORT_JSON, ReplayWorkload
+
+    run = tmp_path / "replayed"
+    shutil.copytree(runs["evil"], run)
+    meta = json.loads((run / "run.json").read_text())
+    meta["workload"]["class"] = f"{ReplayWorkload.__module__}.{ReplayWorkload.__qualname__}"
+    meta["workload"]["info"] = {"trace": "trace"}
+    (run / "run.json").write_text(json.dumps(meta))
+    report = {
+        "full_model_inference_us": 100.0,
+        "predicted_from_kernels_us": 90.0,
+        "full_model_energy_j": 1.0,
+        "predicted_energy_j": 0.9,
+        "error_percent": -10.0,
+        "energy_error_percent": -10.0,
+        "tier_breakdown": {"gemm": {"predicted_us": 60.0, "predicted_energy_j": 0.6}},
+    }
+    (run / REPORT_JSON).write_text(json.dumps(report))
+    saved = rundir.load(run)
+    assert saved.workload is ReplayWorkload
+    titles = [f.title for f in saved.workload_figures()]
+    assert titles == ["Replay: prediction", "Replay: tiers", "Replay: the traced iteration (gantt)"]
+    page = build_report([saved])
+    assert "Replay: prediction" in page and f"no gantt: the trace directory {run / 'trace'} is not here" in page

@@ -24,13 +24,15 @@ def list_plugins(kind: str | None) -> None:
         entries = registry.entries(k)
         if not entries:
             click.echo("  (none installed)")
+        shared = {e.name for e in entries if sum(o.name == e.name for o in entries) > 1}
         for entry in entries:
             where = f"{entry.distribution} {entry.version}" if entry.distribution else entry.target
             if entry.error or entry.cls is None:
                 click.echo(f"  {entry.name}  [{where}]  ", nl=False)
                 click.secho(f"FAILED TO LOAD: {entry.error}", fg="red")
                 continue
-            click.echo(f"  {entry.name}  [{where}]  {entry.cls.DESCRIPTION}")
+            name = f"{entry.name}@{entry.distribution}" if entry.name in shared and entry.distribution else entry.name
+            click.echo(f"  {name}  [{where}]  {entry.cls.DESCRIPTION}")
             if k == registry.POWER:
                 priority = getattr(entry.cls, "AUTO_PRIORITY", None)
                 click.echo(

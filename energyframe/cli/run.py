@@ -138,7 +138,7 @@ def run(
     """
     from ..kit.registry import power_from_cli
     from ..lifecycle import orchestrator
-    from ..ranks.coordinator import export_launcher_env
+    from ..ranks.world import export_launcher_env
     from ..results.store import default_run_dir
     from ..workloads.command import CommandWorkload
 

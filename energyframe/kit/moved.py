@@ -27,7 +27,7 @@ MOVED = {
     "energyframe.compare_report": "energyframe.compare.tables",
     "energyframe.config": "energyframe.lifecycle.config",
     "energyframe.display": "energyframe.results.display",
-    "energyframe.distributed": "energyframe.ranks.coordinator",
+    "energyframe.distributed": "energyframe.ranks.world",
     "energyframe.energy": "energyframe.core.energy",
     "energyframe.extras": "energyframe.kit.extras",
     "energyframe.fusion": "energyframe.core.fusion",

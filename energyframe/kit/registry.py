@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import logging
+import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from stevedore import DriverManager, ExtensionManager
-from stevedore.exception import MultipleMatches, NoMatches
+from stevedore.exception import NoMatches
 
 from ..errors import PluginLoadError, PluginNotFoundError, UsageError
 from ..options import Spec, parse_spec
@@ -72,17 +74,83 @@ def _describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
+def _normalized(distribution: str) -> str:
+    """A distribution's name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def _distribution(ep: md.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    if dist is not None:
+        return str(dist.metadata["Name"])
+    name, _version = entry_point_distribution(ep)
+    return name or ep.value.split(":")[0].split(".")[0]
+
+
+def qualified(name: str, ep: md.EntryPoint) -> str:
+    """``name@distribution``: the name that picks one package's plugin when several register
+    ``name``."""
+    return f"{name}@{_distribution(ep)}"
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _chosen(kind: str, name: str, eps: list[md.EntryPoint]) -> md.EntryPoint:
+    """Of several packages registering ``name``: the one that is not energyframe itself, with a
+    warning (a plugin a user installed was there first, and their runs keep meaning it);
+    between several other packages no choice is right, and the user must qualify the name."""
+    others = [ep for ep in eps if _normalized(_distribution(ep)) != "energyframe"]
+    choices = ", ".join(sorted(qualified(name, ep) for ep in eps))
+    if len(others) != 1:
+        raise UsageError(f"several packages register {LABELS[kind]} {name!r}; choose one: {choices}")
+    if (kind, name) not in _WARNED:
+        _WARNED.add((kind, name))
+        log.warning(
+            "warning: %s %r is registered by several packages (%s); using %s (say %s for another)",
+            LABELS[kind],
+            name,
+            ", ".join(_distribution(ep) for ep in eps),
+            qualified(name, others[0]),
+            " or ".join(qualified(name, ep) for ep in eps if ep is not others[0]),
+        )
+    return others[0]
+
+
 def load(kind: str, name: str) -> type[Plugin]:
-    """Import the plugin class registered as ``name``.
+    """Import the plugin class registered as ``name``, or ``name@distribution`` to pick one
+    package's when several register the name.
 
     Raises:
         PluginNotFoundError: no such name; the message lists the available ones.
-        PluginLoadError: the plugin's module failed to import, or two packages claim the name.
+        PluginLoadError: the plugin's module failed to import.
+        UsageError: several packages other than energyframe register the name.
     """
-    available = names(kind)
-    if name not in available:
-        listing = ", ".join(available) or "(none installed)"
-        raise PluginNotFoundError(f"unknown {LABELS[kind]} {name!r}. Available: {listing}")
+    short, _, wanted = name.partition("@")
+    registered = [ep for ep in _entry_points(kind) if ep.name == short]
+    eps = list({ep.value: ep for ep in registered}.values())  # one target registered twice is one plugin
+    if not eps:
+        listing = ", ".join(names(kind)) or "(none installed)"
+        raise PluginNotFoundError(f"unknown {LABELS[kind]} {short!r}. Available: {listing}")
+    if wanted:
+        picked = [ep for ep in eps if _normalized(_distribution(ep)) == _normalized(wanted)]
+        if not picked:
+            listing = ", ".join(sorted(qualified(short, ep) for ep in eps))
+            raise PluginNotFoundError(
+                f"no package {wanted!r} registers {LABELS[kind]} {short!r}; registered: {listing}"
+            )
+        eps = picked
+    if len(registered) == 1:
+        cls = _driver(kind, short)
+    else:
+        cls = _load_entry_point(kind, eps[0] if len(eps) == 1 else _chosen(kind, short, eps))
+    if not (isinstance(cls, type) and issubclass(cls, BASES[kind])):
+        raise PluginLoadError(f"{LABELS[kind]} {short!r} ({eps[0].value}) is not a {BASES[kind].__name__} subclass")
+    return cls
+
+
+def _driver(kind: str, name: str) -> Any:
+    """The one plugin registered as ``name``, loaded through stevedore."""
 
     def failed(_manager: Any, ep: md.EntryPoint, error: BaseException) -> None:
         raise PluginLoadError(
@@ -91,18 +159,19 @@ def load(kind: str, name: str) -> type[Plugin]:
 
     try:
         manager = DriverManager(GROUPS[kind], name, invoke_on_load=False, on_load_failure_callback=failed)
-    except MultipleMatches as e:
-        owners = ", ".join(f"{ep.value}" for ep in _entry_points(kind) if ep.name == name)
-        raise PluginLoadError(f"several packages register {LABELS[kind]} {name!r}: {owners}") from e
     except NoMatches as e:  # registered but vanished between listing and loading
         raise PluginNotFoundError(f"unknown {LABELS[kind]} {name!r}") from e
-    cls = manager.driver
-    if not (isinstance(cls, type) and issubclass(cls, BASES[kind])):
+    return manager.driver
+
+
+def _load_entry_point(kind: str, ep: md.EntryPoint) -> Any:
+    """One of several entry points sharing a name (stevedore loads by name only)."""
+    try:
+        return ep.load()
+    except Exception as e:
         raise PluginLoadError(
-            f"{LABELS[kind]} {name!r} ({manager.extensions[0].entry_point.value}) is not a "
-            f"{BASES[kind].__name__} subclass"
-        )
-    return cls
+            f"{LABELS[kind]} {ep.name!r} ({ep.value}) failed to load: {_describe_error(e)}"
+        ) from e
 
 
 def entries(kind: str) -> list[PluginEntry]:
@@ -134,7 +203,7 @@ def create(kind: str, spec: str | Spec | Plugin) -> Plugin:
     if isinstance(spec, str):
         spec = parse_spec(spec)
     cls = load(kind, spec.name)
-    return cls(name=spec.name, **dict(spec.options))
+    return cls(name=spec.name.partition("@")[0], **dict(spec.options))
 
 
 def create_workload(spec: str | Spec | Workload) -> Workload:
@@ -222,7 +291,7 @@ def auto_power_sources() -> tuple[list[PowerSource], list[str]]:
 
 
 def resolve_power(power: str | Sequence[PowerArg] | None) -> tuple[list[PowerSource], list[str]]:
-    """``"auto"``: detect; ``None``, ``"none"`` or ``[]``: timing only; else specs or instances.
+    """``"auto"``: detect; ``"none"``: timing only; else specs or instances.
 
     Returns the sources (not started) and notes for run.json (what auto-detection found).
 
@@ -240,7 +309,13 @@ def resolve_power(power: str | Sequence[PowerArg] | None) -> tuple[list[PowerSou
         for note in notes[1:]:
             log.debug("  %s", note)
         return sources, notes
-    if power is None or (isinstance(power, str) and power.strip().lower() == "none"):
+    if isinstance(power, str) and power.strip().lower() == "none":
+        return [], []
+    if power is None or (not isinstance(power, (str, Spec, PowerSource)) and len(power) == 0):
+        # one spelling of "timing only", the CLI's: None and [] still work while code moves
+        warnings.warn(
+            f"power={power!r} for timing only is deprecated: say power='none'", DeprecationWarning, stacklevel=3
+        )
         return [], []
     if isinstance(power, (str, Spec, PowerSource)):
         power = [power]

@@ -1,18 +1,19 @@
-"""``ef.measure()``: named windows around the user's own code, with energy from every source.
+"""``Measurement``: the live part of a run, the one writer of its run directory.
 
     with ef.measure(power=["nvml"]) as m:
         with m.window("train-step", iterations=100):
             ...
     print(m.result.table())
 
-The orchestrator (``ef.run``) measures workloads through the same ``Measurement``. This module
-owns the live part of a run: the run directory's claim and status, the sources (through the
-``Recorder``), the windows and their journal. Turning what was recorded into a result is
-``assemble``'s straight pipeline.
+The orchestrator (``ef.run``) measures workloads through the same ``Measurement``, through its
+methods. A run directory is written three ways, each once: the claim (``run.json`` created with
+``O_EXCL``, saying "running"), the journals while the run goes (``windows.partial.csv``,
+``samples.partial.csv``, ``sources.partial.json``), and the result at the end (the tables, then
+``run.json`` last). Turning what was recorded into a result is ``assemble``'s straight pipeline.
 
-Under torchrun or srun every rank runs its own ``Measurement``; its ``coordinator``
-(``energyframe.ranks.coordinator``) agrees every window edge with the other ranks, and at the end each
-rank's part goes to rank 0, which merges and saves the run (``energyframe.ranks.merge``).
+With several ranks (torchrun, srun) the measurement's ``coordinator`` agrees every window edge
+with the other ranks, and ``ranked.RankedRun`` gathers every rank's part on rank 0, which merges
+and saves the run.
 """
 
 from __future__ import annotations
@@ -20,16 +21,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from ..core.clock import ClockModel
-from ..core.windows import WINDOW_COLUMNS, WindowRecord
+from ..core.windows import WindowRecord
 from ..errors import (
     DistributedError,
     EnergyFrameError,
@@ -38,19 +37,21 @@ from ..errors import (
     StoreError,
     UsageError,
 )
-from ..kit.registry import PowerArg, resolve_power
+from ..model import Channel, WorkloadContext
 from ..plugin import PowerSource, Workload
-from ..ranks.coordinator import Coordinator, RankInfo, boot_id, connect, host_name, rank_devices
+from ..ranks.coordinator import Alone, Coordinator, connect
+from ..ranks.world import rank_devices
 from ..results.result import COMPLETE, INCOMPLETE, RunResult
 from ..results.store import (
     RUN_JSON,
+    SOURCES_PARTIAL,
     WINDOWS_PARTIAL,
     WindowJournal,
     claim_run_dir,
     write_json,
     write_status_json,
 )
-from .assemble import Recording, TimeAligner, assemble, extra_files, run_meta, save, save_files, utc_now
+from .assemble import Recording, TimeAligner, assemble, extra_files, run_meta, save_files, utc_now
 from .recorder import Recorder
 from .sync import resolve_sync
 from .timings import Timings
@@ -113,8 +114,8 @@ class Measurement:
         self.out = Path(out) if out is not None else None
         self._coordinator_arg = coordinator
         self.dist_timeout_s = dist_timeout_s
-        #: this process among the ranks (the identity until ``start`` joins them)
-        self.coordinator: Coordinator = Coordinator()
+        #: this process among the ranks (alone until ``start`` joins them)
+        self.coordinator: Coordinator = Alone()
         #: the error every rank raises when the run ended because of another rank
         self.rank_error: DistributedError | None = None
         self.sync = resolve_sync(sync)
@@ -134,6 +135,7 @@ class Measurement:
         self._result: RunResult | None = None
         self._started_at: str | None = None
         self._journal: WindowJournal | None = None
+        self._ranked: Any = None  # ranked.RankedRun with several ranks
         #: where the run's time goes (run.json's ``timings_s``)
         self.timings = Timings()
 
@@ -156,41 +158,20 @@ class Measurement:
         """
         started = time.monotonic()
         coord = self.coordinator = connect(self._coordinator_arg, self.dist_timeout_s)
-        if coord.distributed:
-            self._given_out = self.out
-            self.out = coord.decide_out(self.out, claim_run_dir)
-            self.sources = self._sources_here(self.sources)
-            self.timings.add("ranks_join", time.monotonic() - started)  # torch's import included
-            if coord.is_root:
-                self.meta["distributed"] = {"world_size": coord.world_size, "launcher": coord.world.launcher}
-        elif self.out is not None:
-            claim_run_dir(self.out)
         self.clock = ClockModel()
         self._started_at = utc_now()
-        if self.out is not None:
-            self._write_status(INCOMPLETE, RUNNING.format(pid=os.getpid()))
+        if coord.distributed:
+            from .ranked import RankedRun
+
+            self._ranked = RankedRun(self)
+            self._ranked.join(started)
+        elif self.out is not None:
+            self._claim(self.out)
         try:
             with self.timings.span("sources_start"):
-                self.recorder = Recorder(
-                    self.sources,
-                    self.clock,
-                    self.out,
-                    warn=self.warn,
-                    devices=rank_devices(coord.world),
-                    rank=coord.rank,
-                    local_rank=coord.local_rank,
-                )
-                self.recorder.start()
-                if self.out is not None:  # now with the channels, so that a dead run can be rebuilt
-                    self._journal = WindowJournal(self.out / WINDOWS_PARTIAL)
-                    self._write_status(INCOMPLETE, RUNNING.format(pid=os.getpid()))
-                self._wait_for_first_samples()
+                self._start_sources()
             if coord.distributed:
-                with self.timings.span("ranks_start"):
-                    coord.edge("start measuring (every rank's sources have delivered)")
-                    coord.after_start(self._rank_info())
-                    if coord.is_root:
-                        self._check_ranks()
+                self._ranked.started()
             if self.idle_s > 0:
                 self.measure_idle(self.idle_s)
         except BaseException as e:
@@ -198,71 +179,26 @@ class Measurement:
             raise
         return self
 
-    # -- several ranks -----------------------------------------------------------------------
-    def _sources_here(self, sources: Sequence[PowerSource]) -> list[PowerSource]:
-        """The sources this rank runs: every per-process one; a machine-wide one (a wall meter,
-        RAPL) only in local rank 0, so that no machine is measured twice."""
-        if self.coordinator.local_rank == 0:
-            return list(sources)
-        kept = []
-        for source in sources:
-            if getattr(type(source), "PER_PROCESS", False):
-                kept.append(source)
-            else:
-                self.notes.append(
-                    f"power source {source.name!r} measures the whole machine: it runs in local rank 0 only"
-                )
-        return kept
+    def _claim(self, out: Path) -> None:
+        """Make ``out`` this run's: run.json, created with O_EXCL, says "running"."""
+        claim_run_dir(out, self._meta(INCOMPLETE, RUNNING.format(pid=os.getpid())))
 
-    def _rank_info(self) -> RankInfo:
-        """What rank 0 learns about this rank when the run starts."""
-        coord = self.coordinator
-        gpus: list[tuple[str, str]] = []
-        for source in self.sources:
-            try:
-                described = dict(source.info())
-            except Exception:  # a plugin's description must never stop the run
-                continue
-            for gpu in described.get("gpus") or []:
-                ident = gpu.get("uuid") if isinstance(gpu, Mapping) else gpu
-                if ident:
-                    gpus.append((source.name, str(ident)))
-        given = getattr(self, "_given_out", None)
-        return RankInfo(
-            rank=coord.rank,
-            local_rank=coord.local_rank,
-            host=host_name(),
-            boot_id=boot_id(),
-            pid=os.getpid(),
-            devices=rank_devices(coord.world),
-            gpus=gpus,
-            out=str(given) if given is not None else None,
+    def _start_sources(self) -> None:
+        assert self.clock is not None
+        self.recorder = Recorder(
+            self.sources,
+            self.clock,
+            self.out,
+            warn=self.warn,
+            devices=rank_devices(self.coordinator.world),
+            rank=self.coordinator.rank,
+            local_rank=self.coordinator.local_rank,
         )
-
-    def _check_ranks(self) -> None:
-        """Rank 0: refuse a GPU that two ranks measure (it would be counted twice); say when the
-        ranks were given other run directories than rank 0's."""
-        coord = self.coordinator
-        ranks = getattr(coord, "ranks", {})
-        seen: dict[str, tuple[int, str]] = {}
-        for rank, info in sorted(ranks.items()):
-            for source, gpu in info.gpus:
-                key = gpu if gpu.startswith(("GPU-", "MIG-")) else f"{info.boot_id}/{info.host}/{gpu}"
-                if key in seen and seen[key][0] != rank:
-                    first, by = seen[key]
-                    raise UsageError(
-                        f"GPU {gpu} is measured by rank {first} ({by}) and by rank {rank} ({source}): it "
-                        "would be counted twice; let each rank measure its own GPU (nvml and nvidia-smi "
-                        "without gpus= take the GPU of the rank's LOCAL_RANK)"
-                    )
-                seen[key] = (rank, source)
-        others = {r: i.out for r, i in ranks.items() if r and i.out is not None and i.out != str(self.out)}
-        if others:
-            named = ", ".join(f"rank {r}: {out}" for r, out in sorted(others.items()))
-            self.warn(
-                f"the ranks were given other run directories than rank 0's ({named}); the run is saved "
-                f"once, by rank 0, in {self.out}"
-            )
+        self.recorder.start()
+        if self.out is not None:  # the journal: enough to rebuild the run if this process dies
+            self._journal = WindowJournal(self.out / WINDOWS_PARTIAL)
+            write_json(self.out / SOURCES_PARTIAL, {"sources": self._meta(INCOMPLETE, None)["sources"]})
+        self._wait_for_first_samples()
 
     def _wait_for_first_samples(self) -> None:
         assert self.recorder is not None
@@ -284,7 +220,7 @@ class Measurement:
                 return
             except Exception as e:  # saving failed too: the status below is the last word
                 reason = f"{reason}; saving failed: {e}"
-        if self.out is not None:
+        if self.out is not None and (self.out / RUN_JSON).exists():
             self._write_status(INCOMPLETE, reason, ended=True)
 
     def __enter__(self) -> Measurement:
@@ -299,6 +235,62 @@ class Measurement:
                 raise self.rank_error
         else:
             self.finish(INCOMPLETE, describe_exception(exc, self.recorder))
+
+    # -- what the orchestrator asks ------------------------------------------------------------
+    @contextmanager
+    def span(self, what: str) -> Iterator[None]:
+        """Count the time inside the block towards ``what`` in run.json's ``timings_s``."""
+        with self.timings.span(what):
+            yield
+
+    def add_time(self, what: str, seconds: float) -> None:
+        self.timings.add(what, seconds)
+
+    def describe(self, **fields: Any) -> None:
+        """Set run.json fields the run knows only now (the workload, its exit code...)."""
+        self.meta.update(fields)
+
+    def describe_config(self, **fields: Any) -> None:
+        """Add to run.json's ``config`` what the run decided (the shortest window used...)."""
+        self.meta.setdefault("config", {}).update(fields)
+
+    def describe_failure(self, error: BaseException) -> str:
+        """The reason an ``incomplete`` run gives for ``error`` (a failed source named first)."""
+        return describe_exception(error, self.recorder)
+
+    @property
+    def has_sources(self) -> bool:
+        """Whether any power source runs here (timing only otherwise)."""
+        return bool(self.sources)
+
+    def closed_windows(self) -> Sequence[WindowRecord]:
+        """Every window closed so far, in order."""
+        return tuple(self.records)
+
+    def workload_context(self) -> WorkloadContext:
+        """Where the measured workload runs: this rank, the run directory."""
+        c = self.coordinator
+        return WorkloadContext(c.rank, c.local_rank, c.world_size, c.world.launched, c.world.launcher, self.out)
+
+    def channels(self) -> dict[str, Channel]:
+        """The started sources' channels, by name."""
+        return dict(self.recorder.channels) if self.recorder is not None else {}
+
+    @property
+    def source_failure(self) -> PowerSourceError | None:
+        """Why a source failed while the run went, if one did."""
+        return self.recorder.failure if self.recorder is not None else None
+
+    @contextmanager
+    def interrupting_on_source_failure(self) -> Iterator[None]:
+        """Inside the block a source that fails interrupts the main thread (SIGINT), so that
+        even a blocking wait for a measured command ends promptly."""
+        assert self.recorder is not None
+        self.recorder.interrupt_on_failure = True
+        try:
+            yield
+        finally:
+            self.recorder.interrupt_on_failure = False
 
     # -- windows ---------------------------------------------------------------------------
     def measure_idle(self, duration_s: float) -> None:
@@ -396,36 +388,57 @@ class Measurement:
         others their own part. A run that ended because of another rank sets ``rank_error``."""
         if self._result is not None:
             return self._result
-        if self.coordinator.distributed:
-            return self._finish_ranks(status, reason)
+        if self._ranked is not None:
+            self._result = self._ranked.finish(status, reason)
+            return self._result
         assert self.recorder is not None and self.clock is not None
         with self.timings.span("stop_sources"):
-            status, reason = self._stop_recording(status, reason)
+            status, reason = self.stop_recording(status, reason)
         with self.timings.span("integrate"):
-            recording = self._recording()
-            meta = self._meta(status, reason, ended=True)
-            self._result = assemble(recording, meta, self.workload, self.aligner, self.warnings)
-        if self.out is None:
-            self._result = replace(self._result, meta={**self._result.meta, "timings_s": self.timings.to_json()})
-        if self.out is not None:
-            try:
-                with self.timings.span("save"):
-                    save(self._result, self.out, self.workload, self.warn)
-                self._result = replace(self._result, meta={**self._result.meta, "timings_s": self.timings.to_json()})
-                write_json(self.out / RUN_JSON, self._result.to_json())
-            except StoreError as e:
-                # the journals stay: what was recorded is still on disk, and run.json says so
-                if self._journal is not None:
-                    self._journal.close()
-                reason = f"{reason}; then " if reason else ""
-                self._write_status(INCOMPLETE, f"{reason}the run could not be saved: {e}", ended=True)
-                raise
-            self.recorder.store.discard_partial()
-            if self._journal is not None:
-                self._journal.remove()
+            result = assemble(
+                self.recording(), self._meta(status, reason, ended=True), self.workload, self.aligner, self.warnings
+            )
+        self._result = self.save(result, {})
         return self._result
 
-    def _stop_recording(self, status: str, reason: str | None) -> tuple[str, str | None]:
+    def save(
+        self, result: RunResult, extra: Mapping[str, Mapping[str, bytes]], own_files: bool = True
+    ) -> RunResult:
+        """Write the run directory (the tables, the workload's files, ``extra`` files by folder
+        (rank 0 writes each rank's as ``rank<R>/``), then run.json last, once) and drop the
+        journals; in memory only without ``out``. ``own_files``: the workload's files for this
+        result (rank 0's merged run has each rank's in ``extra`` instead).
+        Returns the result with its final timings."""
+        if self.out is None:
+            return self.with_timings(result)
+        try:
+            with self.timings.span("save"):
+                result.save_tables(self.out)
+                if self.workload is not None and own_files:
+                    label = f"workload {self.workload.name!r}"
+                    save_files(self.out, extra_files(result, self.workload, self.warn), self.warn, label=label)
+                for folder, named in extra.items():
+                    save_files(self.out / folder, named, self.warn, label=f"rank {folder.removeprefix('rank')}'s workload")
+            result = self.with_timings(result)
+            result.save_meta(self.out)
+        except StoreError as e:
+            # the journals stay: what was recorded is still on disk, and run.json says so
+            if self._journal is not None:
+                self._journal.close()
+            reason = f"{result.reason}; then " if result.reason else ""
+            self._write_status(INCOMPLETE, f"{reason}the run could not be saved: {e}", ended=True)
+            raise
+        if self.recorder is not None:
+            self.recorder.store.discard_partial()
+        if self._journal is not None:
+            self._journal.remove()
+        (self.out / SOURCES_PARTIAL).unlink(missing_ok=True)
+        return result
+
+    def with_timings(self, result: RunResult) -> RunResult:
+        return replace(result, meta={**result.meta, "timings_s": self.timings.to_json()})
+
+    def stop_recording(self, status: str, reason: str | None) -> tuple[str, str | None]:
         """Wait until the last window is covered, stop the sources; the status that results."""
         assert self.recorder is not None and self.clock is not None
         recorder = self.recorder
@@ -450,7 +463,8 @@ class Measurement:
             )
         return status, reason
 
-    def _recording(self) -> Recording:
+    def recording(self) -> Recording:
+        """Everything the run recorded, for ``assemble``."""
         assert self.recorder is not None and self.clock is not None
         store = self.recorder.store
         return Recording(
@@ -466,179 +480,6 @@ class Measurement:
             work=dict(self.work),
             sources=list(self.sources),
         )
-
-    def _finish_ranks(self, status: str, reason: str | None) -> RunResult:
-        from ..ranks.merge import RankPart
-
-        coord = self.coordinator
-        if self.recorder is not None and self.recorder.running:
-            with self.timings.span("stop_sources"):
-                status, reason = self._stop_recording(status, reason)
-            with self.timings.span("integrate"):
-                local = assemble(
-                    self._recording(), self._meta(status, reason, ended=True), self.workload, self.aligner,
-                    self.warnings,
-                )
-        else:  # it failed before measuring: its part says why
-            if self.recorder is not None:
-                self.recorder.stop()
-            meta = self._meta(status, reason, ended=True)
-            local = RunResult(meta, pd.DataFrame(columns=WINDOW_COLUMNS), pd.DataFrame(), ())
-        files: dict[str, bytes] = {}
-        if self.workload is not None and getattr(coord, "root_out", None) is not None:
-            files = extra_files(local, self.workload, self.warn)
-        part = RankPart(
-            rank=coord.rank,
-            local_rank=coord.local_rank,
-            host=host_name(),
-            status=status,
-            reason=reason,
-            result=local,
-            extra_files=files,
-            device_channels=self._device_channels(),
-            work=dict(self.work),
-            warnings=list(self.warnings),
-        )
-        with self.timings.span("gather"):
-            answer = coord.finish(part, reason if status != COMPLETE else None)
-        try:
-            if coord.is_root:
-                # every rank waits for this answer: it is sent even when saving failed
-                told = {"status": INCOMPLETE, "reason": "rank 0 could not save the run", "out": None}
-                try:
-                    self._result = self._merge_and_save(answer)
-                    final_status, final_reason = self._result.status, self._result.reason
-                    told = {"status": final_status, "reason": final_reason, "out": str(self.out) if self.out else None}
-                finally:
-                    coord.acknowledge(told, sorted(answer))
-            else:
-                if answer is None:
-                    final_status, final_reason = INCOMPLETE, coord.end_message or (
-                        f"rank 0 did not answer: {coord.lost.get(0, 'no answer')}"
-                    )
-                    out = None
-                else:
-                    final_status, final_reason, out = answer["status"], answer["reason"], answer["out"]
-                self._result = replace(
-                    local,
-                    meta={
-                        **local.meta,
-                        "status": final_status,
-                        "reason": final_reason,
-                        "distributed": {
-                            "rank": coord.rank,
-                            "world_size": coord.world_size,
-                            "run_dir": out,
-                            "part": "this rank's own channels and windows; rank 0 saved the whole run",
-                        },
-                    },
-                )
-        finally:
-            coord.close()
-        if final_status != COMPLETE and status == COMPLETE:
-            self.rank_error = DistributedError(final_reason or "another rank did not complete the run")
-        return self._result
-
-    def _device_channels(self) -> list[str]:
-        """This rank's own-device channels: the primary integrable channels of its first
-        per-process source (nvml's ``gpuN``), which the run's ``total`` adds up."""
-        if self.recorder is None:
-            return []
-        for source in self.sources:
-            if getattr(type(source), "PER_PROCESS", False):
-                channels = self.recorder.source_channels.get(source.name, [])
-                return [c.name for c in channels if c.primary and c.integrable]
-        return []
-
-    def _merge_and_save(self, parts: Mapping[int, Any]) -> RunResult:
-        """Rank 0: the whole run from every rank's part, saved into the run directory."""
-        from ..ranks.merge import merge_parts, run_status
-
-        coord = self.coordinator
-        status, reason = run_status(parts, coord.world_size, coord.end_message)
-        if status != COMPLETE and not coord.end_message and coord.lost:
-            lost = "; ".join(f"rank {r}: {why}" for r, why in sorted(coord.lost.items()))
-            reason = f"{reason} ({lost})"
-        ranks = getattr(coord, "ranks", {})
-        offsets = {r: info.clock_offset_s for r, info in ranks.items()}
-        with self.timings.span("integrate"):
-            result = merge_parts(
-                parts,
-                offsets,
-                world_size=coord.world_size,
-                status=status,
-                reason=reason,
-                distributed=self._distributed_meta(parts),
-            )
-        for warning in result.warnings:
-            if warning not in self.warnings:
-                self.warnings.append(warning)
-                log.warning("warning: %s", warning)
-        result = replace(result, meta={**result.meta, "timings_s": self.timings.to_json()})
-        if self.out is None:
-            return result
-        try:
-            with self.timings.span("save"):
-                result.save(self.out)
-                for rank, part in sorted(parts.items()):
-                    save_files(self.out / f"rank{rank}", part.extra_files, self.warn, label=f"rank {rank}'s workload")
-            result = replace(result, meta={**result.meta, "timings_s": self.timings.to_json()})
-            write_json(self.out / RUN_JSON, result.to_json())
-        except StoreError as e:
-            if self._journal is not None:
-                self._journal.close()
-            self._write_status(INCOMPLETE, f"{reason + '; then ' if reason else ''}the run could not be saved: {e}", True)
-            raise
-        if self.recorder is not None:
-            self.recorder.store.discard_partial()
-        if self._journal is not None:
-            self._journal.remove()
-        return result
-
-    def _distributed_meta(self, parts: Mapping[int, Any]) -> dict[str, Any]:
-        """run.json's ``distributed`` section."""
-        from ..ranks.merge import TOTAL, prefixed
-
-        coord = self.coordinator
-        ranks = getattr(coord, "ranks", {})
-        rows = []
-        for rank in range(coord.world_size):
-            info = ranks.get(rank)
-            part = parts.get(rank)
-            meta = part.result.meta if part is not None and part.result is not None else {}
-            rows.append(
-                {
-                    "rank": rank,
-                    "local_rank": info.local_rank if info else (part.local_rank if part else None),
-                    "host": info.host if info else (part.host if part else None),
-                    "pid": info.pid if info else None,
-                    "devices": info.devices if info else None,
-                    "gpus": [gpu for _source, gpu in info.gpus] if info else [],
-                    "clock_offset_s": info.clock_offset_s if info else None,
-                    "clock_offset_uncertainty_s": info.clock_uncertainty_s if info else None,
-                    "measured_clock_offset_s": info.measured_offset_s if info else None,
-                    "shared_clock": info.shared_clock if info else None,
-                    "status": part.status if part else "missing",
-                    "reason": part.reason if part else coord.lost.get(rank, "its part did not arrive"),
-                    "channels": [prefixed(rank, c) for c in meta.get("primary_channels", [])],
-                    "out": info.out if info else None,
-                    "exit_code": meta.get("exit_code"),
-                    "workload_info": (meta.get("workload") or {}).get("info"),
-                }
-            )
-        return {
-            "world_size": coord.world_size,
-            "backend": getattr(coord, "backend", None),
-            "launcher": coord.world.launcher,
-            "timeout_s": coord.timeout_s,
-            "hosts": sorted({r["host"] for r in rows if r["host"]}),
-            "ranks": rows,
-            "missing_ranks": [r for r in range(coord.world_size) if r not in parts],
-            "total": {
-                "channel": TOTAL,
-                "of": [prefixed(r, c) for r, p in sorted(parts.items()) for c in p.device_channels],
-            },
-        }
 
     def _meta(self, status: str, reason: str | None, ended: bool = False) -> dict[str, Any]:
         assert self.clock is not None
@@ -656,6 +497,7 @@ class Measurement:
         )
 
     def _write_status(self, status: str, reason: str | None, ended: bool = False) -> None:
+        """Rewrite run.json's status in place: only when the run ended without its result."""
         assert self.out is not None
         write_status_json(self.out / RUN_JSON, self._meta(status, reason, ended))
 
@@ -669,117 +511,3 @@ def describe_exception(exc: BaseException, recorder: Recorder | None) -> str:
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted by SIGINT"
     return f"{type(exc).__name__}: {exc}"
-
-
-def measure(
-    power: str | Sequence[PowerArg] | None = "auto",
-    *,
-    out: Path | str | None = None,
-    sync: str | Callable[[], None] | None = "auto",
-    idle_s: float = 0.0,
-    aligner: TimeAligner | str | None = "auto",
-    coordinator: Coordinator | str | None = "auto",
-    dist_timeout_s: float | None = None,
-) -> Measurement:
-    """Start measuring: ``with ef.measure(power=["nvml"]) as m: ...``.
-
-    Args:
-        power: ``"auto"`` (what this machine has), ``"none"``/``None``/``[]`` (timing only),
-            or a list of specs (``"nvml:gpus=0"``) or ``PowerSource`` instances.
-        out: save the run there when the block ends (samples are logged there while it runs).
-        sync: device sync at window edges: ``"auto"``, ``None`` or a callable.
-        idle_s: measure every channel's idle power for this long first, for dynamic energy.
-        aligner: ``"auto"`` (align wall meters), ``None``, or a callable.
-        coordinator: under torchrun or srun (``"auto"``), every rank measures its own GPU, the
-            ranks agree every window edge, and rank 0 saves one run in ``out``; ``None``: alone.
-        dist_timeout_s: with several ranks, how long to wait for a silent peer. Units: s.
-    """
-    sources, notes = resolve_power(power)
-    return Measurement(
-        sources,
-        out=out,
-        sync=sync,
-        aligner=aligner,
-        notes=notes,
-        idle_s=idle_s,
-        coordinator=coordinator,
-        dist_timeout_s=dist_timeout_s,
-    )
-
-
-
-def _fresh(power: str | Sequence[PowerArg] | None) -> str | list[PowerArg] | None:
-    """Power for one more measurement: a source instance (which starts only once) is rebuilt
-    from its class and options; specs are used as they are."""
-    if power is None or isinstance(power, str):
-        return power
-    fresh: list[PowerArg] = []
-    for item in power:
-        if isinstance(item, PowerSource):
-            try:
-                item = type(item)(name=item.name, **item.options)
-            except TypeError as e:
-                raise UsageError(
-                    f"power source {item.name!r} cannot be rebuilt for another call ({e}); give "
-                    "ef.measured a spec such as 'nvml' instead of an instance"
-                ) from e
-        fresh.append(item)
-    return fresh
-
-
-def measured(
-    func: Callable[..., Any] | None = None,
-    *,
-    power: str | Sequence[PowerArg] | None = "auto",
-    out: Path | str | None = None,
-    name: str | None = None,
-    iterations: int = 1,
-    sync: str | Callable[[], None] | None = "auto",
-) -> Any:
-    """Measure every call of a function as one window (CodeCarbon's ``@track_emissions``).
-
-        @ef.measured(power="auto", out="runs")
-        def train_epoch(): ...
-
-        train_epoch()                        # measured; its run saved under runs/
-        print(train_epoch.last_result.table())
-
-    Args:
-        power: as for ``measure``; resolved at each call. Specs are best: a source instance runs
-            once, so it is rebuilt from its options for each call.
-        out: a folder; each call is saved in its own run directory inside it
-            (``<UTC time>-<name>``). ``None`` keeps results in memory only.
-        name: the window's name (the function's name by default).
-        iterations: iterations one call runs, for per-iteration figures.
-        sync: device sync at the window's edges.
-
-    The function's return value and exceptions pass through; a call that raised is saved as
-    ``incomplete``. The last call's ``RunResult`` is the wrapper's ``last_result``.
-    """
-    import functools
-
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        label = str(name or getattr(fn, "__name__", "call"))
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            from ..results.store import default_run_dir
-
-            run_dir = default_run_dir(label, root=out) if out is not None else None
-            m = measure(_fresh(power), out=run_dir, sync=sync)
-            try:
-                with m:
-                    with m.window(label, iterations=iterations):
-                        value = fn(*args, **kwargs)
-            finally:
-                if m._result is not None:
-                    wrapper.last_result = m._result  # type: ignore[attr-defined]
-            return value
-
-        wrapper.last_result = None  # type: ignore[attr-defined]
-        return wrapper
-
-    return decorate(func) if func is not None else decorate
-
-
-__all__ = ["Measurement", "WindowHandle", "describe_exception", "measure", "measured"]

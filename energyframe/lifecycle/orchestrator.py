@@ -19,6 +19,7 @@ import operator
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +32,12 @@ from ..kit.registry import PowerArg, resolve_power
 from ..model import Phase
 from ..options import Spec
 from ..plugin import Reporter, Workload
-from ..ranks.coordinator import Coordinator, export_launcher_env
+from ..ranks.coordinator import Alone, Coordinator
+from ..ranks.world import export_launcher_env
 from ..results.provenance import plugin_record, workload_record
 from ..results.result import COMPLETE, INCOMPLETE, RunResult
 from .config import RunConfig, RunSettings
-from .measurement import Measurement, describe_exception
+from .measurement import Measurement
 from .progress import RunProgress
 
 log = logging.getLogger("energyframe")
@@ -58,7 +60,7 @@ SHORT_REDO = 0.9
 #: with several ranks, time-based loops (warm-up, guard bands) agree how to go on this often. Units: s.
 AGREED_CHUNK_S = 0.1
 #: the identity: one process, nothing to agree on
-ALONE = Coordinator()
+ALONE = Alone()
 
 
 def _timed(phase: Phase, n: int, coord: Coordinator = ALONE) -> float:
@@ -179,22 +181,22 @@ def measure_phase(
     if phase.work:
         m.set_work(phase.name, phase.work)
     coord = m.coordinator
-    with m.timings.span("warmup"):
+    with m.span("warmup"):
         warmed = warm_up(phase, config, coord)
-    with m.timings.span("calibration"):
+    with m.span("calibration"):
         plan = plan_windows(phase, config, min_window_s, coord)
     log.info("phase %r: %d warm-up, %d steps per window (%s), %d trials",
              phase.name, warmed, plan.iterations, plan.note, plan.trials)
     progress.phase(phase.name, plan.trials)
-    with m.timings.span("guard"):
+    with m.span("guard"):
         if config.guard_s:
             run_for(phase, config.guard_s, coord)
-    started, before = time.monotonic(), len(m.records)
+    started, before = time.monotonic(), len(m.closed_windows())
     measure_trials(m, phase, plan, min_window_s, config.cooldown_s, progress)
-    measured = sum(r.duration_s for r in m.records[before:])
-    m.timings.add("windows", measured)
-    m.timings.add("between_windows", max(0.0, time.monotonic() - started - measured))
-    with m.timings.span("guard"):
+    measured = sum(r.duration_s for r in m.closed_windows()[before:])
+    m.add_time("windows", measured)
+    m.add_time("between_windows", max(0.0, time.monotonic() - started - measured))
+    with m.span("guard"):
         if config.guard_s:
             run_for(phase, config.guard_s, coord)
 
@@ -246,7 +248,7 @@ def run_for(phase: Phase, seconds: float, coord: Coordinator = ALONE) -> None:
 
 def sync_pulses(m: Measurement) -> None:
     """Bursts of full load, each recorded as a window named ``SYNC_PULSE``."""
-    from ..ranks.coordinator import world
+    from ..ranks.world import world
     from .pulse import OFF_S, ON_S, PULSES, PulseLoad
 
     w = world()
@@ -262,8 +264,7 @@ def sync_pulses(m: Measurement) -> None:
 
 def default_min_window(m: Measurement, periods: float) -> float:
     """``periods`` update periods of the coarsest primary energy or power channel."""
-    assert m.recorder is not None
-    resolutions = [c.resolution_s for c in m.recorder.channels.values() if c.integrable and c.primary]
+    resolutions = [c.resolution_s for c in m.channels().values() if c.integrable and c.primary]
     longest = max(resolutions, default=0.0)
     return periods * longest if longest > 0 else TIMING_ONLY_MIN_WINDOW_S
 
@@ -325,7 +326,7 @@ def run(
     config: RunSettings | RunConfig | None = None,
     align: bool = True,
     *,
-    settings: RunSettings | None = None,
+    settings: RunSettings | RunConfig | None = None,
     progress: bool | None = None,
     dist_timeout_s: float | None = None,
     coordinator: Coordinator | str | None = "auto",
@@ -334,14 +335,14 @@ def run(
 
     Args:
         workload: a spec (``"cpu-matmul:sizes=256"``) or a ``Workload`` instance.
-        power: ``"auto"``, ``"none"``/``None`` (timing only), or specs / ``PowerSource`` instances.
+        power: ``"auto"``, ``"none"`` (timing only), or specs / ``PowerSource`` instances.
         reporters: reporter specs or instances, called with the finished result.
         out: run directory (``None``: keep the result in memory only).
-        config: ``RunSettings`` (trials, window length, warm-up, cool-down, idle baseline,
+        config: deprecated: the old name of ``settings``.
+        align: estimate wall meters' lag against the run's GPU or CPU power and correct it.
+        settings: ``RunSettings`` (trials, window length, warm-up, cool-down, idle baseline,
             guard bands, pulses), resolved against the workload's preferences; or a ``RunConfig``
             that runs exactly as given.
-        align: estimate wall meters' lag against the run's GPU or CPU power and correct it.
-        settings: the same as ``config``, by its name.
         progress: progress bars on stderr; ``None``: when stderr is a terminal and logging is
             not quieter than INFO.
         dist_timeout_s: under torchrun or srun, how long a rank waits for a silent peer before
@@ -370,6 +371,8 @@ def run(
     the_reporters = [r for r in registry.create_all(registry.REPORTERS, list(reporters)) if isinstance(r, Reporter)]
     sources, notes = resolve_power(power)
     early_warnings: list[str] = []
+    if config is not None:
+        warnings.warn("ef.run(config=...) is deprecated: say settings=...", DeprecationWarning, stacklevel=2)
     resolved = resolve_config(the_workload, settings or config, early_warnings.append)
     meta = {
         "workload": plugin_record(the_workload),
@@ -393,7 +396,6 @@ def run(
     status, reason = COMPLETE, None
     with _Signals() as signals:
         m.start()
-        assert m.recorder is not None
         root = m.coordinator.is_root
         try:
             with RunProgress(progress if root else False) as bars:
@@ -402,10 +404,9 @@ def run(
             # several ranks: a launcher stops every rank once one exits; rank 0 saves regardless
             signals.holding = m.coordinator.distributed
             error = RunInterrupted("terminated by SIGTERM") if isinstance(e, _Terminated) else e
-            status, reason = INCOMPLETE, describe_exception(error, m.recorder)
+            status, reason = INCOMPLETE, m.describe_failure(error)
         signals.holding = m.coordinator.distributed
-        m.meta["workload"] = workload_record(the_workload)
-        m.meta["exit_code"] = the_workload.exit_code
+        m.describe(workload=workload_record(the_workload), exit_code=the_workload.exit_code)
         try:
             result = m.finish(status, reason)
         except KeyboardInterrupt:  # a second Ctrl-C while saving: stop trying to be neat
@@ -420,7 +421,7 @@ def run(
     if error is None and signals.held:
         error = RunInterrupted("terminated by SIGTERM (after the run was saved)")
     if error is not None:
-        raise _as_run_error(error, result, m.recorder.failure) from error
+        raise _as_run_error(error, result, m.source_failure) from error
     return result
 
 
@@ -429,7 +430,7 @@ def _timed_iteration(phases: Iterable[Phase], m: Measurement) -> Iterator[Phase]
     capture, a sweep configuration's compilation) counts as ``phase_setup``."""
     iterator = iter(phases)
     while True:
-        with m.timings.span("phase_setup"):
+        with m.span("phase_setup"):
             phase = next(iterator, None)
         if phase is None:
             return
@@ -440,44 +441,50 @@ def measure_workload(
     m: Measurement, workload: Workload, config: RunConfig, progress: RunProgress | None = None
 ) -> None:
     """Set up, measure every phase, tear down (even when a phase failed)."""
-    assert m.recorder is not None
     progress = progress or RunProgress(show=False)
     coord = m.coordinator
     try:
-        with m.timings.span("setup"):
+        with m.span("setup"):
+            workload.bind(m.workload_context())
             workload.setup()
         # with no power source there is no idle power (with several ranks: on no rank)
-        if config.idle_s > 0 and coord.agree(1.0 if m.sources else 0.0, "measuring idle power", "max"):
+        if config.idle_s > 0 and coord.agree(1.0 if m.has_sources else 0.0, "measuring idle power", "max"):
             log.info("measuring idle power for %g s", config.idle_s)
             m.measure_idle(config.idle_s)
         min_window_s = config.min_window_s or default_min_window(m, config.min_window_periods)
         min_window_s = coord.agree(min_window_s, "the shortest window", "max")
-        m.meta["config"]["min_window_s_used"] = min_window_s
-        m.recorder.interrupt_on_failure = True
-        if config.sync_pulse:
-            sync_pulses(m)
-        phases = workload.phases()
-        for phase in progress.phases(_timed_iteration(phases, m), operator.length_hint(phases, 0) or None):
-            coord.edge(phase_step(phase))
-            if phase.setup is not None:
-                with m.timings.span("phase_setup"):
-                    phase.setup()
-            try:
-                measure_phase(m, phase, config, min_window_s, progress)
-            finally:
-                if phase.teardown is not None:
-                    with m.timings.span("phase_setup"):
-                        phase.teardown()
-        coord.edge("end the phases")
-        if config.sync_pulse:
-            sync_pulses(m)
+        m.describe_config(min_window_s_used=min_window_s)
+        with m.interrupting_on_source_failure():
+            _measure_phases(m, workload, config, min_window_s, progress)
     finally:
-        m.recorder.interrupt_on_failure = False
         try:
-            with m.timings.span("teardown"):
+            with m.span("teardown"):
                 workload.teardown()
         except Exception as e:
             m.warn(f"workload teardown failed: {type(e).__name__}: {e}")
+
+
+def _measure_phases(
+    m: Measurement, workload: Workload, config: RunConfig, min_window_s: float, progress: RunProgress
+) -> None:
+    coord = m.coordinator
+    if config.sync_pulse:
+        sync_pulses(m)
+    phases = workload.phases()
+    for phase in progress.phases(_timed_iteration(phases, m), operator.length_hint(phases, 0) or None):
+        coord.edge(phase_step(phase))
+        if phase.setup is not None:
+            with m.span("phase_setup"):
+                phase.setup()
+        try:
+            measure_phase(m, phase, config, min_window_s, progress)
+        finally:
+            if phase.teardown is not None:
+                with m.span("phase_setup"):
+                    phase.teardown()
+    coord.edge("end the phases")
+    if config.sync_pulse:
+        sync_pulses(m)
 
 
 def phase_step(phase: Phase) -> str:

@@ -9,6 +9,7 @@ status says what happened.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from ..errors import StoreError
 from ..lifecycle.assemble import Recording, integrate, place_samples
 from ..model import Channel
 from ..results.result import INCOMPLETE, RunResult
-from ..results.store import JOURNAL_COLUMNS, WINDOWS_PARTIAL
+from ..results.store import JOURNAL_COLUMNS, SOURCES_PARTIAL, WINDOWS_PARTIAL
 
 
 def load_run(directory: Path | str) -> RunResult:
@@ -89,13 +90,30 @@ def journal_records(path: Path, clock: ClockModel) -> list[WindowRecord]:
     return records
 
 
+def _sources(directory: Path, meta: dict) -> list:
+    """The sources and their channels: run.json's once the run saved them, else the journal's
+    (run.json is written at the claim, before the sources start, and once at the end)."""
+    described = [s for s in meta.get("sources", []) or [] if s.get("channels")]
+    if described or not (directory / SOURCES_PARTIAL).exists():
+        return meta.get("sources", []) or []
+    try:
+        journal = json.loads((directory / SOURCES_PARTIAL).read_text())
+    except (OSError, ValueError) as e:
+        raise StoreError(f"{directory / SOURCES_PARTIAL} cannot be read ({e}); the run cannot be rebuilt") from e
+    sources = journal.get("sources") if isinstance(journal, dict) else None
+    if not isinstance(sources, list):
+        raise StoreError(f"{directory / SOURCES_PARTIAL} holds no list of sources; the run cannot be rebuilt")
+    meta["sources"] = sources
+    return sources
+
+
 def _rebuilt(directory: Path, result: RunResult, meta: dict, journal: Path) -> RunResult:
     clock = ClockModel.from_json(meta["clock"]) if isinstance(meta.get("clock"), dict) else None
     if clock is None:
         raise StoreError(f"{directory}/run.json has no clock anchors; its windows cannot be rebuilt")
     channels: dict[str, Channel] = {}
     channel_source: dict[str, str] = {}
-    for source in meta.get("sources", []) or []:
+    for source in _sources(directory, meta):
         for c in source.get("channels", []) or []:
             channel = Channel.from_json(c)
             channels[channel.name] = channel

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError, WorkloadError
 from ..kit import extras, registry
-from ..model import DerivedTable, Phase
+from ..model import DerivedTable, Phase, ReportFigure, WorkloadContext
 from ..options import Option, parse_spec
 from ..plugin import Workload
 from ..workloads import distributed
@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
 FULL_MODEL = "(full model)"
 FULL_MODEL_GRAPH = "(full model, CUDA graph)"
+
+
+#: the prediction report a replay saves beside the run
+REPORT_JSON = "comparison_report.json"
 
 
 class ReplayWorkload(Workload):
@@ -91,7 +95,6 @@ class ReplayWorkload(Workload):
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
-        self.world = distributed.world()
         trace: Path = rank_trace(self.options["trace"], self.world)
         self.trace_dir = trace
         self.meta = read_trace_meta(trace / "trace_meta.json")
@@ -126,6 +129,11 @@ class ReplayWorkload(Workload):
         self.graph_iterations = 1
         self.full_graph_spec: str | None = None
 
+    @property
+    def world(self) -> WorkloadContext:
+        """This process among the ranks (the workload's context)."""
+        return self.context
+
     def run_defaults(self) -> Mapping[str, Any]:
         defaults = dict(PIPELINE_RUN_DEFAULTS)
         if self.options["window_s"] is not None:
@@ -152,7 +160,7 @@ class ReplayWorkload(Workload):
             distributed.join(self.device)
             self._joined = True
         else:
-            self.device = torch_device(self.options["device"])
+            self.device = torch_device(self.options["device"], self.context)
         hint = float_dtype_hint(self.records)
         total_us = sum(r.get("gpu_time_us", 0.0) for r in self.records) or 1.0
         records = self.records
@@ -471,12 +479,41 @@ class ReplayWorkload(Workload):
             tables.append(DerivedTable("not_rebuilt", "ops that could not be rebuilt", self.failed))
         return tables
 
+    @classmethod
+    def phase_kinds(cls, run_dir: Path, result) -> Mapping[str, str]:
+        """Each replayed op's phase (the ``replayed_ops`` table's ``op`` column)."""
+        return {
+            str(row["op"]): "op"
+            for table in result.derived
+            if table.name == "replayed_ops"
+            for row in table.rows
+            if row.get("op") is not None
+        }
+
+    @classmethod
+    def report_figures(cls, run_dir: Path, result) -> Sequence[ReportFigure]:
+        try:
+            report = json.loads((run_dir / REPORT_JSON).read_text())
+        except (OSError, ValueError):
+            return ()
+        from .report_figures import gantt_figure, replay_prediction, tiers
+
+        figures = [
+            ReportFigure("Replay: prediction", replay_prediction(report)),
+            ReportFigure("Replay: tiers", tiers(report)),
+        ]
+        trace = ((result.meta.get("workload") or {}).get("info") or {}).get("trace")
+        if trace:
+            path = Path(trace) if Path(trace).is_absolute() else run_dir / trace
+            figures.append(gantt_figure(path))
+        return figures
+
     def extra_files(self, result) -> Mapping[str, bytes]:
         from ..results.store import json_safe
 
         report = self._report(result)
         title = f"{self.full_spec or self.options['trace']}: measured vs predicted"
-        files = {"comparison_report.json": (json.dumps(json_safe(report), indent=2) + "\n").encode()}
+        files = {REPORT_JSON: (json.dumps(json_safe(report), indent=2) + "\n").encode()}
         if extras.optional("matplotlib", "prediction.png"):
             files["prediction.png"] = report_png(report, title)
         return files
@@ -595,7 +632,7 @@ def _shapes(record: dict) -> str:
     return " ".join(parts)
 
 
-def rank_trace(trace: Path, w: distributed.World) -> Path:
+def rank_trace(trace: Path, w: distributed.World | WorkloadContext) -> Path:
     """The trace directory this process replays: ``trace`` itself, or under torchrun the
     directory of its rank (``trace/rank<RANK>``, as ``energyframe trace`` writes them)."""
     if (trace / "ops.jsonl").exists():

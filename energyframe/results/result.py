@@ -88,11 +88,17 @@ class RunResult:
 
     def save(self, directory: Path | str) -> Path:
         """Write windows.csv, the derived tables, samples.parquet and run.json into ``directory``,
-        each atomically, the smallest and most valuable first (a full disk keeps the windows).
+        each atomically, the smallest and most valuable first (a full disk keeps the windows),
+        run.json last.
 
         Raises:
             StoreError: a file could not be written (naming it).
         """
+        self.save_tables(directory)
+        return self.save_meta(directory)
+
+    def save_tables(self, directory: Path | str) -> Path:
+        """Write everything but run.json (``save`` writes it after them)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         store.write_csv(directory / store.WINDOWS_CSV, self.windows)
@@ -101,6 +107,11 @@ class RunResult:
                 directory / store.safe_file_name(f"{table.name}.csv"), pd.DataFrame(list(table.rows))
             )
         store.write_samples(directory / store.SAMPLES_PARQUET, self.samples)
+        return directory
+
+    def save_meta(self, directory: Path | str) -> Path:
+        """Write run.json, which says the run directory is whole."""
+        directory = Path(directory)
         store.write_json(directory / store.RUN_JSON, self.to_json())
         return directory
 

@@ -3,19 +3,19 @@ it in the run directory (its path, what kind of thing each phase is, the workloa
 
 from __future__ import annotations
 
-import json
+import importlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .result import RunResult
 
-#: derived table -> (its column naming the phase, the kind of row it makes)
-PHASE_TABLES = {"layers": ("stage", "layer"), "stages": ("stage", "stage"), "replayed_ops": ("op", "op")}
-SWEEP_JSON = "benchmark_results.json"
-REPLAY_JSON = "comparison_report.json"
+#: derived table -> (its column naming the phase, the kind of row it makes): the tables every
+#: pipeline and per-layer run writes (a pipeline defined in a script cannot be imported later to
+#: say so itself); other workloads say what their phases are through ``Workload.phase_kinds``
+PHASE_TABLES = {"layers": ("stage", "layer"), "stages": ("stage", "stage")}
 
 
 @dataclass(frozen=True)
@@ -27,16 +27,20 @@ class SavedRun:
         label: how tables name it (the directory's name unless given).
         result: run.json, windows.csv and samples as ``RunResult.load`` reads them.
         kinds: phase -> ``layer``, ``stage``, ``configuration`` or ``op`` (plain phases absent).
-        sweep: benchmark_results.json, when the run is a kernel sweep.
-        replay: comparison_report.json, when the run replayed a trace.
+        workload: the class of the workload that made the run, as run.json names it (``None``
+            when it cannot be imported here): it draws the run's own report figures.
     """
 
     path: Path
     label: str
     result: RunResult
     kinds: Mapping[str, str] = field(default_factory=dict)
-    sweep: Mapping[str, Any] | None = None
-    replay: Mapping[str, Any] | None = None
+    workload: type | None = None
+
+    def workload_figures(self) -> Sequence[Any]:
+        """The figures the run's workload adds to its report (``Workload.report_figures``)."""
+        hook = getattr(self.workload, "report_figures", None)
+        return list(hook(self.path, self.result)) if hook is not None else []
 
     @property
     def primary_channels(self) -> set[str]:
@@ -60,11 +64,18 @@ class SavedRun:
         return out
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+def workload_class(result: RunResult) -> type | None:
+    """The workload class run.json names (``workload.class``), imported; ``None`` when it is not
+    importable here (a workload defined in a script, or a plugin not installed)."""
+    path = (result.meta.get("workload") or {}).get("class")
+    if not isinstance(path, str) or "." not in path:
         return None
+    module, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except Exception:  # any import error: the report goes on without the workload's figures
+        return None
+    return cls if isinstance(cls, type) else None
 
 
 def load(path: Path | str, label: str | None = None) -> SavedRun:
@@ -78,17 +89,17 @@ def load(path: Path | str, label: str | None = None) -> SavedRun:
             for row in table.rows:
                 if row.get(column) is not None:
                     kinds.setdefault(str(row[column]), kind)
-    sweep = _read_json(path / SWEEP_JSON)
-    for bench in (sweep or {}).get("benchmarks", []):
-        if bench.get("phase"):
-            kinds.setdefault(str(bench["phase"]), "configuration")
+    workload = workload_class(result)
+    hook = getattr(workload, "phase_kinds", None)
+    if hook is not None:
+        for phase, kind in hook(path, result).items():
+            kinds.setdefault(phase, kind)
     return SavedRun(
         path=path,
         label=label or path.resolve().name or str(path),
         result=result,
         kinds=kinds,
-        sweep=sweep,
-        replay=_read_json(path / REPLAY_JSON),
+        workload=workload,
     )
 
 

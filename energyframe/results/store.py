@@ -17,7 +17,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,12 +35,16 @@ RUN_JSON = "run.json"
 WINDOWS_CSV = "windows.csv"
 SAMPLES_PARQUET = "samples.parquet"
 WINDOWS_PARTIAL = "windows.partial.csv"
+#: the journal's description of the started sources and their channels (written once, when
+#: they start), so that a run whose process died can be rebuilt
+SOURCES_PARTIAL = "sources.partial.json"
 JOURNAL_COLUMNS = ["event", "phase", "trial", "start_s", "end_s", "iterations"]
 
 
-def claim_run_dir(directory: Path) -> None:
+def claim_run_dir(directory: Path, meta: Mapping[str, Any] | None = None) -> None:
     """Make ``directory`` this run's, atomically: of two runs started into one directory at the
-    same moment, exactly one gets it (``run.json`` is created with O_EXCL), the other is refused.
+    same moment, exactly one gets it (``run.json`` is created with O_EXCL, holding ``meta``:
+    what the run is and that it is running), the other is refused.
 
     Raises:
         UsageError: the directory already holds a run, or is not a directory.
@@ -59,7 +63,13 @@ def claim_run_dir(directory: Path) -> None:
         raise UsageError(f"{directory} already holds a run; choose another --out directory") from e
     except OSError as e:
         raise StoreError(_write_error(directory / RUN_JSON, e)) from e
-    os.close(fd)
+    try:
+        if meta is not None:
+            os.write(fd, (json.dumps(json_safe(meta), indent=2, allow_nan=False) + "\n").encode())
+    except OSError as e:
+        raise StoreError(_write_error(directory / RUN_JSON, e)) from e
+    finally:
+        os.close(fd)
 
 
 def _write_error(path: Path, error: OSError) -> str:

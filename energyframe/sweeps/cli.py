@@ -200,7 +200,7 @@ def sweep(
         flop=flop,
         bytes_moved=bytes_moved,
         profile=ncu,
-        config=RunSettings(trials=trials, min_window_s=min_window),
+        settings=RunSettings(trials=trials, min_window_s=min_window),
         unroll=unroll,
         **values,
     )

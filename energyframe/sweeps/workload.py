@@ -10,19 +10,21 @@ the CUDA context unusable (an illegal address), the remaining configurations are
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import WorkloadError
-from ..model import DerivedTable, Phase
+from ..model import DerivedTable, Phase, ReportFigure
 from ..plugin import Workload
 from ..workloads.graph import Captured, torch_device
 from .check import UNCHECKED, WRONG, Check, allocate, compare, determinism, reference_outputs
 from .kernel import CudaKernel, Dim3, Launch
-from .results import ERROR, MISMATCH, NOT_RUN, OK, KernelResult
+from .results import ERROR, MISMATCH, NOT_RUN, OK, RESULTS_JSON, KernelResult
 from .runtime import kernel_args, launcher
 
 if TYPE_CHECKING:
@@ -126,7 +128,7 @@ class SweepWorkload(Workload):
         return dict(SWEEP_RUN_DEFAULTS)
 
     def setup(self) -> None:
-        self.device = torch_device(self.device_spec)
+        self.device = torch_device(self.device_spec, self.context)
         if self.device.type != "cuda":
             raise WorkloadError("a kernel sweep needs a CUDA GPU (torch sees none); --dry-run shows the plan")
 
@@ -297,6 +299,25 @@ class SweepWorkload(Workload):
             )
         return out
 
+    @classmethod
+    def phase_kinds(cls, run_dir: Path, result) -> Mapping[str, str]:
+        """Each measured configuration's phase (from the sweep's benchmark_results.json)."""
+        sweep = read_results_json(run_dir)
+        return {str(b["phase"]): "configuration" for b in (sweep or {}).get("benchmarks", []) if b.get("phase")}
+
+    @classmethod
+    def report_figures(cls, run_dir: Path, result) -> Sequence[ReportFigure]:
+        sweep = read_results_json(run_dir)
+        if not sweep:
+            return ()
+        from .report_figures import sweep_energy_latency, sweep_heatmaps, sweep_speedup
+
+        return (
+            ReportFigure("Sweep: latency heatmaps", sweep_heatmaps(sweep)),
+            ReportFigure("Sweep: speedup", sweep_speedup(sweep)),
+            ReportFigure("Sweep: energy against latency", sweep_energy_latency(sweep)),
+        )
+
     def derive(self, result) -> Sequence[DerivedTable]:
         rows = []
         for r in self.results(result):
@@ -349,3 +370,12 @@ class SweepWorkload(Workload):
         except ImportError:
             pass
         return out
+
+
+def read_results_json(run_dir: Path) -> dict | None:
+    """A sweep run directory's benchmark_results.json, or None where there is none to read."""
+    try:
+        data = json.loads((run_dir / RESULTS_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import UsageError, WorkloadError
-from ..ranks.coordinator import World
-from ..ranks.coordinator import world as _world
+from ..model import WorkloadContext
+from ..ranks.world import World
+from ..ranks.world import world as _world
 
 
 def world() -> World:
@@ -35,7 +36,7 @@ def rank_dir_name(rank: int) -> str:
     return f"rank{rank}"
 
 
-def rank_device(spec: str, w: World):
+def rank_device(spec: str, w: World | WorkloadContext):
     """This rank's device: ``cuda:LOCAL_RANK`` (made current) on a GPU, else the CPU.
 
     ``spec`` is the workload's ``device`` option: ``auto`` or ``cuda`` (a GPU per rank), or

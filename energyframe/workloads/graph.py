@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import OptionError, WorkloadError
-from ..model import DerivedTable, Phase
+from ..model import DerivedTable, Phase, WorkloadContext
 from ..options import Option
 from ..plugin import Workload
 
@@ -63,15 +63,17 @@ def dtype_name(name: str, device) -> str:
     return name
 
 
-def torch_device(spec: str) -> torch.device:
+def torch_device(spec: str, context: WorkloadContext | None = None) -> torch.device:
     """``auto``: the current CUDA device if there is one, else the CPU. Under a launcher
     (torchrun, srun) with several ranks, ``distributed.rank_device`` decides: ``auto`` and
-    ``cuda`` are the rank's own GPU, ``cuda:LOCAL_RANK``, the one its power source measures."""
+    ``cuda`` are the rank's own GPU, ``cuda:LOCAL_RANK``, the one its power source measures.
+
+    ``context``: the workload's (``Workload.context``); without one, the launcher's environment."""
     import torch
 
     from .distributed import rank_device, world
 
-    w = world()
+    w = context if context is not None else world()
     if w.distributed:
         return rank_device(spec, w)
     if spec == "auto":
@@ -403,7 +405,7 @@ class GraphKernelWorkload(Workload):
 
     # -- workload -----------------------------------------------------------------------------
     def setup(self) -> None:
-        self.device = torch_device(self.options["device"])
+        self.device = torch_device(self.options["device"], self.context)
 
     def phases(self) -> Sequence[Phase]:
         unroll, cold = self.options["unroll"], self.options["cold"]

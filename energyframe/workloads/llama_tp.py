@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import WorkloadError
 from ..kit import extras
-from ..model import DerivedTable, Phase
+from ..model import DerivedTable, Phase, WorkloadContext
 from ..options import Option
 from ..plugin import Workload
 from . import distributed
@@ -102,7 +102,6 @@ class VicunaTP(Workload):
         extras.check("transformers", f"workload {self.name!r}")  # before anything starts
         self.tp = int(self.options["tp"])
         self.sizes = self._sizes()
-        self.world = distributed.world()
         self._check_split()
         self._check_world()
         self.device: torch.device | None = None
@@ -113,6 +112,11 @@ class VicunaTP(Workload):
         self._first: torch.Tensor | None = None
         self._parameters: int | None = None  # on this rank, counted at set-up
         self._cache_keyword = ""  # the model's keyword for its KV cache, found at set-up
+
+    @property
+    def world(self) -> WorkloadContext:
+        """This process among the ranks (the workload's context)."""
+        return self.context
 
     # -- configuration ------------------------------------------------------------------------
     def _sizes(self) -> dict[str, int]:
@@ -194,7 +198,7 @@ class VicunaTP(Workload):
             distributed.join(self.device)
             self._joined = True
         else:
-            self.device = torch_device(self.options["device"])
+            self.device = torch_device(self.options["device"], self.context)
         dtype = torch_dtype(self.dtype_name())
         config = self.config()
         torch.manual_seed(self.options["seed"])  # every rank draws the same weights
@@ -430,7 +434,7 @@ def _local(p):
     return p.to_local() if hasattr(p, "to_local") else p
 
 
-def tokens_table(result, device, tp: int, w: distributed.World) -> list[dict]:
+def tokens_table(result, device, tp: int, w: distributed.World | WorkloadContext) -> list[dict]:
     """Per phase: latency and energy per token, on this rank's GPU and summed over the GPUs
     the run measured."""
     import math

@@ -176,7 +176,7 @@ class ModelWorkload(Workload):
         """Build the model and its example inputs on the device; load ``weights``."""
         import torch
 
-        self.device = torch_device(self.options["device"])
+        self.device = torch_device(self.options["device"], self.context)
         dtype = torch_dtype(self.dtype_name())
         try:
             self.model, self.args, self.kwargs = self.build(self.device, dtype)

@@ -236,31 +236,10 @@ def run_figures(run: SavedRun, max_points: int) -> tuple[list[tuple[str, dict]],
             items.append((table.title, f.layer_bars(table)))
         if table.name == "summary" and table.rows and "whole_latency_s" in table.rows[0]:
             items.append(("Per-layer closure", f.closure(table.rows[0])))
-    if run.sweep:
-        items += [
-            ("Sweep: latency heatmaps", f.sweep_heatmaps(run.sweep)),
-            ("Sweep: speedup", f.sweep_speedup(run.sweep)),
-            ("Sweep: energy against latency", f.sweep_energy_latency(run.sweep)),
-        ]
-    if run.replay:
-        items += [
-            ("Replay: prediction", f.replay_prediction(run.replay)),
-            ("Replay: tiers", f.tiers(run.replay)),
-        ]
-        trace = ((run.result.meta.get("workload") or {}).get("info") or {}).get("trace")
-        if trace:
-            path = Path(trace) if Path(trace).is_absolute() else run.path / trace
-            try:
-                chart = f.gantt(path) if path.is_dir() else None
-            except UsageError as e:
-                chart, notes = None, notes + [f"the trace in {path} could not be read: {e}"]
-            if chart is None and not notes:
-                notes.append(
-                    f"no gantt: the trace in {path} has no GPU kernels"
-                    if path.is_dir()
-                    else f"no gantt: the trace directory {path} is not here"
-                )
-            items.append(("Replay: the traced iteration (gantt)", chart))
+    for extra in run.workload_figures():
+        items.append((extra.title, dict(extra.figure) if extra.figure is not None else None))
+        if extra.note:
+            notes.append(extra.note)
     return f.figures_of(items), notes
 
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +26,7 @@ def text(value: Any) -> str:
     return html.escape(str(value), quote=False)
 
 
-def _go():
+def graph_objects():
     import plotly.graph_objects as go
 
     return go
@@ -56,7 +54,7 @@ def decimate(times_s: np.ndarray, values: np.ndarray, max_points: int) -> tuple[
 def power_trace(result: RunResult, max_points: int = 20000, title: str = "") -> dict | None:
     """Every power channel over time, windows shaded by phase; zoom with the mouse or the
     range slider."""
-    go = _go()
+    go = graph_objects()
     lines: list[TraceLine] = trace_lines(result, all_channels=True, show_raw=True)
     windows = result.windows
     if not lines and windows.empty:
@@ -115,7 +113,7 @@ def power_trace(result: RunResult, max_points: int = 20000, title: str = "") -> 
 
 def compare_bars(comparison, figure: str) -> dict | None:
     """Per row of one figure, each run's median with its quartiles as error bars."""
-    go = _go()
+    go = graph_objects()
     rows = [r for r in comparison.rows if r.figure == figure and r.kind != "derived"]
     if not rows:
         return None
@@ -151,7 +149,7 @@ def compare_bars(comparison, figure: str) -> dict | None:
 
 def layer_bars(table) -> dict | None:
     """A pipeline's stages (or a model's layers): energy and latency per item (call x count)."""
-    go = _go()
+    go = graph_objects()
     from plotly.subplots import make_subplots
 
     rows = [r for r in table.rows if r.get("stage") is not None]
@@ -183,7 +181,7 @@ def layer_bars(table) -> dict | None:
 
 def closure(summary: Mapping[str, Any]) -> dict | None:
     """The sum of the layers against the whole model, for latency and energy."""
-    go = _go()
+    go = graph_objects()
     keys = ("whole_latency_s", "sum_latency_s", "whole_energy_j", "sum_energy_j")
     if not all(isinstance(summary.get(k), (int, float)) for k in keys):
         return None
@@ -214,246 +212,6 @@ def closure(summary: Mapping[str, Any]) -> dict | None:
     fig.update_layout(
         title="closure: the per-layer sum against the whole model", height=HEIGHT, margin={"t": 80}
     )
-    return fig.to_plotly_json()
-
-
-def _kernel_results(sweep: Mapping[str, Any]):
-    from ...sweeps.results import KernelResult
-
-    return [KernelResult.from_json(b) for b in sweep.get("benchmarks", [])]
-
-
-def sweep_heatmaps(sweep: Mapping[str, Any]) -> dict | None:
-    """Latency per launch over the first two swept parameters, one panel per kernel (the
-    other parameters at their first value)."""
-    go = _go()
-    from plotly.subplots import make_subplots
-
-    from ...sweeps.plots import at_fixed_point, series_label, varied
-
-    results = [r for r in _kernel_results(sweep) if r.measured]
-    axes = varied(results)
-    if len(axes) < 2:
-        return None
-    x, y = axes[0], axes[1]
-    multi = {k for k in {r.kernel for r in results} if len({r.block for r in results if r.kernel == k}) > 1}
-    groups: dict[str, dict] = defaultdict(dict)
-    for r in at_fixed_point(results, (x, y)):
-        groups[series_label(r, multi)][(r.parameters[x], r.parameters[y])] = r.latency_s * 1e3
-    xs = sorted({k[0] for g in groups.values() for k in g})
-    ys = sorted({k[1] for g in groups.values() for k in g})
-    fig = make_subplots(rows=1, cols=len(groups), subplot_titles=[text(n) for n in groups])
-    for col, cells in enumerate(groups.values(), start=1):
-        z = [[cells.get((xv, yv), None) for xv in xs] for yv in ys]
-        fig.add_trace(
-            go.Heatmap(
-                x=[str(v) for v in xs],
-                y=[str(v) for v in ys],
-                z=z,
-                coloraxis="coloraxis",
-                texttemplate="%{z:.3g}",
-                hovertemplate=f"{text(x)}=%{{x}} {text(y)}=%{{y}}: %{{z:.4g}} ms<extra></extra>",
-            ),
-            row=1,
-            col=col,
-        )
-        fig.update_xaxes(title_text=text(x), type="category", row=1, col=col)
-        fig.update_yaxes(title_text=text(y), type="category", row=1, col=col)
-    fig.update_layout(
-        title="latency per launch (ms, median over trials)",
-        coloraxis={"colorscale": "Viridis", "colorbar": {"title": "ms"}},
-        height=HEIGHT,
-        margin={"t": 80},
-    )
-    return fig.to_plotly_json()
-
-
-def sweep_speedup(sweep: Mapping[str, Any]) -> dict | None:
-    """Speedup of every kernel over the baseline along the first swept parameter."""
-    go = _go()
-    from ...sweeps.plots import at_fixed_point, series_label, varied
-
-    results = [r for r in _kernel_results(sweep) if r.measured]
-    axes = varied(results)
-    if not axes or len({r.kernel for r in results}) < 2:
-        return None
-    x = axes[0]
-    baseline = sweep.get("sweep", {}).get("baseline") or results[0].kernel
-    multi = {k for k in {r.kernel for r in results} if len({r.block for r in results if r.kernel == k}) > 1}
-    series: dict[str, dict] = defaultdict(dict)
-    for r in at_fixed_point(results, (x,)):
-        series[series_label(r, multi)][r.parameters[x]] = r
-    if baseline not in series:
-        return None
-    base = series[baseline]
-    fig = go.Figure()
-    for i, (name, points) in enumerate(series.items()):
-        xs = [v for v in sorted(points) if v in base]
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=[base[v].latency_s / points[v].latency_s for v in xs],
-                mode="lines+markers",
-                name=text(name),
-                marker_color=PALETTE[i % len(PALETTE)],
-            )
-        )
-    fig.add_hline(y=1.0, line_color="#888", line_width=1)
-    fig.update_layout(
-        title=text(f"speedup against {baseline} along {x}"),
-        xaxis={"title": text(x), "type": "log"},
-        yaxis={"title": f"speedup vs {text(baseline)}"},
-        height=HEIGHT,
-        margin={"t": 50},
-    )
-    return fig.to_plotly_json()
-
-
-def sweep_energy_latency(sweep: Mapping[str, Any]) -> dict | None:
-    """Energy against latency per launch, every configuration."""
-    go = _go()
-    results = [r for r in _kernel_results(sweep) if r.measured and r.energy_j > 0]
-    if not results:
-        return None
-    fig = go.Figure()
-    for i, kernel in enumerate(dict.fromkeys(r.kernel for r in results)):
-        mine = [r for r in results if r.kernel == kernel]
-        fig.add_trace(
-            go.Scatter(
-                x=[r.latency_s * 1e3 for r in mine],
-                y=[r.energy_j * 1e3 for r in mine],
-                mode="markers",
-                name=text(kernel),
-                hovertext=[text(r.config_label()) for r in mine],
-                marker_color=PALETTE[i % len(PALETTE)],
-            )
-        )
-    fig.update_layout(
-        title="energy against latency per launch (medians)",
-        xaxis={"title": "latency (ms)", "type": "log"},
-        yaxis={"title": "energy (mJ)", "type": "log"},
-        height=HEIGHT,
-        margin={"t": 50},
-    )
-    return fig.to_plotly_json()
-
-
-def replay_prediction(report: Mapping[str, Any]) -> dict | None:
-    """The full model measured against the sum of its replayed ops, latency and energy."""
-    go = _go()
-    from plotly.subplots import make_subplots
-
-    def number(key: str) -> float:
-        value = report.get(key)
-        return float(value) if isinstance(value, (int, float)) else math.nan
-
-    fig = make_subplots(
-        rows=1, cols=2, subplot_titles=("latency per iteration (µs)", "energy per iteration (J)")
-    )
-    for col, pairs in enumerate(
-        (
-            (
-                ("full model", "full_model_inference_us"),
-                ("full model, one CUDA graph", "full_model_graph_inference_us"),
-                ("Σ replayed ops", "predicted_from_kernels_us"),
-            ),
-            (
-                ("full model", "full_model_energy_j"),
-                ("full model, one CUDA graph", "full_model_graph_energy_j"),
-                ("Σ replayed ops", "predicted_energy_j"),
-            ),
-        ),
-        start=1,
-    ):
-        shown = [(name, number(key)) for name, key in pairs if math.isfinite(number(key))]
-        if not shown:
-            continue
-        fig.add_trace(
-            go.Bar(
-                x=[s[0] for s in shown],
-                y=[s[1] for s in shown],
-                marker_color=PALETTE[: len(shown)],
-                showlegend=False,
-            ),
-            row=1,
-            col=col,
-        )
-    if not fig.data:
-        return None
-    fig.update_layout(
-        title=(
-            f"prediction: latency error {number('error_percent'):+.1f}%, "
-            f"energy error {number('energy_error_percent'):+.1f}%"
-        ),
-        height=HEIGHT,
-        margin={"t": 80},
-    )
-    return fig.to_plotly_json()
-
-
-def gantt(trace_dir: Path, max_kernels: int = 5000) -> dict | None:
-    """The traced iteration's kernels on their streams, coloured by tier (zoom to read names)."""
-    go = _go()
-    from ...replay.gantt import COLOURS
-    from ...replay.kineto import parse
-
-    path = trace_dir / "trace.json.gz"
-    if not path.exists():
-        path = trace_dir / "trace.json"
-    if not path.exists():
-        return None
-    trace = parse(path)
-    step = trace.iterations - 1 if trace.steps else None
-    kernels = [k for k in trace.kernels if k.step == step] or trace.kernels
-    if not kernels:
-        return None
-    kernels = kernels[:max_kernels]
-    t0 = min(k.start_us for k in kernels)
-    fig = go.Figure()
-    for tier_name, colour in COLOURS.items():
-        mine = [k for k in kernels if k.tier == tier_name]
-        if not mine:
-            continue
-        fig.add_trace(
-            go.Bar(
-                base=[(k.start_us - t0) / 1e3 for k in mine],
-                x=[max(k.duration_us, 1e-3) / 1e3 for k in mine],
-                y=[f"stream {k.stream}" for k in mine],
-                orientation="h",
-                name=text(tier_name),
-                marker_color=colour,
-                hovertext=[text(f"{k.name[:120]}: {k.duration_us:.1f} µs") for k in mine],
-                hoverinfo="text",
-            )
-        )
-    busy = sum(k.duration_us for k in kernels) / 1e3
-    span = (max(k.end_us for k in kernels) - t0) / 1e3
-    fig.update_layout(
-        barmode="overlay",
-        title=f"traced iteration: {len(kernels)} kernels, {busy:.3g} ms of kernels in a {span:.3g} ms span",
-        xaxis={"title": "time in the iteration (ms)"},
-        height=max(220, 90 * len({str(k.stream) for k in kernels}) + 160),
-        margin={"t": 50},
-    )
-    return fig.to_plotly_json()
-
-
-def tiers(report: Mapping[str, Any]) -> dict | None:
-    """Predicted time and energy by kernel tier."""
-    go = _go()
-    breakdown = report.get("tier_breakdown") or {}
-    if not breakdown:
-        return None
-    from plotly.subplots import make_subplots
-
-    names = [text(k) for k in breakdown]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("predicted latency (µs)", "predicted energy (J)"))
-    for col, key in ((1, "predicted_us"), (2, "predicted_energy_j")):
-        values = [v.get(key) if isinstance(v, Mapping) else None for v in breakdown.values()]
-        fig.add_trace(
-            go.Bar(x=names, y=values, marker_color=PALETTE[col - 1], showlegend=False), row=1, col=col
-        )
-    fig.update_layout(title="by kernel tier", height=HEIGHT - 60, margin={"t": 80})
     return fig.to_plotly_json()
 
 
