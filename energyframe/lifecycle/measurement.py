@@ -39,22 +39,15 @@ from ..errors import (
 )
 from ..model import Channel, WorkloadContext
 from ..plugin import PowerSource, Workload
-from ..ranks.coordinator import Alone, Coordinator, connect
+from ..ranks.connect import connect
+from ..ranks.coordinator import Alone, Coordinator
 from ..ranks.world import rank_devices
 from ..results.result import COMPLETE, INCOMPLETE, RunResult
-from ..results.store import (
-    RUN_JSON,
-    SOURCES_PARTIAL,
-    WINDOWS_PARTIAL,
-    WindowJournal,
-    claim_run_dir,
-    write_json,
-    write_status_json,
-)
-from .assemble import Recording, TimeAligner, assemble, extra_files, run_meta, save_files, utc_now
+from .assemble import Recording, TimeAligner, assemble, extra_files, run_meta, utc_now
 from .recorder import Recorder
 from .sync import resolve_sync
 from .timings import Timings
+from .writer import RunWriter
 
 log = logging.getLogger("energyframe")
 
@@ -134,7 +127,7 @@ class Measurement:
         self._trials: dict[str, int] = {}
         self._result: RunResult | None = None
         self._started_at: str | None = None
-        self._journal: WindowJournal | None = None
+        self.writer: RunWriter | None = None
         self._ranked: Any = None  # ranked.RankedRun with several ranks
         #: where the run's time goes (run.json's ``timings_s``)
         self.timings = Timings()
@@ -181,7 +174,8 @@ class Measurement:
 
     def _claim(self, out: Path) -> None:
         """Make ``out`` this run's: run.json, created with O_EXCL, says "running"."""
-        claim_run_dir(out, self._meta(INCOMPLETE, RUNNING.format(pid=os.getpid())))
+        self.writer = RunWriter(out)
+        self.writer.claim(self._meta(INCOMPLETE, RUNNING.format(pid=os.getpid())))
 
     def _start_sources(self) -> None:
         assert self.clock is not None
@@ -195,9 +189,8 @@ class Measurement:
             local_rank=self.coordinator.local_rank,
         )
         self.recorder.start()
-        if self.out is not None:  # the journal: enough to rebuild the run if this process dies
-            self._journal = WindowJournal(self.out / WINDOWS_PARTIAL)
-            write_json(self.out / SOURCES_PARTIAL, {"sources": self._meta(INCOMPLETE, None)["sources"]})
+        if self.writer is not None:  # the journal: enough to rebuild the run if this process dies
+            self.writer.open_journals(self._meta(INCOMPLETE, None)["sources"])
         self._wait_for_first_samples()
 
     def _wait_for_first_samples(self) -> None:
@@ -220,8 +213,8 @@ class Measurement:
                 return
             except Exception as e:  # saving failed too: the status below is the last word
                 reason = f"{reason}; saving failed: {e}"
-        if self.out is not None and (self.out / RUN_JSON).exists():
-            self._write_status(INCOMPLETE, reason, ended=True)
+        if self.writer is not None:
+            self.writer.failed(self._meta(INCOMPLETE, reason, ended=True))
 
     def __enter__(self) -> Measurement:
         return self.start()
@@ -334,8 +327,8 @@ class Measurement:
         self._trials[name] = trial + 1
         record = WindowRecord(name, trial, handle.start_s, end, handle.iterations)
         self.records.append(record)
-        if self._journal is not None and self.clock is not None:
-            self._journal.closed(
+        if self.writer is not None and self.clock is not None:
+            self.writer.window_closed(
                 name, trial, self.clock.to_unix(record.start_s), self.clock.to_unix(end), record.iterations
             )
         if self.recorder is not None and self.recorder.failure is not None:
@@ -349,8 +342,8 @@ class Measurement:
             raise UsageError("only the last closed window can be discarded")
         self.records.pop()
         self._trials[record.phase] -= 1
-        if self._journal is not None:
-            self._journal.discarded(record.phase, record.trial)
+        if self.writer is not None:
+            self.writer.window_discarded(record.phase, record.trial)
 
     @contextmanager
     def window(self, name: str, iterations: int = 1):
@@ -404,36 +397,31 @@ class Measurement:
     def save(
         self, result: RunResult, extra: Mapping[str, Mapping[str, bytes]], own_files: bool = True
     ) -> RunResult:
-        """Write the run directory (the tables, the workload's files, ``extra`` files by folder
-        (rank 0 writes each rank's as ``rank<R>/``), then run.json last, once) and drop the
-        journals; in memory only without ``out``. ``own_files``: the workload's files for this
-        result (rank 0's merged run has each rank's in ``extra`` instead).
-        Returns the result with its final timings."""
-        if self.out is None:
+        """Save the run through its writer (in memory only without ``out``): the tables, the
+        workload's files (``own_files``; rank 0's merged run has each rank's in ``extra``, by
+        folder), run.json last. Returns the result with its final timings."""
+        if self.writer is None:
             return self.with_timings(result)
+        files = dict(extra)
+        if self.workload is not None and own_files:
+            files[""] = extra_files(result, self.workload, self.warn)
+        started = time.monotonic()
+
+        def final(tables_saved: RunResult) -> RunResult:
+            # run.json is written once, last: it carries the time the save took up to it
+            self.timings.add("save", time.monotonic() - started)
+            return self.with_timings(tables_saved)
+
         try:
-            with self.timings.span("save"):
-                result.save_tables(self.out)
-                if self.workload is not None and own_files:
-                    label = f"workload {self.workload.name!r}"
-                    save_files(self.out, extra_files(result, self.workload, self.warn), self.warn, label=label)
-                for folder, named in extra.items():
-                    save_files(self.out / folder, named, self.warn, label=f"rank {folder.removeprefix('rank')}'s workload")
-            result = self.with_timings(result)
-            result.save_meta(self.out)
+            saved = self.writer.save(result, files, final, self.warn)
         except StoreError as e:
-            # the journals stay: what was recorded is still on disk, and run.json says so
-            if self._journal is not None:
-                self._journal.close()
             reason = f"{result.reason}; then " if result.reason else ""
-            self._write_status(INCOMPLETE, f"{reason}the run could not be saved: {e}", ended=True)
+            self.writer.failed(self._meta(INCOMPLETE, f"{reason}the run could not be saved: {e}", ended=True))
             raise
         if self.recorder is not None:
             self.recorder.store.discard_partial()
-        if self._journal is not None:
-            self._journal.remove()
-        (self.out / SOURCES_PARTIAL).unlink(missing_ok=True)
-        return result
+        self.writer.done()
+        return saved
 
     def with_timings(self, result: RunResult) -> RunResult:
         return replace(result, meta={**result.meta, "timings_s": self.timings.to_json()})
@@ -495,11 +483,6 @@ class Measurement:
             notes=self.notes,
             warnings=self.warnings,
         )
-
-    def _write_status(self, status: str, reason: str | None, ended: bool = False) -> None:
-        """Rewrite run.json's status in place: only when the run ended without its result."""
-        assert self.out is not None
-        write_status_json(self.out / RUN_JSON, self._meta(status, reason, ended))
 
 
 def describe_exception(exc: BaseException, recorder: Recorder | None) -> str:

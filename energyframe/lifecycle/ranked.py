@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
@@ -26,14 +26,12 @@ from ..ranks.world import boot_id, host_name, rank_devices
 from ..results.result import COMPLETE, INCOMPLETE, RunResult
 from .assemble import assemble, extra_files
 
-if TYPE_CHECKING:
-    from .measurement import Measurement
-
 
 class RankedRun:
     """One rank's share of a run of several ranks."""
 
-    def __init__(self, m: Measurement) -> None:
+    def __init__(self, m: Any) -> None:
+        """``m``: this rank's ``Measurement`` (whose start and finish call this)."""
         self.m = m
         self.coordinator: Coordinator = m.coordinator
         #: the run directory this rank was given (rank 0's is the one used)

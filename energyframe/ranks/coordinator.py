@@ -11,7 +11,6 @@ torch is imported only when several ranks run: the command line must start witho
 
 from __future__ import annotations
 
-import sys
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -19,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import UsageError
-from .world import World, export_launcher_env, world
+from .world import World
 
 #: how long a rank waits for its peers in one exchange before counting them lost. Units: s.
 DEFAULT_TIMEOUT_S = 1800.0
@@ -144,32 +142,3 @@ class Alone(Coordinator):
 
     def close(self) -> None:
         pass
-
-
-def connect(spec: Coordinator | str | None = "auto", timeout_s: float | None = None) -> Coordinator:
-    """The run's coordinator: ``"auto"`` joins the ranks a launcher started (or the process group
-    the caller initialised), else the single-process identity; ``None``: a single process; or a
-    ``Coordinator`` to use as it is.
-
-    Raises:
-        UsageError: a launcher's environment that cannot work (no MASTER_ADDR, bad numbers).
-        DistributedError: the ranks could not meet.
-    """
-    if isinstance(spec, Coordinator):
-        return spec
-    if spec is None:
-        return Alone()
-    if spec != "auto":
-        raise UsageError(f"coordinator must be 'auto', None or a Coordinator, got {spec!r}")
-    w = export_launcher_env(world())
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        local = w.local_rank if w.launched else dist.get_rank()
-        w = World(dist.get_rank(), local, dist.get_world_size(), True, w.launcher or "torch.distributed")
-    if not w.distributed:
-        return Alone(w)
-    from .gloo import TorchCoordinator
-
-    return TorchCoordinator(w, DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
-
-
