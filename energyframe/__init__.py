@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .lifecycle.measurement import Measurement
     from .lifecycle.orchestrator import run
     from .model import Phase
+    from .offline.runs import load_runs
     from .options import Option
     from .plugin import Workload
     from .results.result import RunResult

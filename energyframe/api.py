@@ -3,6 +3,7 @@ windows) and ``ef.measured`` (every call of a function, one window each)."""
 
 from __future__ import annotations
 
+import atexit
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from .lifecycle.assemble import TimeAligner
 from .lifecycle.measurement import Measurement
 from .plugin import PowerSource
 from .ranks.coordinator import Coordinator
+from .results.result import RunResult
 
 
 def measure(
@@ -69,6 +71,86 @@ def _fresh(power: str | Sequence[PowerArg] | None) -> str | list[PowerArg] | Non
                 ) from e
         fresh.append(item)
     return fresh
+class _Session:
+    """One measurement that every call of the functions measured with the same ``power``, ``out``
+    and ``sync`` appends to: sources start at the first call and run until ``finish`` (or the
+    interpreter's exit), each call is one window, each function one phase, and the run
+    directory is one (``<out>/<UTC time>-measured``)."""
+
+    def __init__(self, power: str | Sequence[PowerArg] | None, out: Path | str | None, sync) -> None:
+        self.power, self.out, self.sync = power, out, sync
+        self.m: Measurement | None = None
+        self.calls: dict[str, int] = {}
+
+    def measurement(self) -> Measurement:
+        if self.m is None or self.m._result is not None:  # none yet, or the last one ended
+            from .results.store import default_run_dir
+
+            run_dir = default_run_dir("measured", root=self.out) if self.out is not None else None
+            self.m = measure(_fresh(self.power), out=run_dir, sync=self.sync).start()
+            self.calls = {}
+            atexit.register(self.finish)
+        return self.m
+
+    def call(self, fn: Callable[..., Any], label: str, iterations: int, args, kwargs) -> Any:
+        m = self.measurement()
+        n = self.calls[label] = self.calls.get(label, 0) + 1
+        try:
+            with m.window(label, iterations=iterations):
+                return fn(*args, **kwargs)
+        except Exception as e:
+            m.warn(f"call {n} of {label} raised {type(e).__name__}: {e}; that call has no window")
+            raise
+
+    def result(self) -> RunResult | None:
+        if self.m is None:
+            return None
+        return self.m._result if self.m._result is not None else self.m.snapshot()
+
+    def finish(self) -> RunResult | None:
+        """Stop the sources and save the run (once; later calls start a new one)."""
+        if self.m is None or self.m.recorder is None:
+            return None
+        if self.m._result is None:
+            self.m.finish()
+            atexit.unregister(self.finish)
+        return self.m._result
+
+
+_SESSIONS: dict[tuple[str, str, str], _Session] = {}
+
+
+def _session(power, out, sync) -> _Session:
+    key = (repr(power), str(out), repr(sync))
+    if key not in _SESSIONS:
+        _SESSIONS[key] = _Session(power, out, sync)
+    return _SESSIONS[key]
+
+
+class Measured:
+    """A function measured at every call (what ``ef.measured`` returns): call it as the function.
+
+    Attributes:
+        last_result: the run so far (every call's window, integrated as the final run would
+            be), or the saved run once ``finish`` was called.
+    """
+
+    def __init__(self, fn: Callable[..., Any], session: _Session, label: str, iterations: int) -> None:
+        functools.update_wrapper(self, fn)
+        self._fn, self._session, self._label, self._iterations = fn, session, label, iterations
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._session.call(self._fn, self._label, self._iterations, args, kwargs)
+
+    @property
+    def last_result(self) -> RunResult | None:
+        return self._session.result()
+
+    def finish(self) -> RunResult | None:
+        """Stop measuring and save the run now (it is saved at the interpreter's exit anyway)."""
+        return self._session.finish()
+
+
 def measured(
     func: Callable[..., Any] | None = None,
     *,
@@ -81,44 +163,34 @@ def measured(
     """Measure every call of a function as one window (CodeCarbon's ``@track_emissions``).
 
         @ef.measured(power="auto", out="runs")
-        def train_epoch(): ...
+        def train_step(batch): ...
 
-        train_epoch()                        # measured; its run saved under runs/
-        print(train_epoch.last_result.table())
+        for batch in loader:
+            train_step(batch)                # each call one window of phase "train_step"
+        print(train_step.last_result.table())
+        train_step.finish()                  # saved in runs/<UTC time>-measured/ (else at exit)
+
+    Every function measured with the same ``power``, ``out`` and ``sync`` shares one run: the
+    sources start at the first call and sample until ``finish`` (or the interpreter's exit), a
+    call is a window and a function a phase, and the run is saved once, in one directory, with
+    the windows journaled as they close (a process that dies keeps them: ``energyframe show``
+    rebuilds it). ``ef.load_runs`` reads many such runs into one table.
 
     Args:
-        power: as for ``measure``; resolved at each call. Specs are best: a source instance runs
-            once, so it is rebuilt from its options for each call.
-        out: a folder; each call is saved in its own run directory inside it
-            (``<UTC time>-<name>``). ``None`` keeps results in memory only.
-        name: the window's name (the function's name by default).
+        power: as for ``measure``. Specs are best: a source instance runs once, so it is rebuilt
+            from its options when a new run starts.
+        out: a folder; the run is saved in a new directory inside it. ``None`` keeps the run in
+            memory only.
+        name: the phase (the function's name by default).
         iterations: iterations one call runs, for per-iteration figures.
         sync: device sync at the window's edges.
 
-    The function's return value and exceptions pass through; a call that raised is saved as
-    ``incomplete``. The last call's ``RunResult`` is the wrapper's ``last_result``.
+    The function's return value and exceptions pass through; a call that raised has no window,
+    and the run's warnings name it.
     """
 
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(fn: Callable[..., Any]) -> Measured:
         label = str(name or getattr(fn, "__name__", "call"))
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            from .results.store import default_run_dir
-
-            run_dir = default_run_dir(label, root=out) if out is not None else None
-            m = measure(_fresh(power), out=run_dir, sync=sync)
-            try:
-                with m:
-                    with m.window(label, iterations=iterations):
-                        value = fn(*args, **kwargs)
-            finally:
-                if m._result is not None:
-                    wrapper.last_result = m._result  # type: ignore[attr-defined]
-            return value
-
-        wrapper.last_result = None  # type: ignore[attr-defined]
-        return wrapper
+        return Measured(fn, _session(power, out, sync), label, iterations)
 
     return decorate(func) if func is not None else decorate
-

@@ -373,6 +373,18 @@ class Measurement:
             raise UsageError("the measurement is still running; read .result after the with-block")
         return self._result
 
+    def snapshot(self) -> RunResult:
+        """The run so far, while it goes: every closed window integrated as ``finish`` would
+        (the same pipeline), after waiting (at most the sources' coverage timeout) for a sample
+        past the last one; the sources keep running. Its status is ``incomplete``, "running"."""
+        self._check_running()
+        assert self.recorder is not None
+        last_end = max((r.end_s for r in self.records), default=None)
+        if last_end is not None:
+            self.recorder.wait_for_samples(last_end, self.recorder.coverage_timeout_s())
+        meta = self._meta(INCOMPLETE, RUNNING.format(pid=os.getpid()))
+        return assemble(self.recording(), meta, self.workload, self.aligner, list(self.warnings))
+
     def finish(self, status: str = COMPLETE, reason: str | None = None) -> RunResult:
         """Wait for samples past the last window, stop the sources, integrate, save.
 
