@@ -230,7 +230,7 @@ def command_hooks() -> list[tuple[str, Any, str | None]]:
     return sorted(hooks + failures, key=lambda h: h[0])
 
 
-def power_from_cli(values: Sequence[str]) -> str | list[str] | None:
+def power_from_cli(values: Sequence[str]) -> str | list[str]:
     """What repeated ``--power SPEC`` options mean: none given is ``"auto"``, ``none`` is timing
     only, anything else a list of specs (checked later, against the registered sources)."""
     if not values:
@@ -238,7 +238,7 @@ def power_from_cli(values: Sequence[str]) -> str | list[str] | None:
     if any(v.strip().lower() == "none" for v in values):
         if len(values) > 1:
             raise UsageError("--power none cannot be combined with other power sources")
-        return None
+        return "none"
     return list(values)
 
 

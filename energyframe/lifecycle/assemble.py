@@ -55,6 +55,8 @@ class Recording:
         idle_window: the idle-baseline window, if one was measured.
         work: work per iteration by phase (``{"tokens": 128}``).
         sources: the power sources, for provenance and per-window annotations.
+        interrupted: the windows (phase, trial) a Ctrl-C or SIGTERM closed before their work
+            ended: kept, and flagged ``interrupted``.
     """
 
     clock: ClockModel
@@ -68,6 +70,11 @@ class Recording:
     idle_window: WindowRecord | None = None
     work: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     sources: Sequence[PowerSource] = ()
+    interrupted: frozenset[tuple[str, int]] = frozenset()
+
+
+#: the flag of a window closed by a Ctrl-C or SIGTERM before its work ended
+INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True)
@@ -188,6 +195,18 @@ def integrate(
     return windows, idle
 
 
+def flag_windows(windows: pd.DataFrame, which: frozenset[tuple[str, int]], flag: str) -> pd.DataFrame:
+    """``windows`` with ``flag`` added to the rows of the (phase, trial) pairs in ``which``."""
+    if not which or windows.empty:
+        return windows
+    windows = windows.copy()
+    hit = [(str(p), int(t)) in which for p, t in zip(windows["phase"], windows["trial"])]
+    windows.loc[hit, "flags"] = [
+        ";".join([f for f in str(old or "").split(";") if f] + [flag]) for old in windows.loc[hit, "flags"]
+    ]
+    return windows
+
+
 def placed_rejections(
     rejected: Mapping[str, Mapping[str, np.ndarray]], maps: Mapping[str, ChannelTimeMap]
 ) -> dict[str, dict[str, np.ndarray]]:
@@ -292,6 +311,7 @@ def assemble(
     recording, placement, fusion = add_fused_power(recording, placement, warn)
     annotate = source_annotator(recording, placement.series, warn)
     windows, idle = integrate(recording, placement, annotate)
+    windows = flag_windows(windows, recording.interrupted, INTERRUPTED)
     summaries = tuple(summarize(windows, recording.work))
     full_meta = {**meta, **placement_meta(placement, idle, recording)}
     if fusion:

@@ -19,6 +19,7 @@ and saves the run.
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -125,6 +126,8 @@ class Measurement:
         self._idle_window: WindowRecord | None = None
         self._open: dict[str, list[WindowHandle]] = {}
         self._trials: dict[str, int] = {}
+        self._interrupted: set[tuple[str, int]] = set()
+        self._sources_started = False
         self._result: RunResult | None = None
         self._started_at: str | None = None
         self.writer: RunWriter | None = None
@@ -192,6 +195,7 @@ class Measurement:
         if self.writer is not None:  # the journal: enough to rebuild the run if this process dies
             self.writer.open_journals(self._meta(INCOMPLETE, None)["sources"])
         self._wait_for_first_samples()
+        self._sources_started = True
 
     def _wait_for_first_samples(self) -> None:
         assert self.recorder is not None
@@ -205,7 +209,14 @@ class Measurement:
             )
 
     def _abort(self, error: BaseException) -> None:
-        """The run could not start: stop what started, and say why in run.json."""
+        """The run could not start: stop what started, and say why in run.json; if the sources
+        did not start, nothing was measured and the claim is taken back."""
+        if not self.coordinator.distributed and not self._sources_started:
+            if self.recorder is not None:
+                self.recorder.stop()
+            if self.writer is not None:
+                self.writer.release()
+            return
         reason = describe_exception(error, self.recorder)
         if self.coordinator.distributed or (self.recorder is not None and self.recorder.running):
             try:
@@ -304,6 +315,7 @@ class Measurement:
 
         ``sync`` overrides the measurement's device sync for this window."""
         self._check_running()
+        iterations = checked_iterations(iterations)
         (sync or self.sync)()
         self.coordinator.edge(f"open window {name!r}")
         handle = WindowHandle(name, iterations, time.monotonic())
@@ -311,9 +323,18 @@ class Measurement:
         return handle
 
     def end_window(
-        self, name: str, iterations: int | None = None, sync: Callable[[], None] | None = None
+        self,
+        name: str,
+        iterations: int | None = None,
+        sync: Callable[[], None] | None = None,
+        interrupted: bool = False,
     ) -> WindowRecord:
-        """Sync the device, then close the innermost open window named ``name``."""
+        """Sync the device, then close the innermost open window named ``name``.
+
+        ``interrupted``: a Ctrl-C or SIGTERM ends the window before its work did; it is kept
+        (hours of a measured program are not thrown away), flagged ``interrupted``."""
+        if iterations is not None:
+            iterations = checked_iterations(iterations)
         (sync or self.sync)()
         stack = self._open.get(name)
         if not stack:
@@ -331,6 +352,10 @@ class Measurement:
             self.writer.window_closed(
                 name, trial, self.clock.to_unix(record.start_s), self.clock.to_unix(end), record.iterations
             )
+        if interrupted:
+            self._interrupted.add((name, trial))
+            if self.writer is not None:
+                self.writer.window_interrupted(name, trial)
         if self.recorder is not None and self.recorder.failure is not None:
             raise self.recorder.failure
         return record
@@ -479,6 +504,7 @@ class Measurement:
             idle_window=self._idle_window,
             work=dict(self.work),
             sources=list(self.sources),
+            interrupted=frozenset(self._interrupted),
         )
 
     def _meta(self, status: str, reason: str | None, ended: bool = False) -> dict[str, Any]:
@@ -495,6 +521,18 @@ class Measurement:
             notes=self.notes,
             warnings=self.warnings,
         )
+
+
+def checked_iterations(iterations: object) -> int:
+    """A window's iteration count: a whole number of at least 1.
+
+    Raises:
+        UsageError: anything else (a negative or fractional count would give wrong figures per
+            iteration).
+    """
+    if isinstance(iterations, bool) or not isinstance(iterations, numbers.Integral) or iterations < 1:
+        raise UsageError(f"iterations must be a whole number of at least 1, got {iterations!r}")
+    return int(iterations)
 
 
 def describe_exception(exc: BaseException, recorder: Recorder | None) -> str:

@@ -205,7 +205,7 @@ def measure_trials(
     m: Measurement, phase: Phase, plan: WindowPlan, min_window_s: float, cooldown_s: float, progress: RunProgress
 ) -> None:
     """The windows of one phase; a calibrated window that came out short is measured again."""
-    step, iterations = phase.step, plan.iterations
+    iterations = plan.iterations
     trial = redone = 0
     trial_log = log.debug if progress.show else log.info  # the bar says it already
     while trial < plan.trials:
@@ -213,8 +213,7 @@ def measure_trials(
             time.sleep(cooldown_s)
         progress.window_opening(iterations * plan.per_iter_s, f"{trial + 1}/{plan.trials}")
         m.begin_window(phase.name, iterations * phase.iterations_per_step, sync=phase.sync)
-        for _ in range(iterations):
-            step()
+        _steps(m, phase, iterations)
         record = m.end_window(phase.name, sync=phase.sync)
         progress.window_closed()
         duration = record.duration_s
@@ -232,6 +231,24 @@ def measure_trials(
         trial += 1
         progress.trial_done()
         trial_log("  %s trial %d/%d: %.4g s", phase.name, trial, plan.trials, record.duration_s)
+
+
+def _steps(m: Measurement, phase: Phase, iterations: int) -> None:
+    """The window's steps. A Ctrl-C or SIGTERM inside them (a measured program of hours) closes
+    the window where it is, flagged ``interrupted``, before the interruption goes on; with
+    several ranks the others are not at that edge, so the window is dropped there."""
+    done = 0
+    try:
+        for _ in range(iterations):
+            phase.step()
+            done += 1
+    except KeyboardInterrupt:
+        if not m.coordinator.distributed:
+            try:
+                m.end_window(phase.name, (done + 1) * phase.iterations_per_step, phase.sync, interrupted=True)
+            except Exception as e:  # the device or a source failed too: the interruption still stands
+                m.warn(f"the interrupted window could not be closed: {type(e).__name__}: {e}")
+        raise
 
 
 def run_for(phase: Phase, seconds: float, coord: Coordinator = ALONE) -> None:
@@ -395,15 +412,15 @@ def run(
     error: BaseException | None = None
     status, reason = COMPLETE, None
     with _Signals() as signals:
-        m.start()
+        _start(m)
         root = m.coordinator.is_root
         try:
             with RunProgress(progress if root else False) as bars:
                 measure_workload(m, the_workload, resolved, bars)
-        except (Exception, KeyboardInterrupt) as e:
+        except (Exception, KeyboardInterrupt, SystemExit) as e:
             # several ranks: a launcher stops every rank once one exits; rank 0 saves regardless
             signals.holding = m.coordinator.distributed
-            error = RunInterrupted("terminated by SIGTERM") if isinstance(e, _Terminated) else e
+            error = _stopped_by(e)
             status, reason = INCOMPLETE, m.describe_failure(error)
         signals.holding = m.coordinator.distributed
         m.describe(workload=workload_record(the_workload), exit_code=the_workload.exit_code)
@@ -416,10 +433,7 @@ def run(
                 reporter.report(result, m.out)
             except Exception as e:
                 log.warning("warning: reporter %r failed: %s", reporter.name, e)
-    if error is None and m.rank_error is not None:
-        error = m.rank_error
-    if error is None and signals.held:
-        error = RunInterrupted("terminated by SIGTERM (after the run was saved)")
+    error = error or _late_error(m, signals.held, result)
     if error is not None:
         raise _as_run_error(error, result, m.source_failure) from error
     return result
@@ -471,7 +485,11 @@ def _measure_phases(
     if config.sync_pulse:
         sync_pulses(m)
     phases = workload.phases()
+    seen: set[str] = set()
     for phase in progress.phases(_timed_iteration(phases, m), operator.length_hint(phases, 0) or None):
+        if phase.name in seen:  # two phases of one name would be summarised as one
+            raise WorkloadError(f"the workload has two phases named {phase.name!r}; each phase needs its own name")
+        seen.add(phase.name)
         coord.edge(phase_step(phase))
         if phase.setup is not None:
             with m.span("phase_setup"):
@@ -492,6 +510,36 @@ def phase_step(phase: Phase) -> str:
     or the same in another order, are stopped with both named)."""
     fixed = f", {phase.iterations} steps per window" if phase.iterations is not None else ""
     return f"measure phase {phase.name!r}{fixed}"
+
+
+def _late_error(m: Measurement, sigterm_held: bool, result: RunResult) -> EnergyFrameError | None:
+    """What ended the run after the phases: another rank, a SIGTERM held while saving, or a
+    source that stalled or failed after the last window. An incomplete run never exits 0."""
+    if m.rank_error is not None:
+        return m.rank_error
+    if sigterm_held:
+        return RunInterrupted("terminated by SIGTERM (after the run was saved)")
+    if result.status != COMPLETE:
+        return EnergyFrameError(f"run incomplete: {result.reason or 'no reason recorded'}")
+    return None
+
+
+def _start(m: Measurement) -> None:
+    """Start the measurement; a Ctrl-C while the sources start is an interruption (exit 130),
+    like one later (the measurement has written why into run.json)."""
+    try:
+        m.start()
+    except KeyboardInterrupt as e:
+        raise RunInterrupted("interrupted by SIGINT while the run started (joining the ranks, starting the sources)") from e
+
+
+def _stopped_by(error: BaseException) -> BaseException:
+    """What ended the phases, as the run reports it."""
+    if isinstance(error, _Terminated):
+        return RunInterrupted("terminated by SIGTERM")
+    if isinstance(error, SystemExit):  # the workload's own code called sys.exit
+        return WorkloadError(f"the workload called sys.exit({error.code!r})")
+    return error
 
 
 def _as_run_error(

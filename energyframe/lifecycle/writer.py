@@ -10,10 +10,12 @@ a result (it could not start, or could not be saved) rewrites ``run.json``'s sta
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.samples import PARTIAL_NAME
 from ..results.result import RunResult
 from ..results.store import (
     RUN_JSON,
@@ -35,10 +37,29 @@ class RunWriter:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.journal: WindowJournal | None = None
+        self._created = False
 
     def claim(self, meta: Mapping[str, Any]) -> None:
         """Make ``out`` this run's: run.json, created with O_EXCL, holds ``meta`` ("running")."""
+        created = not self.out.exists()
         claim_run_dir(self.out, meta)
+        self._created = created
+
+    def release(self) -> None:
+        """The sources failed to start, so nothing was measured: take back the claim, leaving
+        no run directory of nothing (the directory itself only if the claim made it)."""
+        if self.journal is not None:
+            self.journal.close()
+        for name in (RUN_JSON, WINDOWS_PARTIAL, SOURCES_PARTIAL, PARTIAL_NAME):
+            (self.out / name).unlink(missing_ok=True)
+        raw = self.out / "raw"
+        if raw.is_dir():
+            shutil.rmtree(raw, ignore_errors=True)
+        if self._created:
+            try:
+                self.out.rmdir()
+            except OSError:  # something else was put there meanwhile: leave it
+                pass
 
     def open_journals(self, sources: list) -> None:
         """The sources started: journal them, and open the windows' journal."""
@@ -48,6 +69,10 @@ class RunWriter:
     def window_closed(self, phase: str, trial: int, start_unix: float, end_unix: float, iterations: int) -> None:
         if self.journal is not None:
             self.journal.closed(phase, trial, start_unix, end_unix, iterations)
+
+    def window_interrupted(self, phase: str, trial: int) -> None:
+        if self.journal is not None:
+            self.journal.interrupted(phase, trial)
 
     def window_discarded(self, phase: str, trial: int) -> None:
         if self.journal is not None:

@@ -20,7 +20,7 @@ from ..core.clock import ClockModel
 from ..core.samples import NOT_FINITE, SampleSeries, invalid_reason
 from ..core.windows import WindowRecord, summarize
 from ..errors import StoreError
-from ..lifecycle.assemble import Recording, integrate, place_samples
+from ..lifecycle.assemble import INTERRUPTED, Recording, flag_windows, integrate, place_samples
 from ..model import Channel
 from ..results.result import INCOMPLETE, RunResult
 from ..results.store import JOURNAL_COLUMNS, SOURCES_PARTIAL, WINDOWS_PARTIAL
@@ -75,6 +75,8 @@ def journal_records(path: Path, clock: ClockModel) -> list[WindowRecord]:
         raise StoreError(f"{path} lacks column(s) {sorted(missing)}; it is not a window journal")
     records: list[WindowRecord] = []
     for row in frame.itertuples(index=False):
+        if row.event == "interrupted":  # a flag on the window before it (journal_interrupted)
+            continue
         if row.event == "discarded":
             for i in range(len(records) - 1, -1, -1):
                 if records[i].phase == row.phase and records[i].trial == int(row.trial):
@@ -107,6 +109,16 @@ def _sources(directory: Path, meta: dict) -> list:
     return sources
 
 
+def journal_interrupted(path: Path) -> frozenset[tuple[str, int]]:
+    """The windows the journal says an interruption closed: (phase, trial)."""
+    try:
+        frame = pd.read_csv(path, dtype={"phase": str, "event": str}, on_bad_lines="skip")
+        rows = frame[frame["event"] == "interrupted"]
+        return frozenset((str(p), int(t)) for p, t in zip(rows["phase"], rows["trial"]))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, KeyError, ValueError):
+        return frozenset()
+
+
 def _rebuilt(directory: Path, result: RunResult, meta: dict, journal: Path) -> RunResult:
     clock = ClockModel.from_json(meta["clock"]) if isinstance(meta.get("clock"), dict) else None
     if clock is None:
@@ -133,6 +145,7 @@ def _rebuilt(directory: Path, result: RunResult, meta: dict, journal: Path) -> R
     warnings: list[str] = list(meta.get("warnings", []))
     placement = place_samples(recording, "auto", warnings.append)
     windows, _idle = integrate(recording, placement, None)
+    windows = flag_windows(windows, journal_interrupted(journal), INTERRUPTED)
     meta.update(
         status=INCOMPLETE,
         windows_origin=WINDOWS_PARTIAL,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DistributedError, EnergyFrameError, UsageError
+from ..errors import DistributedError, EnergyFrameError, RunInterrupted, UsageError
 from .coordinator import DEFAULT_TIMEOUT_S, Coordinator, RankInfo, fingerprint
 from .world import World, boot_id, host_name
 
@@ -216,9 +216,39 @@ class TorchCoordinator(Coordinator):
         self.lost: dict[int, str] = {}
         #: rank 0: every rank's description, once the run has started
         self.ranks: dict[int, RankInfo] = {}
-        self._transport = self._join()
+        self._transport = self._join_interruptibly()
 
     # -- joining --------------------------------------------------------------------------------
+    def _join_interruptibly(self):
+        """Join the other ranks, saying at once what this rank waits for; a Ctrl-C stops the
+        wait (gloo's rendezvous blocks in C++, where no signal handler runs, so it waits in a
+        thread of its own while this one stays interruptible)."""
+        if self.world_size > 1:
+            env = os.environ
+            where = f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}"
+            log.warning(
+                "rank %d of %d (%s): waiting for the other ranks at %s, up to %g s (--dist-timeout); Ctrl-C stops",
+                self.rank, self.world_size, self.world.launcher or "launcher variables", where, self.timeout_s,
+            )
+        outcome: dict[str, Any] = {}
+
+        def join() -> None:
+            try:
+                outcome["transport"] = self._join()
+            except BaseException as e:  # handed to the main thread
+                outcome["error"] = e
+
+        thread = threading.Thread(target=join, name="energyframe-join", daemon=True)
+        thread.start()
+        try:
+            while thread.is_alive():
+                thread.join(0.2)
+        except KeyboardInterrupt:
+            raise RunInterrupted("interrupted by SIGINT while waiting for the other ranks to join") from None
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["transport"]
+
     def _join(self):
         try:
             import torch.distributed as dist

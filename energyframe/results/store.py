@@ -64,8 +64,9 @@ def claim_run_dir(directory: Path, meta: Mapping[str, Any] | None = None) -> Non
     except OSError as e:
         raise StoreError(_write_error(directory / RUN_JSON, e)) from e
     try:
-        if meta is not None:
-            os.write(fd, (json.dumps(json_safe(meta), indent=2, allow_nan=False) + "\n").encode())
+        data = memoryview((json.dumps(json_safe(meta), indent=2, allow_nan=False) + "\n").encode() if meta else b"")
+        while data:  # os.write may write less than it was given (a nearly full disk)
+            data = data[os.write(fd, data) :]
     except OSError as e:
         raise StoreError(_write_error(directory / RUN_JSON, e)) from e
     finally:
@@ -160,6 +161,10 @@ class WindowJournal:
         """A window closed. Units: Unix s."""
         self._row(["closed", phase, trial, repr(start_s), repr(end_s), iterations])
 
+    def interrupted(self, phase: str, trial: int) -> None:
+        """The window just closed was closed by an interruption before its work ended."""
+        self._row(["interrupted", phase, trial, "", "", ""])
+
     def discarded(self, phase: str, trial: int) -> None:
         """The last closed window of ``phase`` was discarded (measured again, longer)."""
         self._row(["discarded", phase, trial, "", "", ""])
@@ -221,13 +226,24 @@ def write_status_json(path: Path, data: dict) -> None:
     try:
         write_json(path, data)
     except StoreError:
-        text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
-        try:
-            with open(path, "r+" if path.exists() else "w") as f:
-                f.truncate(0)
-                f.write(text)
-        except OSError:
-            raise StoreError(_write_error(path, OSError(errno.ENOSPC, "no space left"))) from None
+        # the whole status, compact; if even that does not fit where the old file was, the
+        # fields a reader needs to know what happened (the sources are in the journal)
+        essential = {k: data[k] for k in _STATUS_FIELDS if k in data}
+        essential["warnings"] = [*data.get("warnings", []), "run.json holds only its status: the disk was full"]
+        for version in (data, essential):
+            text = json.dumps(json_safe(version), separators=(",", ":"), allow_nan=False) + "\n"
+            try:
+                with open(path, "r+" if path.exists() else "w") as f:
+                    f.truncate(0)
+                    f.write(text)
+                return
+            except OSError:
+                continue
+        raise StoreError(_write_error(path, OSError(errno.ENOSPC, "no space left"))) from None
+
+
+#: what run.json keeps when the disk has room for nothing more
+_STATUS_FIELDS = ("format_version", "status", "reason", "started_at", "ended_at", "clock", "primary_channels")
 
 
 def write_csv(path: Path, frame: pd.DataFrame) -> None:

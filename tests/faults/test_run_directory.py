@@ -48,16 +48,20 @@ def test_two_runs_into_one_directory_at_the_same_moment(tmp_path, power_csv):
     assert result.status == "complete" and len(result.windows) == 2  # the winner's run, whole
 
 
-def test_a_source_failing_to_start_leaves_the_real_status(tmp_path):
+def test_a_source_failing_to_start_leaves_no_run_directory_of_nothing(tmp_path):
+    """Nothing was measured: the error comes before anything starts, and the claim is taken
+    back (a directory that existed before stays, without our files)."""
     out = tmp_path / "run"
     proc = energyframe("run", "--power", f"replay:file={tmp_path}/missing.csv", "--workload", "sleep", "--out", str(out))
     assert proc.returncode == 1
     message = one_line_error(proc.stderr)
     assert message == f"Error: power source 'replay' could not start: replay file '{tmp_path}/missing.csv' does not exist"
-    meta = json.loads((out / "run.json").read_text())
-    assert meta["status"] == "incomplete"
-    assert meta["reason"] == message.removeprefix("Error: ")
-    assert meta["ended_at"] is not None
+    assert not out.exists()
+    given = tmp_path / "mine"
+    given.mkdir()
+    (given / "notes.txt").write_text("kept")
+    proc = energyframe("run", "--power", f"replay:file={tmp_path}/missing.csv", "--workload", "sleep", "--out", str(given))
+    assert proc.returncode == 1 and sorted(p.name for p in given.iterdir()) == ["notes.txt"]
 
 
 def test_a_workload_failing_in_set_up_leaves_the_real_status(tmp_path):
