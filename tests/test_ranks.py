@@ -157,8 +157,8 @@ def test_measure_in_a_torchrun_script(place):
 
 NODE = """
     import os
-    import energyframe.ranks.coordinator
-    energyframe.ranks.coordinator.host_name = lambda: os.environ["FAKE_HOST"]  # a machine of its own
+    import energyframe.ranks.world
+    energyframe.ranks.world.host_name = lambda: os.environ["FAKE_HOST"]  # a machine of its own
     from energyframe.cli import main
     main()
 """
