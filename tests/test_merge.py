@@ -52,7 +52,7 @@ def part(rank, frame, channel="gpu0", anchor=(5000.0, 4000.0), warnings=(), tabl
         "reason": reason,
         "clock": {"anchor_wall_s": anchor[0], "anchor_monotonic_s": anchor[1]},
         "primary_channels": [channel] if channel else [],
-        "sources": [{"name": "nvml", "info": {"gpus": [{"index": rank}]}, "channels": [{"name": channel}]}]
+        "sources": [{"name": "nvml", "info": {"gpus": [{"index": rank}]}, "channels": [{"name": channel, "quantity": "energy"}]}]
         if channel
         else [],
         "warnings": list(warnings),
