@@ -111,7 +111,7 @@ def test_two_ranks_become_one_run_with_a_total():
     r1 = w[w["channel"] == "rank1.gpu1"]
     assert list(r1["start_s"]) == pytest.approx([999.3, 1009.3])
     assert list(w[w["channel"] == "rank0.gpu0"]["start_s"]) == [1000.0, 1010.0]
-    assert rank_shift_s(parts[0].result.meta, parts[1].result.meta, 0.2) == pytest.approx(-0.7)
+    assert rank_shift_s(parts[0].result.run_meta, parts[1].result.run_meta, 0.2) == pytest.approx(-0.7)
     # summaries per rank channel and for the total
     by = {s.channel: s for s in result.summaries}
     assert set(by) == {"rank0.gpu0", "rank1.gpu1", TOTAL}

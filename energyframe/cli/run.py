@@ -169,7 +169,7 @@ def run(
         align=not no_align,
         dist_timeout_s=dist_timeout,
     )
-    code = result.meta.get("exit_code")
+    code = result.run_meta.exit_code
     if code:
         sys.exit(code)
 
