@@ -7,9 +7,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from ..errors import UsageError
+
+
+@overload
+def out_path(value: str | os.PathLike[str], option: str = ...) -> Path: ...
+@overload
+def out_path(value: None, option: str = ...) -> None: ...
+@overload
+def out_path(value: str | os.PathLike[str] | None, option: str = ...) -> Path | None: ...
 
 
 def out_path(value: str | os.PathLike[str] | None, option: str = "--out") -> Path | None:

@@ -71,9 +71,7 @@ def claim_run_dir(directory: Path, meta: Mapping[str, Any] | None = None) -> Non
             loop of symbolic links.
         StoreError: it cannot be created or written.
     """
-    checked = out_path(directory)
-    assert checked is not None
-    directory = checked
+    directory = out_path(directory)
     loop = _symlink_loop(directory)
     if loop:
         raise UsageError(
