@@ -67,7 +67,8 @@ class SavedRun:
 def workload_class(result: RunResult) -> type | None:
     """The workload class run.json names (``workload.class``), imported; ``None`` when it is not
     importable here (a workload defined in a script, or a plugin not installed)."""
-    path = (result.meta.get("workload") or {}).get("class")
+    workload = result.run_meta.workload
+    path = workload.class_name if workload is not None else None
     if not isinstance(path, str) or "." not in path:
         return None
     module, _, name = path.rpartition(".")
