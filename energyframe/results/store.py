@@ -294,8 +294,8 @@ def write_status_json(path: Path, data: dict) -> None:
     data = _current_format(data)
     try:
         write_json(path, data)
-    except StoreError:
-        text = json.dumps(json_safe(data), indent=2, allow_nan=False) + "\n"
+    except StoreError:  # compact: it must fit in the blocks the old run.json frees
+        text = json.dumps(json_safe(data), separators=(",", ":"), allow_nan=False) + "\n"
         try:
             with open(path, "r+" if path.exists() else "w") as f:
                 f.truncate(0)
