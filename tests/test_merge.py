@@ -52,7 +52,7 @@ def part(rank, frame, channel="gpu0", anchor=(5000.0, 4000.0), warnings=(), tabl
         "reason": reason,
         "clock": {"anchor_wall_s": anchor[0], "anchor_monotonic_s": anchor[1]},
         "primary_channels": [channel] if channel else [],
-        "sources": [{"name": "nvml", "info": {"gpus": [{"index": rank}]}, "channels": [{"name": channel}]}]
+        "sources": [{"name": "nvml", "info": {"gpus": [{"index": rank}]}, "channels": [{"name": channel, "quantity": "energy"}]}]
         if channel
         else [],
         "warnings": list(warnings),
@@ -111,7 +111,7 @@ def test_two_ranks_become_one_run_with_a_total():
     r1 = w[w["channel"] == "rank1.gpu1"]
     assert list(r1["start_s"]) == pytest.approx([999.3, 1009.3])
     assert list(w[w["channel"] == "rank0.gpu0"]["start_s"]) == [1000.0, 1010.0]
-    assert rank_shift_s(parts[0].result.meta, parts[1].result.meta, 0.2) == pytest.approx(-0.7)
+    assert rank_shift_s(parts[0].result.run_meta, parts[1].result.run_meta, 0.2) == pytest.approx(-0.7)
     # summaries per rank channel and for the total
     by = {s.channel: s for s in result.summaries}
     assert set(by) == {"rank0.gpu0", "rank1.gpu1", TOTAL}

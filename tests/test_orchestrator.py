@@ -70,7 +70,7 @@ def test_saved_run_reads_back_identically(power_csv, tmp_path):
     assert set(loaded.samples.columns) == {"source", "channel", "time_s", "value", "unit"}
     assert loaded.summaries == result.summaries
     meta = json.loads((out / "run.json").read_text())
-    assert meta["format_version"] == 1
+    assert meta["format_version"] == 2
     assert meta["workload"]["name"] == "cpu-matmul"
     assert meta["sources"][0]["channels"][0]["quantity"] == "power"
     assert meta["versions"]["python"]

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
+from ..results.paths import click_out_path
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
@@ -49,7 +50,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 )
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click_out_path(file_okay=False),
     required=True,
     help="Directory for energy_report.json and windows.csv.",
 )

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
+from ..results.paths import click_out_path
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 # the choices are spelled out here so that ``energyframe --help`` does not import numpy
@@ -121,7 +122,7 @@ def compare(runs, table_format, figures, alpha, min_change, all_channels, labels
 @click.argument("runs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click_out_path(dir_okay=False),
     help="HTML file to write. Default: RUN/report.html for one run, report.html for several.",
 )
 @click.option("--label", "labels", multiple=True, help="A name per run, in order (default: directory names).")

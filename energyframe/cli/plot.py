@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from ..results.paths import click_out_path
+
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
@@ -13,7 +15,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click_out_path(dir_okay=False),
     help="PNG to write. Default: RUN_DIR/power-trace.png.",
 )
 @click.option("--primary-only", is_flag=True, help="Only the primary channels.")

@@ -13,6 +13,7 @@ import click
 
 from ..errors import UsageError
 from ..lifecycle.config import SETTINGS, RunSettings, check_setting, default_of
+from ..results.paths import click_out_path
 from .show import grid_intensity_option
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -94,7 +95,7 @@ def reporter_specs(given: tuple[str, ...], quiet: bool, grid_g_per_kwh: float | 
 )
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click_out_path(file_okay=False),
     help="Run directory. Default: runs/<UTC time>-<workload>.",
 )
 @settings_options
@@ -156,8 +157,6 @@ def run(
         from ..workloads.perlayer import per_layer_spec
 
         workload = per_layer_spec(workload, validate)
-    if out is not None and str(out).strip() == "":
-        raise UsageError("--out is empty; give a directory for the run")
     the_workload: str | CommandWorkload = CommandWorkload(name="command", argv=list(command)) if command else str(workload)
     name = "command" if command else run_name(str(workload))
     result = orchestrator.run(
@@ -170,7 +169,7 @@ def run(
         align=not no_align,
         dist_timeout_s=dist_timeout,
     )
-    code = result.meta.get("exit_code")
+    code = result.run_meta.exit_code
     if code:
         sys.exit(code)
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..results.meta import RunMeta
 from ..results.result import RunResult
 
 #: SM clocks whose medians differ by more than this fraction are reported
@@ -40,35 +41,26 @@ def _differ(values: Sequence[Any]) -> bool:
     return any(v != values[0] for v in values[1:])
 
 
-def gpus(meta: Mapping[str, Any]) -> list[dict]:
+def gpus(meta: RunMeta) -> list[Mapping[str, Any]]:
     """The GPUs a run's power sources describe (NVML's ``gpus`` entries with a name)."""
-    out = []
-    for source in meta.get("sources", []):
-        for gpu in (source.get("info") or {}).get("gpus", []) or []:
-            if isinstance(gpu, dict) and gpu.get("name"):
-                out.append(gpu)
-    return out
+    return meta.gpus
 
 
-def gpu_models(meta: Mapping[str, Any]) -> tuple[str, ...]:
-    names = [g["name"] for g in gpus(meta)]
-    workload_gpu = ((meta.get("workload") or {}).get("info") or {}).get("gpu")
+def gpu_models(meta: RunMeta) -> tuple[str, ...]:
+    names = [g["name"] for g in meta.gpus]
+    workload_gpu = meta.workload_info.get("gpu")
     if workload_gpu and workload_gpu not in names:
         names.append(str(workload_gpu))
     return tuple(sorted(set(names)))
 
 
-def _drivers(meta: Mapping[str, Any]) -> tuple[str, ...]:
-    found = {
-        str((s.get("info") or {}).get("driver_version"))
-        for s in meta.get("sources", [])
-        if (s.get("info") or {}).get("driver_version")
-    }
+def _drivers(meta: RunMeta) -> tuple[str, ...]:
+    found = {str(s.info.get("driver_version")) for s in meta.sources if s.info.get("driver_version")}
     return tuple(sorted(found))
 
 
-def _power_limits(meta: Mapping[str, Any]) -> tuple[float, ...]:
-    return tuple(sorted(float(g["power_limit_w"]) for g in gpus(meta) if g.get("power_limit_w") is not None))
+def _power_limits(meta: RunMeta) -> tuple[float, ...]:
+    return tuple(sorted(float(g["power_limit_w"]) for g in meta.gpus if g.get("power_limit_w") is not None))
 
 
 def _flagged_trials(windows: pd.DataFrame, prefix: str) -> dict[str, tuple[int, int, set[str]]]:
@@ -107,7 +99,7 @@ def _option_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]
 
 def check(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:  # noqa: C901, PLR0915 (one check per way two runs can differ, in report order)
     """Every reason the runs may not compare, as sentences (empty when none was found)."""
-    metas = [r.meta for r in runs]
+    metas = [r.run_meta for r in runs]
     out: list[str] = []
     for label, run in zip(labels, runs):
         if not run.complete:
@@ -172,17 +164,18 @@ def check(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:  # noq
                 f"windows flagged {flag} in some runs and not others ({', '.join(labels)}): {_names(uneven)}"
             )
 
-    workloads = [(m.get("workload") or {}) for m in metas]
-    names = [w.get("name") for w in workloads]
+    workloads = [m.workload for m in metas]
+    names = [w.name if w else None for w in workloads]
     if _differ(names):
         out.append("different workloads: " + _per_run(labels, names))
     else:
+        first = workloads[0].options if workloads[0] else {}
         for label, w in zip(labels[1:], workloads[1:]):
-            diff = _option_differences(workloads[0].get("options") or {}, w.get("options") or {})
+            diff = _option_differences(first, w.options if w else {})
             if diff:
                 out.append(f"workload options differ, {labels[0]} vs {label}: {'; '.join(diff)}")
 
-    sources = [tuple(sorted(s.get("name", "") for s in m.get("sources", []))) for m in metas]
+    sources = [tuple(sorted(s.name for s in m.sources)) for m in metas]
     if _differ(sources):
         out.append(
             "different power sources: "
@@ -190,25 +183,25 @@ def check(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:  # noq
         )
     else:
         for label, meta in zip(labels[1:], metas[1:]):
-            mine = {s.get("name"): s.get("options") or {} for s in meta.get("sources", [])}
-            for source in metas[0].get("sources", []):
-                diff = _option_differences(source.get("options") or {}, mine.get(source.get("name"), {}))
+            mine = {s.name: s.options for s in meta.sources}
+            for source in metas[0].sources:
+                diff = _option_differences(source.options, mine.get(source.name, {}))
                 if diff:
                     out.append(
-                        f"power source {source.get('name')!r} options differ, {labels[0]} vs {label}: "
+                        f"power source {source.name!r} options differ, {labels[0]} vs {label}: "
                         + "; ".join(diff)
                     )
 
     for key in VERSION_KEYS:
-        versions = [(m.get("versions") or {}).get(key) for m in metas]
+        versions = [m.versions.get(key) for m in metas]
         if any(versions) and _differ(versions):
             out.append(
                 f"different {key} versions: " + _per_run(labels, versions, lambda v: v or "not installed")
             )
-    cpus = [(m.get("host") or {}).get("cpu") for m in metas]
+    cpus = [m.host.get("cpu") for m in metas]
     if any(cpus) and _differ(cpus):
         out.append("different host CPUs: " + _per_run(labels, cpus, lambda v: v or "unknown"))
-    idle = [bool(m.get("idle_baseline")) for m in metas]
+    idle = [bool(m.idle_baseline) for m in metas]
     if _differ(idle):
         out.append(
             "an idle baseline in some runs only (dynamic energy compares only where both have one): "

@@ -43,6 +43,7 @@ from ..plugin import PowerSource, Workload
 from ..ranks.connect import connect
 from ..ranks.coordinator import Alone, Coordinator
 from ..ranks.world import rank_devices
+from ..results.paths import out_path
 from ..results.result import COMPLETE, INCOMPLETE, RunResult
 from .assemble import Recording, TimeAligner, assemble, extra_files, run_meta, utc_now
 from .recorder import Recorder
@@ -105,7 +106,7 @@ class Measurement:
         dist_timeout_s: float | None = None,
     ) -> None:
         self.sources = list(sources)
-        self.out = Path(out) if out is not None else None
+        self.out = out_path(out)  # "" is refused: it would be the current directory
         self._coordinator_arg = coordinator
         self.dist_timeout_s = dist_timeout_s
         #: this process among the ranks (alone until ``start`` joins them)
@@ -451,9 +452,10 @@ class Measurement:
 
         try:
             saved = self.writer.save(result, files, final, self.warn)
-        except StoreError as e:
+        except (StoreError, KeyboardInterrupt) as e:  # a full disk, or Ctrl-C / SIGTERM while saving
             reason = f"{result.reason}; then " if result.reason else ""
-            self.writer.failed(self._meta(INCOMPLETE, f"{reason}the run could not be saved: {e}", ended=True))
+            cause = f"the run could not be saved: {e}" if isinstance(e, StoreError) else "interrupted while saving"
+            self.writer.failed(self._meta(INCOMPLETE, f"{reason}{cause}", ended=True))
             raise
         if self.recorder is not None:
             self.recorder.store.discard_partial()

@@ -33,6 +33,7 @@ from ..core.windows import REJECTION_FLAGS, WINDOW_COLUMNS, IdleBaseline, Window
 from ..errors import EnergyFrameError, UsageError
 from ..lifecycle.assemble import Recording, place_samples
 from ..model import Channel, Quantity, Scope, Timing, WindowAnnotation
+from ..results.paths import out_path
 from ..results.store import json_safe, write_csv, write_json
 from .logs import (  # noqa: F401  (parse_time, zone: the analyze API users know)
     IMPLAUSIBLE,
@@ -620,7 +621,7 @@ def analyze(
     table = pd.concat(frames, ignore_index=True)
     extra = [c for c in table.columns if c not in WINDOW_COLUMNS and c != "log"]
     table = table[WINDOW_COLUMNS + extra + ["log"]]
-    out = Path(out)
+    out = out_path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         write_csv(out / "windows.csv", table)

@@ -1,16 +1,27 @@
-"""Reading a run back, including one that died: its windows rebuilt from what is on disk.
+"""The one way to read a run directory: ``load_run`` (``ef.load_run``, ``RunResult.load``).
 
-A run killed hard (SIGKILL, a second Ctrl-C, a full disk) leaves ``run.json`` saying it is
-running, its samples in ``samples.partial.csv`` and every window that had closed in
-``windows.partial.csv``. ``load_run`` turns that back into a result: the windows are integrated
-from the samples exactly as a live run would have (the same pipeline, ``assemble``), and the
-status says what happened.
+Every command that reads a run (``show``, ``compare``, ``report``, ``plot``, ``analyze --run``)
+goes through it, so each sees the same run:
+
+- a complete run: run.json, windows.csv, samples.parquet as saved;
+- a run whose save was interrupted (a full disk, a Ctrl-C or SIGTERM while saving): the windows
+  in windows.csv, the samples in ``samples.partial.csv`` when samples.parquet was not written,
+  and, when run.json has no phase summaries, the summaries computed again from the windows;
+- a run that died (SIGKILL, a second Ctrl-C, power loss): ``run.json`` still says it is running,
+  its samples are in ``samples.partial.csv`` and every window that had closed in
+  ``windows.partial.csv``. The windows are integrated from the samples exactly as a live run
+  would have (the same pipeline, ``assemble``), and the reason says what happened.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import math
 import os
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,36 +33,52 @@ from ..core.windows import WindowRecord, summarize
 from ..errors import StoreError
 from ..lifecycle.assemble import INTERRUPTED, Recording, flag_windows, integrate, place_samples
 from ..model import Channel
-from ..results.result import INCOMPLETE, RunResult
+from ..results import store
+from ..results.meta import INCOMPLETE, MetaError, RunMeta, SourceRecord
+from ..results.result import RunResult
 from ..results.store import JOURNAL_COLUMNS, SOURCES_PARTIAL, WINDOWS_PARTIAL
+
+REBUILT = "the windows were rebuilt from the journal of a run that did not finish"
+RESUMMARIZED = (
+    "run.json has no phase summaries (its save did not finish): they were computed from windows.csv"
+)
 
 
 def load_run(directory: Path | str) -> RunResult:
-    """A run directory as a result; a run that did not finish is rebuilt from its journals.
+    """A run directory as a result, whatever state the run was left in (see the module).
 
     Raises:
-        StoreError: the directory is not a readable run.
+        StoreError: the directory is not a readable run (one line naming the file and the cause).
     """
     directory = Path(directory)
-    result = RunResult.load(directory)
-    meta = dict(result.meta)
-    reason = str(meta.get("reason") or "")
-    pid = _running_pid(reason)
-    if pid is not None and not _alive(pid):
-        meta["reason"] = (
-            f"the run's process (pid {pid}) died before the run finished; what it had recorded is shown"
-        )
+    meta = store.read_run_meta(directory)
+    samples, samples_origin = store.read_samples(directory)
+    windows = store.read_windows(directory)
+    meta = _with_true_reason(meta)
     journal = directory / WINDOWS_PARTIAL
-    if result.windows.empty and journal.exists():
-        return _rebuilt(directory, result, meta, journal)
-    return RunResult(meta, result.windows, result.samples, result.summaries)
+    windows_origin = ""
+    if windows.empty and journal.exists():
+        meta, windows = _rebuilt(directory, meta, samples, journal)
+        windows_origin = WINDOWS_PARTIAL
+    elif not meta.phases and not windows.empty:
+        meta = meta.with_(phases=tuple(summarize(windows)), warnings=(*meta.warnings, RESUMMARIZED))
+    raw = meta.to_json()
+    raw.pop("phases")
+    raw["samples_origin"] = samples_origin
+    if windows_origin:
+        raw["windows_origin"] = windows_origin
+    return RunResult(raw, windows, samples, meta.phases)
 
 
-def _running_pid(reason: str) -> int | None:
-    if not reason.startswith("running (pid "):
-        return None
-    digits = reason[len("running (pid ") :].split(")", 1)[0]
-    return int(digits) if digits.isdigit() else None
+def _with_true_reason(meta: RunMeta) -> RunMeta:
+    """A run.json that still says "running" whose process is gone: say that it died."""
+    pid = meta.running_pid
+    if pid is None or _alive(pid):
+        return meta
+    return meta.with_(
+        status=INCOMPLETE,
+        reason=f"the run's process (pid {pid}) died before the run finished; what it had recorded is shown",
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -64,94 +91,168 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def journal_records(path: Path, clock: ClockModel) -> list[WindowRecord]:
-    """The windows a run had closed, in order, without those it discarded (measured again)."""
-    try:
-        frame = pd.read_csv(path, dtype={"phase": str, "event": str}, on_bad_lines="skip")
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
-        raise StoreError(f"{path} cannot be read ({e}); the windows of this run are lost") from e
-    missing = set(JOURNAL_COLUMNS) - set(frame.columns)
-    if missing:
-        raise StoreError(f"{path} lacks column(s) {sorted(missing)}; it is not a window journal")
+# -- the window journal -------------------------------------------------------------------------
+def journal_records(
+    path: Path, clock: ClockModel, warn: Callable[[str], None] | None = None
+) -> list[WindowRecord]:
+    """The windows a run had closed, in order, without those it discarded (measured again).
+
+    Every whole row is kept: a row torn by a crash (the last, without its line end) is left out,
+    and so is a row that cannot be a window (times not finite, an end before its start, text
+    where a number belongs), said through ``warn``.
+
+    Raises:
+        StoreError: the file cannot be read at all, or is not a window journal.
+    """
+    rows = _journal_rows(path, warn or (lambda message: None))
     records: list[WindowRecord] = []
-    for row in frame.itertuples(index=False):
-        if row.event == "interrupted":  # a flag on the window before it (journal_interrupted)
+    for row in rows:
+        if row["event"] == "interrupted":  # a flag on the window before it (journal_interrupted)
             continue
-        if row.event == "discarded":
+        if row["event"] == "discarded":
             for i in range(len(records) - 1, -1, -1):
-                if records[i].phase == row.phase and records[i].trial == int(row.trial):
+                if records[i].phase == row["phase"] and records[i].trial == row["trial"]:
                     del records[i]
                     break
             continue
-        try:  # a process killed mid-line leaves a short last row
-            start = clock.to_monotonic_from_unix(float(row.start_s))
-            end = clock.to_monotonic_from_unix(float(row.end_s))
-            records.append(WindowRecord(str(row.phase), int(row.trial), start, end, int(row.iterations)))
-        except (TypeError, ValueError):
-            continue
+        start = float(clock.to_monotonic_from_unix(row["start_s"]))
+        end = float(clock.to_monotonic_from_unix(row["end_s"]))
+        records.append(WindowRecord(row["phase"], row["trial"], start, end, row["iterations"]))
     return records
 
 
-def _sources(directory: Path, meta: dict) -> list:
-    """The sources and their channels: run.json's once the run saved them, else the journal's
-    (run.json is written at the claim, before the sources start, and once at the end)."""
-    described = [s for s in meta.get("sources", []) or [] if s.get("channels")]
-    if described or not (directory / SOURCES_PARTIAL).exists():
-        return meta.get("sources", []) or []
+def _journal_rows(path: Path, warn: Callable[[str], None]) -> list[dict]:
     try:
-        journal = json.loads((directory / SOURCES_PARTIAL).read_text())
-    except (OSError, ValueError) as e:
-        raise StoreError(f"{directory / SOURCES_PARTIAL} cannot be read ({e}); the run cannot be rebuilt") from e
-    sources = journal.get("sources") if isinstance(journal, dict) else None
-    if not isinstance(sources, list):
-        raise StoreError(f"{directory / SOURCES_PARTIAL} holds no list of sources; the run cannot be rebuilt")
-    meta["sources"] = sources
-    return sources
+        data = path.read_bytes()
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror or e}; the windows of this run are lost") from e
+    lines = data.splitlines(keepends=True)
+    if lines and not lines[-1].endswith(b"\n"):
+        lines.pop()  # the process died while writing this row: it is not whole
+    if not lines:
+        raise StoreError(f"{path} is empty; the windows of this run are lost")
+    header = _fields(lines[0])
+    if header is None or any(c not in header for c in JOURNAL_COLUMNS):
+        raise StoreError(f"{path} lacks column(s) {JOURNAL_COLUMNS}; it is not a window journal")
+    out = []
+    for number, line in enumerate(lines[1:], start=2):
+        fields = _fields(line)
+        row = _journal_row(dict(zip(header, fields))) if fields and len(fields) == len(header) else None
+        if isinstance(row, dict):
+            out.append(row)
+        else:
+            warn(f"{path.name} row {number} was left out: {row or 'it is not a whole row of the journal'}")
+    return out
 
 
 def journal_interrupted(path: Path) -> frozenset[tuple[str, int]]:
     """The windows the journal says an interruption closed: (phase, trial)."""
     try:
-        frame = pd.read_csv(path, dtype={"phase": str, "event": str}, on_bad_lines="skip")
-        rows = frame[frame["event"] == "interrupted"]
-        return frozenset((str(p), int(t)) for p, t in zip(rows["phase"], rows["trial"]))
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, KeyError, ValueError):
+        rows = _journal_rows(path, lambda message: None)
+    except StoreError:
         return frozenset()
+    return frozenset((row["phase"], row["trial"]) for row in rows if row["event"] == "interrupted")
 
 
-def _rebuilt(directory: Path, result: RunResult, meta: dict, journal: Path) -> RunResult:
-    clock = ClockModel.from_json(meta["clock"]) if isinstance(meta.get("clock"), dict) else None
+def _fields(line: bytes) -> list[str] | None:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if "\0" in text:
+        return None
+    try:
+        return next(csv.reader(io.StringIO(text)), None)
+    except csv.Error:
+        return None
+
+
+def _journal_row(row: dict[str, str]) -> dict | str:
+    """The row as typed values, or why it cannot be a window."""
+    if row["event"] in ("discarded", "interrupted"):
+        trial = _whole(row["trial"])
+        return {"event": row["event"], "phase": row["phase"], "trial": trial} if trial is not None else "no trial"
+    if row["event"] != "closed":
+        return f"event {row['event']!r} is not closed, discarded or interrupted"
+    trial, iterations = _whole(row["trial"]), _whole(row["iterations"])
+    start, end = _finite(row["start_s"]), _finite(row["end_s"])
+    if trial is None or iterations is None or iterations < 1:
+        return f"trial {row['trial']!r} and iterations {row['iterations']!r} should be whole numbers"
+    if start is None or end is None:
+        return f"start_s {row['start_s']!r} and end_s {row['end_s']!r} should be finite times"
+    if end < start:
+        return f"its window ends (end_s {row['end_s']}) before it starts (start_s {row['start_s']})"
+    return {"event": "closed", "phase": row["phase"], "trial": trial, "start_s": start, "end_s": end,
+            "iterations": iterations}  # fmt: skip
+
+
+def _whole(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _finite(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+# -- rebuilding a dead run's windows ------------------------------------------------------------
+def _rebuilt(
+    directory: Path, meta: RunMeta, samples: pd.DataFrame, journal: Path
+) -> tuple[RunMeta, pd.DataFrame]:
+    clock = meta.clock.model() if meta.clock is not None else None
     if clock is None:
-        raise StoreError(f"{directory}/run.json has no clock anchors; its windows cannot be rebuilt")
-    channels: dict[str, Channel] = {}
-    channel_source: dict[str, str] = {}
-    for source in _sources(directory, meta):
-        for c in source.get("channels", []) or []:
-            channel = Channel.from_json(c)
-            channels[channel.name] = channel
-            channel_source[channel.name] = str(source.get("name"))
-    series, rejected, counts = _series(result.samples, channels, clock)
-    records = journal_records(journal, clock)
+        raise StoreError(f"{directory / store.RUN_JSON} has no clock anchors; its windows cannot be rebuilt")
+    meta = _with_sources(directory, meta)
+    channels = meta.channels
+    series, rejected, counts = _series(samples, channels, clock)
+    warnings: list[str] = list(meta.warnings)
+    records = journal_records(journal, clock, warnings.append)
     recording = Recording(
         clock=clock,
         channels=channels,
-        channel_source=channel_source,
+        channel_source=meta.channel_sources,
         series=series,
-        samples=result.samples,
+        samples=samples,
         rejected=rejected,
         rejected_counts=counts,
         records=records,
     )
-    warnings: list[str] = list(meta.get("warnings", []))
     placement = place_samples(recording, "auto", warnings.append)
     windows, _idle = integrate(recording, placement, None)
     windows = flag_windows(windows, journal_interrupted(journal), INTERRUPTED)
-    meta.update(
+    meta = replace(
+        meta,
         status=INCOMPLETE,
-        windows_origin=WINDOWS_PARTIAL,
-        warnings=[*warnings, "the windows were rebuilt from the journal of a run that did not finish"],
+        phases=tuple(summarize(windows, recording.work)),
+        warnings=(*warnings, REBUILT),
     )
-    return RunResult(meta, windows, result.samples, tuple(summarize(windows, recording.work)))
+    return meta, windows
+
+
+def _with_sources(directory: Path, meta: RunMeta) -> RunMeta:
+    """The sources and their channels: run.json's once the run saved them, else the journal's
+    (run.json is written at the claim, before the sources start, and once at the end)."""
+    path = directory / SOURCES_PARTIAL
+    if any(s.channels for s in meta.sources) or not path.exists():
+        return meta
+    try:
+        journal = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise StoreError(f"{path} cannot be read ({e}); the run cannot be rebuilt") from e
+    sources = journal.get("sources") if isinstance(journal, dict) else None
+    if not isinstance(sources, list):
+        raise StoreError(f"{path} holds no list of sources; the run cannot be rebuilt")
+    try:
+        records = tuple(SourceRecord.from_json(s, f"sources[{i}]") for i, s in enumerate(sources))
+    except MetaError as e:
+        raise StoreError(f"{path}: {e}; the run cannot be rebuilt") from e
+    return meta.with_(sources=records)
 
 
 def _series(samples: pd.DataFrame, channels: dict[str, Channel], clock: ClockModel):

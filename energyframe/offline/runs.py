@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import EnergyFrameError, UsageError
+from ..results.meta import RunMeta
 from ..results.store import RUN_JSON
 
 #: the table's columns, in order
@@ -75,13 +76,13 @@ def load_runs(root: Path | str = "runs") -> pd.DataFrame:
 
 
 def _rows(path: Path, result) -> list[dict[str, Any]]:
-    meta = result.meta
+    meta = result.run_meta
     common = {
         "run": path.name,
         "status": result.status,
         "reason": result.reason,
-        "started_at": meta.get("started_at"),
-        "workload": (meta.get("workload") or {}).get("name"),
+        "started_at": meta.started_at,
+        "workload": meta.workload.name if meta.workload else None,
         "device": _device(meta),
         "path": str(path),
     }
@@ -115,14 +116,10 @@ def _finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _device(meta) -> str | None:
+def _device(meta: RunMeta) -> str | None:
     """The GPUs the sources measured, else the workload's device."""
-    names = []
-    for source in meta.get("sources") or []:
-        for gpu in (source.get("info") or {}).get("gpus") or []:
-            if isinstance(gpu, dict) and gpu.get("name"):
-                names.append(str(gpu["name"]))
+    names = [str(gpu["name"]) for gpu in meta.gpus]
     if names:
         return ", ".join(dict.fromkeys(names))
-    device = ((meta.get("workload") or {}).get("info") or {}).get("device")
+    device = meta.workload_info.get("device")
     return str(device) if device else None

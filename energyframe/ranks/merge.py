@@ -28,6 +28,7 @@ import pandas as pd
 
 from ..core.windows import WINDOW_COLUMNS, summarize
 from ..model import DerivedTable
+from ..results.meta import RunMeta, SourceRecord
 from ..results.result import COMPLETE, RunResult
 
 #: the channel that adds up every rank's own-device channels per window
@@ -69,16 +70,15 @@ def prefixed(rank: int, channel: str) -> str:
     return f"rank{rank}.{channel}" if channel else ""
 
 
-def _clock_offset(meta: Mapping[str, Any]) -> float:
+def _clock_offset(meta: RunMeta) -> float:
     """Unix time minus monotonic time, as the rank's clock anchored it. Units: s."""
-    clock = meta.get("clock") or {}
-    try:
-        return float(clock["anchor_wall_s"]) - float(clock["anchor_monotonic_s"])
-    except (KeyError, TypeError, ValueError):
+    clock = meta.clock
+    if clock is None or clock.anchor_wall_s is None or clock.anchor_monotonic_s is None:
         return 0.0
+    return clock.anchor_wall_s - clock.anchor_monotonic_s
 
 
-def rank_shift_s(root_meta: Mapping[str, Any], meta: Mapping[str, Any], offset_s: float) -> float:
+def rank_shift_s(root_meta: RunMeta, meta: RunMeta, offset_s: float) -> float:
     """What to add to a rank's Unix timestamps to put them on rank 0's timeline: its time is
     rank 0's monotonic time plus ``offset_s``. Units: s."""
     return _clock_offset(root_meta) - _clock_offset(meta) - offset_s
@@ -257,9 +257,9 @@ def _by_channel(parts: Mapping[int, RankPart], key: str) -> dict[str, Any]:
     """A run.json mapping keyed by channel (idle baselines, time maps...), every rank's renamed."""
     out: dict[str, Any] = {}
     for rank, part in sorted(parts.items()):
-        mapping = (part.result.meta.get(key) if part.result is not None else None) or {}
+        mapping: Mapping[str, Any] = getattr(part.result.run_meta, key) if part.result is not None else {}
         for channel, value in mapping.items():
-            out[prefixed(rank, str(channel))] = value
+            out[prefixed(rank, str(channel))] = value.to_json() if hasattr(value, "to_json") else value
     return out
 
 
@@ -278,12 +278,12 @@ def said_by_ranks(said: Mapping[int, Sequence[str]]) -> list[str]:
     return out
 
 
-def _rank_sources(rank: int, sources: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _rank_sources(rank: int, sources: Sequence[SourceRecord]) -> list[dict[str, Any]]:
     out = []
     for source in sources:
-        record = dict(source)
+        record = source.to_json()
         record["rank"] = rank
-        record["channels"] = [{**c, "name": prefixed(rank, str(c.get("name", "")))} for c in source.get("channels", [])]
+        record["channels"] = [{**c.to_json(), "name": prefixed(rank, c.name)} for c in source.channels]
         out.append(record)
     return out
 
@@ -307,18 +307,17 @@ def merge_meta(
     warnings: dict[int, list[str]] = {}
     notes: dict[int, list[str]] = {}
     for rank, part in sorted(parts.items()):
-        own = part.result.meta if part.result is not None else {}
-        sources += _rank_sources(rank, own.get("sources", []))
-        primary += [prefixed(rank, c) for c in own.get("primary_channels", [])]
-        warnings[rank] = list(own.get("warnings", part.warnings)) if part.result is not None else list(part.warnings)
-        notes[rank] = list(own.get("notes", []))
+        own = part.result.run_meta if part.result is not None else RunMeta()
+        sources += _rank_sources(rank, own.sources)
+        primary += [prefixed(rank, c) for c in own.primary_channels]
+        warnings[rank] = list(own.warnings) if part.result is not None else list(part.warnings)
+        notes[rank] = list(own.notes)
     meta["sources"] = sources
     meta["primary_channels"] = primary + ([TOTAL] if has_total else [])
     meta["warnings"] = said_by_ranks(warnings)
     meta["notes"] = said_by_ranks(notes)
     for key in ("idle_baseline", "time_maps", "rejected_samples", "alignment"):
-        if key in meta or any(p.result is not None and key in p.result.meta for p in parts.values()):
-            meta[key] = _by_channel(parts, key)
+        meta[key] = _by_channel(parts, key)
     meta["derived"] = [t.to_json() for t in tables]
     meta["distributed"] = dict(distributed)
     return meta
@@ -343,9 +342,9 @@ def merge_parts(
         distributed: run.json's ``distributed`` section.
     """
     root = parts[0]
-    root_meta = root.result.meta if root.result is not None else {}
+    root_meta = root.result.run_meta if root.result is not None else RunMeta()
     shifts = {
-        r: rank_shift_s(root_meta, p.result.meta, offsets.get(r, 0.0)) if p.result is not None and r else 0.0
+        r: rank_shift_s(root_meta, p.result.run_meta, offsets.get(r, 0.0)) if p.result is not None and r else 0.0
         for r, p in parts.items()
     }
     windows = merge_windows(parts, shifts, world_size)

@@ -14,29 +14,26 @@ def run_markdown(result: RunResult, run_dir: Path | None = None, all_channels: b
     """The run's facts, summary (median, IQR, trials), flags, status, warnings and derived tables."""
     from ..compare.comparability import gpu_models
 
-    meta = result.meta
-    workload = meta.get("workload") or {}
-    name = workload.get("name", "run")
+    meta = result.run_meta
+    workload = meta.workload
+    name = workload.name if workload else "run"
     lines = [f"# {md_text(name)}: {md_text(result.status)}", ""]
     facts = [("status", result.status + (f": {result.reason}" if result.reason else ""))]
     if run_dir is not None:
         facts.append(("run directory", str(run_dir)))
     facts += [
-        ("workload", f"{name} {json.dumps(workload.get('options') or {})}"),
-        (
-            "power sources",
-            ", ".join(s.get("name", "?") for s in meta.get("sources", [])) or "none (timing only)",
-        ),
+        ("workload", f"{name} {json.dumps(dict(workload.options) if workload else {})}"),
+        ("power sources", ", ".join(s.name for s in meta.sources) or "none (timing only)"),
     ]
     models = gpu_models(meta)
     if models:
         facts.append(("GPU", ", ".join(models)))
-    facts += [("started", str(meta.get("started_at") or "-")), ("ended", str(meta.get("ended_at") or "-"))]
-    version = (meta.get("versions") or {}).get("energyframe")
+    facts += [("started", str(meta.started_at or "-")), ("ended", str(meta.ended_at or "-"))]
+    version = meta.versions.get("energyframe")
     if version:
         facts.append(("energyframe", str(version)))
-    if meta.get("exit_code") is not None:
-        facts.append(("exit code of the measured command", str(meta["exit_code"])))
+    if meta.exit_code is not None:
+        facts.append(("exit code of the measured command", str(meta.exit_code)))
     code = {"run directory", "workload"}
     lines += [f"- **{md_text(k)}**: {md_code(v) if k in code else md_text(v)}" for k, v in facts]
     rows = list(result.summaries) if all_channels else result.primary_summaries()

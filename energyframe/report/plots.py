@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..kit.extras import require
+from ..model import Quantity
 from ..results.result import RunResult
 
 PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974"]
@@ -63,12 +64,11 @@ def origin_s(result: RunResult) -> float:
 def trace_lines(result: RunResult, all_channels: bool = True, show_raw: bool = False) -> list[TraceLine]:
     """Every power or energy channel of ``result`` as power over time since ``origin_s``."""
     samples = result.samples
-    channels = {c["name"]: c for s in result.meta.get("sources", []) for c in s.get("channels", [])}
-    maps = result.meta.get("time_maps", {})
+    meta = result.run_meta
     t0 = origin_s(result)
     lines = []
-    for name, info in channels.items():
-        if info["quantity"] not in ("power", "energy") or (not all_channels and not info.get("primary")):
+    for name, info in meta.channels.items():
+        if not info.integrable or (not all_channels and not info.primary):
             continue
         rows = samples[samples["channel"] == name].sort_values("time_s")
         if len(rows) < 2:
@@ -76,15 +76,16 @@ def trace_lines(result: RunResult, all_channels: bool = True, show_raw: bool = F
         t = rows["time_s"].to_numpy(float)
         v = rows["value"].to_numpy(float)
         label = name
-        shift = maps.get(name)
-        if shift:  # a time map written as null (NaN) moves nothing
-            shift = {k: shift.get(k) or 0.0 for k in ("lag_s", "drift", "reference_s")}
-        moved = bool(shift and (shift.get("lag_s") or shift.get("drift")))
+        record = meta.time_maps.get(name)
+        shift = None
+        if record is not None:  # a time map written as null (NaN) moves nothing
+            shift = {"lag_s": record.lag_s or 0.0, "drift": record.drift or 0.0, "reference_s": record.reference_s or 0.0}
+        moved = bool(shift and (shift["lag_s"] or shift["drift"]))
         if moved and show_raw:
             # a record reports the interval that ended when it arrived
             lines.append(TraceLine(name, f"{name} as recorded", t - t0, v, "steps-pre", dashed=True))
-        if moved:
-            clock = result.meta["clock"]
+        if moved and shift is not None and meta.clock is not None:
+            clock = meta.clock.to_json()
             mono = t - clock["anchor_wall_s"] + clock["anchor_monotonic_s"]
             mono = mono - shift["lag_s"] - shift.get("drift", 0.0) * (mono - shift.get("reference_s", 0.0))
             t = mono + clock["anchor_wall_s"] - clock["anchor_monotonic_s"]
@@ -93,7 +94,7 @@ def trace_lines(result: RunResult, all_channels: bool = True, show_raw: bool = F
                 + (f", drift {shift['drift'] * 100:+.3f} %" if shift.get("drift") else "")
                 + ")"
             )
-        if info["quantity"] == "energy":
+        if info.quantity == Quantity.ENERGY:
             dt = np.diff(t)
             ok = dt > 0
             power = np.diff(v)[ok] / dt[ok]
@@ -101,7 +102,7 @@ def trace_lines(result: RunResult, all_channels: bool = True, show_raw: bool = F
                 TraceLine(name, f"{label} (counter, between ticks)", t[1:][ok] - t0, power, "steps-pre")
             )
         else:
-            resolution = info.get("resolution_s", 0)
+            resolution = info.resolution_s
             # a moved meter sample sits in the middle of the interval it reports
             style = (
                 "steps-mid" if moved and resolution >= 0.5 else "steps-post" if resolution >= 0.05 else "line"
@@ -113,8 +114,7 @@ def trace_lines(result: RunResult, all_channels: bool = True, show_raw: bool = F
 def missing_power(result: RunResult) -> str | None:
     """Why ``result`` has no power to draw (None when it has some): a timing-only run, or
     power channels without a sample."""
-    channels = {c["name"]: c for s in result.meta.get("sources", []) for c in s.get("channels", [])}
-    power = [n for n, c in channels.items() if c.get("quantity") in ("power", "energy")]
+    power = [n for n, c in result.run_meta.channels.items() if c.integrable]
     if not power:
         return "no power channels: this run measured timing only"
     samples = result.samples
@@ -175,8 +175,9 @@ def power_trace(
     else:  # no empty power axis pretending to be a measurement
         ax.set_yticks([])
         ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize=12)
-    workload = result.meta.get("workload", {}).get("name", "")
-    ax.set_title(title or f"{workload} — {result.meta.get('started_at', '')} ({result.status})")
+    meta = result.run_meta
+    workload = meta.workload.name if meta.workload else ""
+    ax.set_title(title or f"{workload} — {meta.started_at or ''} ({result.status})")
     if drawn or phases:
         ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()

@@ -68,7 +68,7 @@ class ConsoleReporter(Reporter):
                     grams = s.energy_per_iter_j.median / 3.6e6 * grid
                     console.print(escape(f"{s.phase} [{s.channel}]: {grams:.4g} g CO2e per iteration at {grid:g} g/kWh"))
         if self.options["windows"] and not result.windows.empty:
-            primary = list(result.meta.get("primary_channels", []))
+            primary = list(result.run_meta.primary_channels)
             console.print(windows_table(result.windows, self.options["all_channels"], primary))
         for warning in result.warnings:
             console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
@@ -79,30 +79,29 @@ class ConsoleReporter(Reporter):
 
     @staticmethod
     def _facts(console: Console, result: RunResult, run_dir: Path | None) -> None:
-        meta = result.meta
+        meta = result.run_meta
         lines = [f"run:      {run_dir}" if run_dir is not None else None]
         status = result.status + (f" ({result.reason})" if result.reason else "")
         lines.append(f"status:   {status}")
-        workload = meta.get("workload") or {}
-        if isinstance(workload, dict) and workload:
-            lines.append(f"workload: {workload.get('name')} {workload.get('options', {})}")
-        sources = ", ".join(str(s.get("name")) for s in meta.get("sources", []) if isinstance(s, dict))
+        if meta.workload is not None:
+            lines.append(f"workload: {meta.workload.name} {dict(meta.workload.options)}")
+        sources = ", ".join(s.name for s in meta.sources)
         lines.append(f"power:    {sources or 'none (timing only)'}")
-        lines.append(f"started:  {meta.get('started_at')}   ended: {meta.get('ended_at') or '-'}")
-        if meta.get("exit_code") is not None:
-            lines.append(f"exit code of the measured command: {meta['exit_code']}")
-        origin = meta.get("samples_origin")
+        lines.append(f"started:  {meta.started_at}   ended: {meta.ended_at or '-'}")
+        if meta.exit_code is not None:
+            lines.append(f"exit code of the measured command: {meta.exit_code}")
+        origin = result.samples_origin
         if origin and origin != "samples.parquet":
             lines.append(f"samples:  {len(result.samples)} recovered from {origin} (the run did not finish)")
-        timings = meta.get("timings_s")
-        if isinstance(timings, dict) and timings.get("run"):
+        timings = meta.timings_s
+        if timings.get("run"):
             spans = sorted(((k, v) for k, v in timings.items()
                             if k not in ("run", "process", "before_run") and isinstance(v, (int, float)) and v >= 0.05),
                            key=lambda kv: -kv[1])
             total = timings.get("process") or timings["run"]
             lines.append(f"time:     {total:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in spans))
-        if meta.get("windows_origin"):
-            lines.append(f"windows:  {len(result.windows)} rows rebuilt from {meta['windows_origin']}")
+        if result.windows_origin:
+            lines.append(f"windows:  {len(result.windows)} rows rebuilt from {result.windows_origin}")
         for line in lines:
             if line is not None:
                 console.print(escape(line), soft_wrap=True)

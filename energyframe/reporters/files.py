@@ -53,7 +53,7 @@ PHASE_SUMMARY_CSV = "phase-summary.csv"
 def csv_name(result: RunResult) -> str:
     """summary.csv, unless the run derived a table of that name: then phase-summary.csv, so that
     neither file overwrites the other."""
-    derived = {t.get("name") for t in result.meta.get("derived", []) if isinstance(t, dict)}
+    derived = {t.name for t in result.derived}
     return PHASE_SUMMARY_CSV if "summary" in derived else "summary.csv"
 
 
@@ -90,9 +90,9 @@ class JSONReporter(Reporter):
         data = {
             "status": result.status,
             "reason": result.reason,
-            "workload": result.meta.get("workload", {}).get("name"),
+            "workload": result.run_meta.workload.name if result.run_meta.workload else None,
             "phases": [s.to_json() for s in result.summaries],
-            "idle_baseline": result.meta.get("idle_baseline", {}),
+            "idle_baseline": {k: v.to_json() for k, v in result.run_meta.idle_baseline.items()},
             "warnings": result.warnings,
         }
         target = _target(self.options["path"], run_dir, "summary.json")

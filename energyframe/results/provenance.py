@@ -128,8 +128,14 @@ def workload_record(workload: Any) -> dict[str, Any]:
 
 
 def run_provenance() -> Mapping[str, Any]:
-    """The command line, the host and the library versions of this process."""
-    return {"command_line": list(sys.argv), "host": host_info(), "versions": library_versions()}
+    """This process (its id: a reader tells a run that died from one still going), its command
+    line, the host and the library versions."""
+    return {
+        "pid": os.getpid(),
+        "command_line": list(sys.argv),
+        "host": host_info(),
+        "versions": library_versions(),
+    }
 
 
 def _cpu_model() -> str:

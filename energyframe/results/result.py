@@ -4,27 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ..core.windows import PhaseSummary
-from ..errors import StoreError
 from ..model import DerivedTable
 from . import store
 from .display import render, summary_table
+from .meta import COMPLETE, FORMAT_VERSION, INCOMPLETE, RunMeta
 
-COMPLETE = "complete"
-INCOMPLETE = "incomplete"
+#: what a loader adds to ``meta`` about where the run's files came from; never written to run.json
+LOADED_KEYS = ("samples_origin", "windows_origin")
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """Everything a run produced. ``meta`` is the content of run.json.
+    """Everything a run produced. ``run_meta`` is run.json, typed; ``meta`` the same as a
+    mapping (for plugins, and for code written before ``RunMeta``).
 
     Args:
-        meta: status, reason, versions, plugins and their options, clock, warnings.
+        meta: status, reason, versions, plugins and their options, clock, warnings (run.json's
+            keys, without ``phases``: those are ``summaries``).
         windows: one row per window and channel (the columns of windows.csv).
         samples: every raw sample (the columns of samples.parquet), Unix seconds.
         summaries: per phase and channel, median and spread over trials.
@@ -34,6 +37,18 @@ class RunResult:
     windows: pd.DataFrame
     samples: pd.DataFrame
     summaries: tuple[PhaseSummary, ...] = field(default_factory=tuple)
+
+    @cached_property
+    def run_meta(self) -> RunMeta:
+        """run.json, typed (``meta`` and ``summaries`` as one ``RunMeta``).
+
+        Raises:
+            MetaError: a field of ``meta`` is not of the type run.json keeps it as.
+        """
+        data = {k: v for k, v in self.meta.items() if k not in LOADED_KEYS}
+        data.setdefault("format_version", FORMAT_VERSION)
+        data["phases"] = [s.to_json() for s in self.summaries]
+        return RunMeta.from_json(store.json_safe(data))
 
     @property
     def status(self) -> str:
@@ -52,9 +67,20 @@ class RunResult:
         return list(self.meta.get("warnings", []))
 
     @property
+    def samples_origin(self) -> str:
+        """The file the samples were read from (``samples.partial.csv`` for a run that did not
+        finish); empty for a result that was not loaded."""
+        return str(self.meta.get("samples_origin") or "")
+
+    @property
+    def windows_origin(self) -> str:
+        """``windows.partial.csv`` when the windows were rebuilt from a dead run's journal."""
+        return str(self.meta.get("windows_origin") or "")
+
+    @property
     def derived(self) -> list[DerivedTable]:
         """The workload's derived tables (pipeline totals, predictions), if any."""
-        return [DerivedTable.from_json(d) for d in self.meta.get("derived", [])]
+        return list(self.run_meta.derived)
 
     def derived_table(self, name: str) -> DerivedTable:
         for table in self.derived:
@@ -73,7 +99,7 @@ class RunResult:
         return matches[0]
 
     def primary_summaries(self) -> list[PhaseSummary]:
-        primary = set(self.meta.get("primary_channels", []))
+        primary = set(self.run_meta.primary_channels)
         return [s for s in self.summaries if not s.channel or s.channel in primary]
 
     def table(self, width: int = 140, all_channels: bool = False) -> str:
@@ -82,9 +108,8 @@ class RunResult:
         return render(summary_table(rows), width=width)
 
     def to_json(self) -> dict:
-        meta = dict(self.meta)
-        meta["phases"] = [s.to_json() for s in self.summaries]
-        return meta
+        """run.json's content, in the current format."""
+        return self.run_meta.to_json()
 
     def save(self, directory: Path | str) -> Path:
         """Write windows.csv, the derived tables, samples.parquet and run.json into ``directory``,
@@ -117,17 +142,13 @@ class RunResult:
 
     @classmethod
     def load(cls, directory: Path | str) -> RunResult:
-        """Read a run directory written by ``save`` or by a run that did not finish."""
-        directory = Path(directory)
-        meta = store.read_meta(directory)  # checks every field's type: a damaged file is a StoreError
-        samples, origin = store.read_samples(directory)
-        meta = dict(meta)
-        meta["samples_origin"] = origin
-        try:
-            summaries = tuple(PhaseSummary.from_json(p) for p in meta.pop("phases", []) or [])
-        except (KeyError, TypeError, ValueError) as e:
-            raise StoreError(
-                f"{directory / store.RUN_JSON}: a phase summary cannot be read ({type(e).__name__}: {e}); "
-                "the file is damaged"
-            ) from e
-        return cls(meta, store.read_windows(directory), samples, summaries)
+        """A run directory as ``energyframe show`` sees it: a complete run, an incomplete one, one
+        that died (its windows rebuilt from its journal) or whose save was interrupted. The same
+        as ``energyframe.offline.recovery.load_run`` (``ef.load_run``), which it calls.
+
+        Raises:
+            StoreError: the directory is not a readable run (one line naming the file).
+        """
+        from ..offline.recovery import load_run
+
+        return load_run(directory)

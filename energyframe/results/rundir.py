@@ -25,7 +25,7 @@ class SavedRun:
     Args:
         path: the run directory.
         label: how tables name it (the directory's name unless given).
-        result: run.json, windows.csv and samples as ``RunResult.load`` reads them.
+        result: run.json, windows.csv and samples as ``load_run`` reads them (``RunResult.load``).
         kinds: phase -> ``layer``, ``stage``, ``configuration`` or ``op`` (plain phases absent).
         workload: the class of the workload that made the run, as run.json names it (``None``
             when it cannot be imported here): it draws the run's own report figures.
@@ -44,7 +44,7 @@ class SavedRun:
 
     @property
     def primary_channels(self) -> set[str]:
-        return set(self.result.meta.get("primary_channels", []))
+        return set(self.result.run_meta.primary_channels)
 
     def derived_figures(self) -> dict[str, float]:
         """The numbers of the workload's one-row tables (pipeline totals, the replay prediction),
@@ -67,7 +67,8 @@ class SavedRun:
 def workload_class(result: RunResult) -> type | None:
     """The workload class run.json names (``workload.class``), imported; ``None`` when it is not
     importable here (a workload defined in a script, or a plugin not installed)."""
-    path = (result.meta.get("workload") or {}).get("class")
+    workload = result.run_meta.workload
+    path = workload.class_name if workload is not None else None
     if not isinstance(path, str) or "." not in path:
         return None
     module, _, name = path.rpartition(".")
@@ -79,7 +80,8 @@ def workload_class(result: RunResult) -> type | None:
 
 
 def load(path: Path | str, label: str | None = None) -> SavedRun:
-    """Read a run directory (``StoreError`` if it is not one)."""
+    """Read a run directory as every command does (``RunResult.load``, that is
+    ``offline.recovery.load_run``); ``StoreError`` if it is not one."""
     path = Path(path)
     result = RunResult.load(path)
     kinds: dict[str, str] = {}

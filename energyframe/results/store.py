@@ -14,6 +14,7 @@ import errno
 import json
 import math
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -25,11 +26,9 @@ import pandas as pd
 
 from ..core.samples import PARTIAL_NAME, SAMPLE_COLUMNS
 from ..core.windows import WINDOW_COLUMNS
-from ..errors import StoreError
-
-# History of the run-directory format:
-#   1 - first version: run.json, windows.csv, samples.parquet (2026-11).
-FORMAT_VERSION = 1
+from ..errors import StoreError, UsageError
+from .meta import FORMAT_VERSION, FormatVersionError, MetaError, RunMeta, described  # noqa: F401 (FORMAT_VERSION: its old home)
+from .paths import out_path
 
 RUN_JSON = "run.json"
 WINDOWS_CSV = "windows.csv"
@@ -41,32 +40,60 @@ SOURCES_PARTIAL = "sources.partial.json"
 JOURNAL_COLUMNS = ["event", "phase", "trial", "start_s", "end_s", "iterations"]
 
 
+def _symlink_loop(directory: Path) -> str | None:
+    """``a -> b -> a`` when ``directory`` (or a folder above it) is a loop of symbolic links."""
+    try:
+        os.stat(directory)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            return None
+    else:
+        return None
+    current = directory
+    while not current.is_symlink() and current.parent != current:
+        current = current.parent  # the loop is a folder above
+    chain: list[str] = [str(current)]
+    while current.is_symlink() and len(chain) <= 8:
+        current = current.parent / os.readlink(current)
+        chain.append(str(current))
+        if str(current) in chain[:-1]:
+            break
+    return " -> ".join(chain)
+
+
 def claim_run_dir(directory: Path, meta: Mapping[str, Any] | None = None) -> None:
     """Make ``directory`` this run's, atomically: of two runs started into one directory at the
     same moment, exactly one gets it (``run.json`` is created with O_EXCL, holding ``meta``:
     what the run is and that it is running), the other is refused.
 
     Raises:
-        UsageError: the directory already holds a run, or is not a directory.
+        UsageError: the directory is empty, already holds a run, is not a directory, or is a
+            loop of symbolic links.
         StoreError: it cannot be created or written.
     """
-    from ..errors import UsageError
-
-    if str(directory).strip() == "":
-        raise UsageError("--out is empty; give a directory for the run")
+    directory = out_path(directory)
+    loop = _symlink_loop(directory)
+    if loop:
+        raise UsageError(
+            f"--out {directory} is a loop of symbolic links ({loop}); choose another --out directory"
+        )
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"--out {directory} is a file, not a directory")
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(directory / RUN_JSON, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
     except FileExistsError as e:
+        if not directory.is_dir():  # mkdir met something that is not a directory (a dangling link)
+            raise UsageError(f"--out {directory} exists and is not a directory") from e
         raise UsageError(f"{directory} already holds a run; choose another --out directory") from e
     except OSError as e:
         raise StoreError(_write_error(directory / RUN_JSON, e)) from e
     try:
-        data = memoryview((json.dumps(json_safe(meta), indent=2, allow_nan=False) + "\n").encode() if meta else b"")
-        while data:  # os.write may write less than it was given (a nearly full disk)
-            data = data[os.write(fd, data) :]
+        if meta is not None:
+            text = json.dumps(json_safe(_current_format(dict(meta))), indent=2, allow_nan=False) + "\n"
+            data = memoryview(text.encode())
+            while data:  # os.write may write less than it was given (a nearly full disk)
+                data = data[os.write(fd, data) :]
     except OSError as e:
         raise StoreError(_write_error(directory / RUN_JSON, e)) from e
     finally:
@@ -116,10 +143,18 @@ def default_run_dir(workload: str, root: Path | str = "runs") -> Path:
 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Write through a temporary file renamed into place; a failure leaves the old file intact.
+    Only a regular file (or nothing) is ever replaced: a device (``/dev/null``) or a FIFO with a
+    reader is written to as it is, and anything else that is not a regular file is refused.
 
     Raises:
-        StoreError: the file cannot be written (disk full, no permission), naming it.
+        StoreError: the file cannot be written (disk full, no permission, not a file), naming it.
     """
+    kind = _existing_kind(path)
+    if kind is not None and kind != "file":
+        _write_through(path, kind, write)
+        return
+    if kind == "file" and path.is_symlink():
+        path = Path(os.path.realpath(path))  # replace the file the link names, keep the link
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,6 +171,44 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _existing_kind(path: Path) -> str | None:
+    """What ``path`` names now (links followed): None, file, directory, device, fifo or other."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise StoreError(_write_error(path, e)) from e
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISCHR(mode):
+        return "device"
+    return "fifo" if stat.S_ISFIFO(mode) else "other"
+
+
+def _write_through(path: Path, kind: str, write: Callable[[Path], None]) -> None:
+    """Write into a character device or a FIFO as it is (it is never replaced)."""
+    if kind in ("directory", "other"):
+        what = (
+            "a directory" if kind == "directory" else "neither a regular file, a character device nor a FIFO"
+        )
+        raise StoreError(f"cannot write {path}: it is {what}; give a file name")
+    fd = None
+    try:
+        if kind == "fifo":  # without a reader, opening would wait for one forever
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        write(path)
+    except OSError as e:
+        if e.errno == errno.ENXIO:
+            raise StoreError(f"cannot write {path}: it is a FIFO that no process reads") from e
+        raise StoreError(_write_error(path, e)) from e
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 class WindowJournal:
@@ -218,19 +291,22 @@ def write_json(path: Path, data: dict) -> None:
 
 def write_status_json(path: Path, data: dict) -> None:
     """run.json, even on a full disk: when no temporary copy fits, the file is rewritten in place
-    (its old blocks are freed first), so a run never keeps saying it is running.
+    (its old blocks are freed first), so a run never keeps saying it is running. It is written in
+    the current format, every section present, as ``RunMeta.to_json`` gives it.
 
     Raises:
         StoreError: it could not be written either way.
     """
+    data = _current_format(data)
     try:
         write_json(path, data)
     except StoreError:
-        # the whole status, compact; if even that does not fit where the old file was, the
-        # fields a reader needs to know what happened (the sources are in the journal)
+        # the whole status, compact (it must fit in the blocks the old run.json frees); if even
+        # that does not fit, the fields a reader needs to know what happened (the sources are in
+        # the journal)
         essential = {k: data[k] for k in _STATUS_FIELDS if k in data}
         essential["warnings"] = [*data.get("warnings", []), "run.json holds only its status: the disk was full"]
-        for version in (data, essential):
+        for version in (data, _current_format(essential)):
             text = json.dumps(json_safe(version), separators=(",", ":"), allow_nan=False) + "\n"
             try:
                 with open(path, "r+" if path.exists() else "w") as f:
@@ -244,6 +320,13 @@ def write_status_json(path: Path, data: dict) -> None:
 
 #: what run.json keeps when the disk has room for nothing more
 _STATUS_FIELDS = ("format_version", "status", "reason", "started_at", "ended_at", "clock", "primary_channels")
+
+
+def _current_format(data: dict) -> dict:
+    try:
+        return RunMeta.from_json(json_safe({"format_version": FORMAT_VERSION, **data})).to_json()
+    except (MetaError, FormatVersionError):  # the status must reach the disk, typed or not
+        return data
 
 
 def write_csv(path: Path, frame: pd.DataFrame) -> None:
@@ -276,143 +359,30 @@ def read_json(path: Path) -> Any:
         raise StoreError(f"{path} is not valid JSON ({e})") from e
 
 
-def read_meta(directory: Path) -> dict:
-    """run.json, checked: the format version, and every field energyframe reads of the type it writes."""
+def read_run_meta(directory: Path) -> RunMeta:
+    """run.json, typed: brought up from an earlier format version, every field checked.
+
+    Raises:
+        StoreError: unreadable, not a run description, of a newer format version, or a field of
+            the wrong type (one line naming the file, the key and what was expected).
+    """
     path = Path(directory) / RUN_JSON
-    meta = read_json(path)
-    if not isinstance(meta, dict):
+    data = read_json(path)
+    if not isinstance(data, dict):
         raise StoreError(
-            f"{path} should hold a JSON object, but holds {_described(meta)}: the file is damaged"
+            f"{path} should hold a JSON object, but holds {described(data)}: the file is damaged"
         )
-    version = meta.get("format_version")
-    if version != FORMAT_VERSION:
-        raise StoreError(
-            f"{directory} has run format version {version!r}; this energyframe reads version "
-            f"{FORMAT_VERSION}. Upgrade energyframe to read it."
-        )
-    problem = _meta_problem(meta)
-    if problem:
-        raise StoreError(f"{path}: {problem}; the file is damaged (energyframe writes it whole)")
-    return meta
+    try:
+        return RunMeta.from_json(data)
+    except FormatVersionError as e:
+        raise StoreError(f"{directory} {e}") from e
+    except MetaError as e:
+        raise StoreError(f"{path}: {e}; the file is damaged (energyframe writes it whole)") from e
 
 
-_NONE = type(None)
-_NUMBER = (int, float)
-#: run.json's fields and the JSON types energyframe writes them as
-_META_TYPES: dict[str, tuple[type, ...]] = {
-    "status": (str,),
-    "reason": (str, _NONE),
-    "started_at": (str, _NONE),
-    "ended_at": (str, _NONE),
-    "command_line": (list,),
-    "host": (dict,),
-    "versions": (dict,),
-    "clock": (dict,),
-    "sources": (list,),
-    "primary_channels": (list,),
-    "workload": (dict,),
-    "reporters": (list,),
-    "config": (dict,),
-    "idle_baseline": (dict,),
-    "time_maps": (dict,),
-    "alignment": (dict,),
-    "exit_code": (int, _NONE),
-    "phases": (list,),
-    "notes": (list,),
-    "warnings": (list,),
-    "derived": (list,),
-}
-_QUANTITIES = ("energy", "power", "state")
-_SPREADS = ("time_per_iter_s", "energy_per_iter_j", "mean_power_w", "dynamic_energy_per_iter_j")
-
-
-def _described(value: Any) -> str:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    if value is None:
-        return "null"
-    kind = {str: "a string", bool: "a boolean"}.get(type(value), "a number")
-    return f"{kind} ({json.dumps(value)[:40]})"
-
-
-def _wrong(where: str, value: Any, expected: str) -> str:
-    return f"{where} should be {expected}, not {_described(value)}"
-
-
-def _meta_problem(meta: dict) -> str | None:  # noqa: C901 (validator: run.json's fields one after another, the first problem wins)
-    """What in run.json is not of the type energyframe writes, or None."""
-    for key, types in _META_TYPES.items():
-        if key in meta and (
-            not isinstance(meta[key], types) or isinstance(meta[key], bool) and bool not in types
-        ):
-            expected = " or ".join(
-                {str: "a string", list: "a list", dict: "an object", int: "a whole number", _NONE: "null"}[t]
-                for t in types
-            )
-            return _wrong(f"{key!r}", meta[key], expected)
-    for i, source in enumerate(meta.get("sources", [])):
-        if not isinstance(source, dict) or not isinstance(source.get("name"), str):
-            return _wrong(f"sources[{i}]", source, "an object with a name")
-        channels = source.get("channels", [])
-        if not isinstance(channels, list):
-            return _wrong(f"sources[{i}].channels", channels, "a list")
-        for j, channel in enumerate(channels):
-            where = f"sources[{i}].channels[{j}]"
-            if not isinstance(channel, dict) or not isinstance(channel.get("name"), str):
-                return _wrong(where, channel, "an object with a name")
-            if channel.get("quantity") not in _QUANTITIES:
-                return _wrong(f"{where}.quantity", channel.get("quantity"), "energy, power or state")
-            if not isinstance(channel.get("resolution_s", 0.0), _NUMBER + (_NONE,)):
-                return _wrong(f"{where}.resolution_s", channel.get("resolution_s"), "a number")
-    for key in ("primary_channels", "notes", "warnings"):
-        for i, item in enumerate(meta.get(key, [])):
-            if not isinstance(item, str):
-                return _wrong(f"{key}[{i}]", item, "a string")
-    for key, value in meta.get("clock", {}).items():
-        if not isinstance(value, _NUMBER + (_NONE,)) or isinstance(value, bool):
-            return _wrong(f"clock.{key}", value, "a number")
-    for name, time_map in meta.get("time_maps", {}).items():
-        if not isinstance(time_map, dict) or not all(
-            isinstance(time_map.get(k, 0.0), _NUMBER + (_NONE,)) for k in ("lag_s", "drift", "reference_s")
-        ):
-            return _wrong(f"time_maps[{name!r}]", time_map, "an object of lag_s, drift and reference_s")
-    for i, phase in enumerate(meta.get("phases", [])):
-        problem = _phase_problem(phase)
-        if problem:
-            return f"phases[{i}]{problem}"
-    for i, table in enumerate(meta.get("derived", [])):
-        if (
-            not isinstance(table, dict)
-            or not isinstance(table.get("name"), str)
-            or not isinstance(table.get("rows", []), list)
-            or not all(isinstance(r, dict) for r in table.get("rows", []))
-        ):
-            return _wrong(f"derived[{i}]", table, "an object with a name and a list of rows")
-    return None
-
-
-def _phase_problem(phase: Any) -> str | None:
-    if not isinstance(phase, dict):
-        return " " + _wrong("", phase, "an object").strip()
-    for key in ("phase", "channel"):
-        if not isinstance(phase.get(key), str):
-            return _wrong(f".{key}", phase.get(key), "a string")
-    for key in ("trials", "iterations"):
-        if not isinstance(phase.get(key), int) or isinstance(phase.get(key), bool):
-            return _wrong(f".{key}", phase.get(key), "a whole number")
-    for key in _SPREADS:
-        spread = phase.get(key)
-        if spread is None and key == "dynamic_energy_per_iter_j":
-            continue
-        if not isinstance(spread, dict) or not all(
-            isinstance(v, _NUMBER + (_NONE,)) and not isinstance(v, bool) for v in spread.values()
-        ):
-            return _wrong(f".{key}", spread, "an object of numbers (n, median, q1, q3, ...)")
-    if not isinstance(phase.get("flags", []), list) or not isinstance(phase.get("work", {}), dict):
-        return " flags should be a list and work an object"
-    return None
+def read_meta(directory: Path) -> dict:
+    """run.json as a mapping in the current format (``read_run_meta``'s checks)."""
+    return read_run_meta(directory).to_json()
 
 
 def _damaged(path: Path, error: BaseException) -> str:

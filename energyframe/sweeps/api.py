@@ -221,9 +221,9 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
         run_result, error = getattr(e, "result", None), e
     device: dict[str, Any] = {}
     if run_result is not None:
-        info = run_result.meta.get("workload", {}).get("info", {})
+        info = run_result.run_meta.workload_info
         meta["gpu"] = info.get("gpu")
-        meta["power"] = list(run_result.meta.get("primary_channels", []))
+        meta["power"] = list(run_result.run_meta.primary_channels)
         meta["runs"] = [str(out)]
         device = {**(info.get("device") or {}), **_measured_clocks(run_result)}
     label = base_label(device) if "error" not in device else None

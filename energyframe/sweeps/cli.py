@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
+from ..results.paths import click_out_path
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
@@ -111,7 +112,7 @@ def _reference(spec: str | None):
     metavar="0,1,...",
     help="Run one shard per GPU in parallel (one process each) and merge them into --out.",
 )
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Result directory.")
+@click.option("--out", type=click_out_path(file_okay=False), help="Result directory.")
 @click.option(
     "--trials", type=click.IntRange(min=1), default=None, help="Windows per configuration. Default 5."
 )
@@ -271,9 +272,7 @@ def _on_devices(ctx, kernels, settings, devices, shard, dry_run, out) -> None:
 
 @click.command(context_settings=CONTEXT)
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option(
-    "--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Merged result directory."
-)
+@click.option("--out", type=click_out_path(file_okay=False), required=True, help="Merged result directory.")
 def merge(results, out) -> None:
     """Join the shards of one sweep (their directories or benchmark_results.json files)."""
     from .outputs import write

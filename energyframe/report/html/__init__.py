@@ -18,6 +18,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ...results.display import cell, si
+from ...results.meta import RunMeta
 from ...results.rundir import SavedRun
 from ...results.store import json_safe
 
@@ -71,45 +72,40 @@ def _plain(value: Any) -> str:
 
 
 # -- the parts of a run --------------------------------------------------------------------------
-def _duration(meta: Mapping[str, Any]) -> str:
-    clock = meta.get("clock") or {}
-    start, end = clock.get("anchor_monotonic_s"), clock.get("end_monotonic_s")
-    if isinstance(start, (int, float)) and isinstance(end, (int, float)):
-        return si(end - start, "s")
-    return "-"
+def _duration(meta: RunMeta) -> str:
+    duration = meta.clock.duration_s if meta.clock is not None else None
+    return si(duration, "s") if duration is not None else "-"
 
 
 def facts(run: SavedRun) -> list[tuple[str, str]]:
     """The run at a glance: status, work, device, sources, when, where, how."""
-    from ...compare.comparability import gpu_models, gpus
+    from ...compare.comparability import gpu_models
 
-    meta = run.result.meta
-    workload = meta.get("workload") or {}
+    meta = run.result.run_meta
+    workload = meta.workload
     status = run.result.status + (f": {run.result.reason}" if run.result.reason else "")
     out = [
         ("run directory", str(run.path)),
         ("status", status),
-        ("workload", f"{workload.get('name', '-')} {json.dumps(workload.get('options') or {})}"),
+        ("workload", f"{workload.name if workload else '-'} {json.dumps(dict(workload.options) if workload else {})}"),
         ("GPU", ", ".join(gpu_models(meta)) or "-"),
     ]
-    drivers = sorted(
-        {str((s.get("info") or {}).get("driver_version")) for s in meta.get("sources", [])} - {"None"}
-    )
+    drivers = sorted({str(s.info.get("driver_version")) for s in meta.sources} - {"None"})
     if drivers:
         out.append(("driver", ", ".join(drivers)))
-    limits = [f"{g['power_limit_w']:g} W" for g in gpus(meta) if g.get("power_limit_w") is not None]
+    limits = [f"{g['power_limit_w']:g} W" for g in meta.gpus if g.get("power_limit_w") is not None]
     if limits:
         out.append(("power limit", ", ".join(limits)))
-    sources = ", ".join(s.get("name", "?") for s in meta.get("sources", [])) or "none (timing only)"
+    sources = ", ".join(s.name for s in meta.sources) or "none (timing only)"
     out += [
         ("power sources", sources),
-        ("primary channels", ", ".join(meta.get("primary_channels", [])) or "-"),
-        ("started", str(meta.get("started_at") or "-")),
-        ("ended", str(meta.get("ended_at") or "-")),
+        ("primary channels", ", ".join(meta.primary_channels) or "-"),
+        ("started", str(meta.started_at or "-")),
+        ("ended", str(meta.ended_at or "-")),
         ("duration", _duration(meta)),
-        ("command line", shlex.join(str(a) for a in meta.get("command_line") or []) or "-"),
+        ("command line", shlex.join(meta.command_line) or "-"),
     ]
-    host = meta.get("host") or {}
+    host = meta.host
     if host:
         out.append(
             (
@@ -118,16 +114,16 @@ def facts(run: SavedRun) -> list[tuple[str, str]]:
                 f"{host.get('platform', '-')}",
             )
         )
-    versions = meta.get("versions") or {}
-    if versions:
-        out.append(("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)))
-    config = meta.get("config") or {}
+    if meta.versions:
+        out.append(("versions", ", ".join(f"{k} {v}" for k, v in meta.versions.items() if v)))
+    config = [(k, v) for k, v in meta.config.items() if v is not None]
     if config:
-        out.append(("config", ", ".join(f"{k}={_plain(v)}" for k, v in config.items())))
-    if meta.get("exit_code") is not None:
-        out.append(("exit code of the measured command", str(meta["exit_code"])))
-    if meta.get("samples_origin") and meta["samples_origin"] != "samples.parquet":
-        out.append(("samples", f"recovered from {meta['samples_origin']} (the run did not finish)"))
+        out.append(("config", ", ".join(f"{k}={_plain(v)}" for k, v in config)))
+    if meta.exit_code is not None:
+        out.append(("exit code of the measured command", str(meta.exit_code)))
+    origin = run.result.samples_origin
+    if origin and origin != "samples.parquet":
+        out.append(("samples", f"recovered from {origin} (the run did not finish)"))
     return out
 
 
@@ -207,15 +203,13 @@ def window_rows(run: SavedRun) -> tuple[list[str], list[list[dict]], int]:
     return columns, rows, len(frame)
 
 
-def alignment_rows(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+def alignment_rows(meta: RunMeta) -> list[tuple[str, str]]:
     out = []
-    for channel, entry in (meta.get("alignment") or {}).items():
-        if isinstance(entry, Mapping):
-            parts = [f"{k}={_plain(v)}" for k, v in entry.items() if not isinstance(v, (Mapping, list))]
-            out.append((str(channel), ", ".join(parts)))
-    for channel, shift in (meta.get("time_maps") or {}).items():
-        if isinstance(shift, Mapping):
-            out.append((f"{channel} (time map)", ", ".join(f"{k}={_plain(v)}" for k, v in shift.items())))
+    for channel, entry in meta.alignment.items():
+        parts = [f"{k}={_plain(v)}" for k, v in entry.items() if not isinstance(v, (Mapping, list))]
+        out.append((str(channel), ", ".join(parts)))
+    for channel, shift in meta.time_maps.items():
+        out.append((f"{channel} (time map)", ", ".join(f"{k}={_plain(v)}" for k, v in shift.to_json().items())))
     return out
 
 
@@ -246,7 +240,7 @@ def run_figures(run: SavedRun, max_points: int) -> tuple[list[tuple[str, dict]],
 def run_context(index: int, run: SavedRun, max_points: int, figure_ids) -> dict:
     figures, notes = run_figures(run, max_points)
     columns, windows, total = window_rows(run)
-    meta = run.result.meta
+    meta = run.result.run_meta
     return {
         "anchor": f"run-{index}",
         "index": index,
@@ -256,16 +250,16 @@ def run_context(index: int, run: SavedRun, max_points: int, figure_ids) -> dict:
         "facts": facts(run),
         "sources": [
             {
-                "name": s.get("name", "?"),
-                "cls": s.get("class", ""),
-                "version": f"{s.get('distribution') or ''} {s.get('version') or ''}".strip(),
-                "options": json.dumps(s.get("options") or {}, default=str),
-                "info": json.dumps(json_safe(s.get("info") or {}), indent=1),
-                "channels": s.get("channels") or [],
+                "name": s.name,
+                "cls": s.class_name or "",
+                "version": f"{s.distribution or ''} {s.version or ''}".strip(),
+                "options": json.dumps(dict(s.options), default=str),
+                "info": json.dumps(json_safe(dict(s.info)), indent=1),
+                "channels": [c.to_json() for c in s.channels],
             }
-            for s in meta.get("sources", [])
+            for s in meta.sources
         ],
-        "workload_info": json.dumps(json_safe((meta.get("workload") or {}).get("info") or {}), indent=1),
+        "workload_info": json.dumps(json_safe(dict(meta.workload_info)), indent=1),
         "summary_fields": [label for label, _, _ in SUMMARY_FIELDS],
         "summary": summary_rows(run),
         "derived": derived_tables(run),
@@ -273,14 +267,13 @@ def run_context(index: int, run: SavedRun, max_points: int, figure_ids) -> dict:
         "figure_notes": notes,
         "alignment": alignment_rows(meta),
         "idle": [
-            (str(k), f"{_plain((v or {}).get('power_w'))} W over {_plain((v or {}).get('duration_s'))} s")
-            for k, v in (meta.get("idle_baseline") or {}).items()
+            (str(k), f"{_plain(v.power_w)} W over {_plain(v.duration_s)} s") for k, v in meta.idle_baseline.items()
         ],
         "window_columns": columns,
         "windows": windows,
         "windows_total": total,
         "warnings": run.result.warnings,
-        "notes": list(meta.get("notes") or []),
+        "notes": list(meta.notes),
     }
 
 
@@ -354,7 +347,7 @@ def build_report(
         lstrip_blocks=True,
     )
     workloads = ", ".join(
-        dict.fromkeys(str((r.result.meta.get("workload") or {}).get("name", "?")) for r in runs)
+        dict.fromkeys(r.result.run_meta.workload.name if r.result.run_meta.workload else "?" for r in runs)
     )
     js = get_plotlyjs().replace("</script", "<\\/script")
     return env.get_template("report.html.j2").render(

@@ -83,7 +83,7 @@ def power_trace(result: RunResult, max_points: int = 20000, title: str = "") -> 
                     legendgroup=f"phase-{i}",
                     showlegend=j == 0,
                 )
-    primary = set(result.meta.get("primary_channels", []))
+    primary = set(result.run_meta.primary_channels)
     for line in lines:
         t, v, decimated = decimate(line.times_s, line.power_w, max_points)
         label = text(line.label) + (" (min/max per bucket)" if decimated else "")
