@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from .params import checked_path
+
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
@@ -14,6 +16,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
+    callback=checked_path,
     help="PNG to write. Default: RUN_DIR/power-trace.png.",
 )
 @click.option("--primary-only", is_flag=True, help="Only the primary channels.")

@@ -7,13 +7,19 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
+from .params import checked_path
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
 @click.group(invoke_without_command=True, context_settings=CONTEXT)
 @click.option("--workload", metavar="SPEC", help="The workload to profile (its first phase).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="The trace directory to write.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    callback=checked_path,
+    help="The trace directory to write.",
+)
 @click.option(
     "--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Iterations profiled."
 )
@@ -35,7 +41,11 @@ def trace(ctx, workload, out, steps, warmup) -> None:
 @trace.command("import", context_settings=CONTEXT)
 @click.argument("trace_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
-    "--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Trace directory to write."
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    callback=checked_path,
+    help="Trace directory to write.",
 )
 @click.option(
     "--iterations",
