@@ -30,7 +30,7 @@ HANG_S = 60
 def saved(tmp_path_factory) -> Path:
     """A small timing-only run for the commands that read one."""
     out = tmp_path_factory.mktemp("saved") / "run"
-    ef.run("sleep:seconds=0.01", power=None, reporters=[], out=out, config=ef.RunSettings(trials=3, warmup_s=0.0))
+    ef.run("sleep:seconds=0.01", power="none", reporters=[], out=out, settings=ef.RunSettings(trials=3, warmup_s=0.0))
     return out
 
 

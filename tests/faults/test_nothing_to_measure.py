@@ -147,7 +147,7 @@ def measure_idle_then_load(source: PollingSource, out: Path | None = None):
         power=[source],
         reporters=[],
         out=out,
-        config=ef.RunSettings(trials=3, min_window_s=0.1, warmup_s=0.0, idle_s=0.3),
+        settings=ef.RunSettings(trials=3, min_window_s=0.1, warmup_s=0.0, idle_s=0.3),
     )
 
 

@@ -95,7 +95,7 @@ def test_a_window_of_unknown_length_gets_a_bar_without_nan():
 def test_without_a_terminal_each_phase_says_which_of_how_many(caplog):
     caplog.set_level(logging.INFO, logger="energyframe")
     phases = [Phase(name=n, step=lambda: time.sleep(0.001), iterations=2) for n in ("a", "b")]
-    ef.run(ListWorkload(phases), power=None, reporters=[], config=ef.RunSettings(trials=1, warmup_s=0.0))
+    ef.run(ListWorkload(phases), power="none", reporters=[], settings=ef.RunSettings(trials=1, warmup_s=0.0))
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("phase ")]
     assert [line.split(":")[0] for line in lines] == ["phase 1 of 2 'a'", "phase 2 of 2 'b'"]
 
@@ -104,7 +104,7 @@ def test_without_a_terminal_each_phase_says_which_of_how_many(caplog):
 @pytest.fixture(scope="module")
 def timing_only(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("timing") / "run"
-    ef.run("sleep:seconds=0.01", power=None, reporters=[], out=out, config=ef.RunSettings(trials=3, warmup_s=0.0))
+    ef.run("sleep:seconds=0.01", power="none", reporters=[], out=out, settings=ef.RunSettings(trials=3, warmup_s=0.0))
     return out
 
 
@@ -125,7 +125,7 @@ def noisy(tmp_path_factory) -> Path:
     lengths = iter([0.01, 0.05] * 10)
     phase = Phase(name="noisy", step=lambda: time.sleep(next(lengths)), iterations=1, warmup=0)
     out = tmp_path_factory.mktemp("noisy") / "run"
-    ef.run(ListWorkload([phase]), power=None, reporters=[], out=out, config=ef.RunSettings(trials=4))
+    ef.run(ListWorkload([phase]), power="none", reporters=[], out=out, settings=ef.RunSettings(trials=4))
     return out
 
 
