@@ -32,6 +32,7 @@ class Option:
         choices: allowed values for ``kind="choice"``.
         required: the plugin cannot run without it.
         minimum: smallest allowed value for numbers (and for each item of number lists).
+        min_items: fewest items a list option takes when given (``sizes=,,`` is no size).
     """
 
     name: str
@@ -41,6 +42,7 @@ class Option:
     choices: tuple[str, ...] = ()
     required: bool = False
     minimum: float | None = None
+    min_items: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -71,6 +73,11 @@ class Option:
             ) from e
         self._check_finite(converted, owner)
         self._check_minimum(converted, owner)
+        if isinstance(converted, tuple) and len(converted) < self.min_items:
+            raise OptionError(
+                f"option {self.name!r} of {owner} needs at least {self.min_items} "
+                f"{'value' if self.min_items == 1 else 'values'} ({self._expects()}), got {value!r}"
+            )
         return converted
 
     def _check_finite(self, value: Any, owner: str) -> None:

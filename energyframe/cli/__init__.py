@@ -9,6 +9,7 @@ so that ``energyframe --help`` starts fast and never imports torch
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 
@@ -40,6 +41,15 @@ class _Group(click.Group):
                 raise
             click.echo(f"Error: {e}", err=True)
             sys.exit(e.exit_code)
+        except OSError as e:
+            # a path the user gave that the system cannot hold, met by a command that does not
+            # check its paths up front (the others refuse it as a bad option value)
+            if e.errno != errno.ENAMETOOLONG or (ctx.obj and ctx.obj.get("debug")):
+                raise
+            name = str(e.filename or "")
+            shown = name if len(name) <= 60 else f"{name[:40]}...{name[-12:]}"
+            click.echo(f"Error: cannot use {shown!r}: {e.strerror} (a name over 255 bytes or a path over 4095)", err=True)
+            sys.exit(2)
 
 
 @click.group(cls=_Group, context_settings=CONTEXT)

@@ -8,6 +8,7 @@ import click
 
 from ..errors import UsageError
 from ..results.paths import click_out_path
+from .params import FiniteFloat, checked_path
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 # the choices are spelled out here so that ``energyframe --help`` does not import numpy
@@ -39,14 +40,14 @@ def comparison_options(lead: str):
                 ),
                 click.option(
                     "--alpha",
-                    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                    type=FiniteFloat(0, 1, min_open=True, max_open=True),
                     default=ALPHA,
                     show_default=True,
                     help=said("significance level of the test over trials."),
                 ),
                 click.option(
                     "--min-change",
-                    type=click.FloatRange(min=0),
+                    type=FiniteFloat(min=0),
                     default=MIN_CHANGE_PCT,
                     show_default=True,
                     help=said("changes smaller than this (in %) are never called significant."),
@@ -123,6 +124,7 @@ def compare(runs, table_format, figures, alpha, min_change, all_channels, labels
 @click.option(
     "--out",
     type=click_out_path(dir_okay=False),
+    callback=checked_path,
     help="HTML file to write. Default: RUN/report.html for one run, report.html for several.",
 )
 @click.option("--label", "labels", multiple=True, help="A name per run, in order (default: directory names).")

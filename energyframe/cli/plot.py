@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..results.paths import click_out_path
+from .params import checked_path
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
@@ -16,6 +17,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 @click.option(
     "--out",
     type=click_out_path(dir_okay=False),
+    callback=checked_path,
     help="PNG to write. Default: RUN_DIR/power-trace.png.",
 )
 @click.option("--primary-only", is_flag=True, help="Only the primary channels.")

@@ -14,6 +14,7 @@ import click
 from ..errors import UsageError
 from ..lifecycle.config import SETTINGS, RunSettings, check_setting, default_of
 from ..results.paths import click_out_path
+from .params import FiniteFloat, checked_path
 from .show import grid_intensity_option
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -96,6 +97,7 @@ def reporter_specs(given: tuple[str, ...], quiet: bool, grid_g_per_kwh: float | 
 @click.option(
     "--out",
     type=click_out_path(file_okay=False),
+    callback=checked_path,
     help="Run directory. Default: runs/<UTC time>-<workload>.",
 )
 @settings_options
@@ -104,7 +106,7 @@ def reporter_specs(given: tuple[str, ...], quiet: bool, grid_g_per_kwh: float | 
 @click.option("--validate", is_flag=True, help="With --per-layer: also measure the whole model and compare.")
 @click.option(
     "--dist-timeout",
-    type=click.FloatRange(min=0, min_open=True, max=86_400),
+    type=FiniteFloat(min=0, min_open=True, max=86_400),
     default=None,
     metavar="SECONDS",
     help="Under torchrun or srun: how long a rank waits for a silent peer before the others stop "

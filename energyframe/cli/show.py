@@ -7,10 +7,12 @@ from pathlib import Path
 
 import click
 
+from .params import FiniteFloat
+
 #: ``--grid-intensity``, shared by ``show`` and ``run``
 grid_intensity_option = click.option(
     "--grid-intensity",
-    type=click.FloatRange(min=0, max=5000),
+    type=FiniteFloat(min=0, max=5000),
     default=None,
     metavar="G_PER_KWH",
     help="Also show CO2e per iteration at this grid carbon intensity (g/kWh; never guessed).",

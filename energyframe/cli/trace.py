@@ -8,13 +8,19 @@ import click
 
 from ..errors import UsageError
 from ..results.paths import click_out_path
+from .params import checked_path
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
 @click.group(invoke_without_command=True, context_settings=CONTEXT)
 @click.option("--workload", metavar="SPEC", help="The workload to profile (its first phase).")
-@click.option("--out", type=click_out_path(file_okay=False), help="The trace directory to write.")
+@click.option(
+    "--out",
+    type=click_out_path(file_okay=False),
+    callback=checked_path,
+    help="The trace directory to write.",
+)
 @click.option(
     "--steps", type=click.IntRange(min=1), default=3, show_default=True, help="Iterations profiled."
 )
@@ -35,7 +41,13 @@ def trace(ctx, workload, out, steps, warmup) -> None:
 
 @trace.command("import", context_settings=CONTEXT)
 @click.argument("trace_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", type=click_out_path(file_okay=False), required=True, help="Trace directory to write.")
+@click.option(
+    "--out",
+    type=click_out_path(file_okay=False),
+    required=True,
+    callback=checked_path,
+    help="Trace directory to write.",
+)
 @click.option(
     "--iterations",
     type=click.IntRange(min=1),

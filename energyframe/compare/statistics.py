@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.stats import Spread
+from ..errors import UsageError
 
 #: fewer trials than this on either side are never called a significant difference
 MIN_TRIALS = 3
@@ -43,7 +44,9 @@ class RankTest:
     """Two-sided Mann–Whitney U test of two samples (ties get their mean rank).
 
     Args:
-        u: U of the first sample: pairs (a, b) with a > b, a tie counting one half.
+        u: U of the first sample ``a`` (the reference, in a comparison): the pairs (a, b) with
+            a > b, a tie counting one half (scipy's ``mannwhitneyu(a, b).statistic``); the
+            second sample's U is ``n_a * n_b - u``.
         p_value: the probability, with no difference between the two, of a U at least as far
             from its mean as the one seen.
         method: ``exact`` (the permutation distribution of the ranks, ties included) or
@@ -152,15 +155,25 @@ class Change:
         return 100.0 * (self.ratio - 1.0) if math.isfinite(self.ratio) else math.nan
 
 
+def percent_text(pct: float, signed: bool = True) -> str:
+    """A change in %, written the same way in the change column and in a verdict: two
+    decimals, or two significant digits under 0.1 % (``-0.016%``, never ``-0.02%``)."""
+    sign = "+" if signed else ""
+    if pct == 0 or abs(pct) >= 0.1:
+        return f"{pct:{sign}.2f}%"
+    return f"{pct:{sign}.2g}%"
+
+
 def factor_text(ratio: float, figure: str) -> str:
-    """``1.1, "energy"`` -> ``1.10× more energy``; ``0.5, "time"`` -> ``2.00× faster``."""
+    """``1.1, "energy"`` -> ``1.10× more energy``; ``0.5, "time"`` -> ``2.00× faster``; a change
+    under 0.1 % as the change column shows it (``0.016% faster`` beside ``-0.016%``)."""
     _, _, more, less = FIGURES.get(figure, ("", "", "larger", "smaller"))
     if ratio == 1.0:
         return "no change"
     word = more if ratio > 1 else less
     factor = ratio if ratio > 1 else 1.0 / ratio
     if factor < 1.001:
-        return f"{100 * (factor - 1):.2g}% {word}"
+        return f"{percent_text(abs(100 * (ratio - 1)), signed=False)} {word}"
     return f"{factor:.{3 if factor < 1.01 else 2}f}× {word}"
 
 
@@ -214,6 +227,20 @@ def judge(
             f"({_p_text(test.p_value)})",
         )
     return Change(ratio, test, True, f"{factor}, significant ({_p_text(test.p_value)})")
+
+
+def check_thresholds(alpha: float, min_change_pct: float) -> None:
+    """Refuse a significance level or minimum change no verdict can be made with: NaN compares
+    false with every p-value, so ``alpha=nan`` would call every difference "not significant".
+
+    Raises:
+        UsageError: naming the value and what is valid.
+    """
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise UsageError(f"alpha must be a number between 0 and 1 (exclusive), got {alpha!r}")
+    valid = isinstance(min_change_pct, (int, float)) and not isinstance(min_change_pct, bool)
+    if not valid or not (math.isfinite(min_change_pct) and min_change_pct >= 0):
+        raise UsageError(f"the minimum change must be a finite number of % >= 0, got {min_change_pct!r}")
 
 
 @dataclass(frozen=True)
@@ -299,6 +326,7 @@ def compare_trials(  # noqa: C901, PLR0915 (one pass over figures, keys and runs
     n = len(labels)
     if n < 2 or len(windows) != n:
         raise ValueError("compare at least two runs, one label each")
+    check_thresholds(alpha, min_change_pct)
     unknown = [f for f in figures if f not in FIGURES]
     if unknown:
         raise ValueError(f"unknown figure(s) {unknown}; valid: {', '.join(FIGURES)}")

@@ -12,7 +12,7 @@ import pandas as pd
 from rich.table import Table
 
 from ..core.stats import Spread
-from ..results.display import md_table, md_text, render, si
+from ..results.display import md_table, md_text, relative_iqr, render, si
 from ..results.rundir import SavedRun
 from ..results.store import json_safe
 from . import comparability
@@ -25,6 +25,7 @@ from .statistics import (
     Comparison,
     Row,
     compare_trials,
+    percent_text,
 )
 
 TEST_NAME = "Mann-Whitney U test (two-sided; exact up to 60 trials in all)"
@@ -80,15 +81,14 @@ def value_text(row: Row, i: int) -> str:
         if row.unit in ("s", "J", "W"):
             return si(value, row.unit)
         return f"{value:.4g}{' ' + row.unit if row.unit else ''}"
-    riqr = f"{100 * spread.relative_iqr:.2g}%" if spread.n > 1 and math.isfinite(spread.relative_iqr) else "-"
-    return f"{si(spread.median, row.unit)} (IQR {riqr}, {spread.n})"
+    return f"{si(spread.median, row.unit)} (IQR {relative_iqr(spread)}, {spread.n})"
 
 
 def change_text(row: Row, i: int) -> str:
     change = row.changes[i]
     if change is None or not math.isfinite(change.change_pct):
         return "-"
-    return f"{change.change_pct:+.2f}%"
+    return percent_text(change.change_pct)
 
 
 def verdict_text(row: Row, i: int) -> str:
@@ -145,13 +145,15 @@ def _cells(comparison: Comparison, row: Row) -> list[str]:
 # -- tables ---------------------------------------------------------------------------------------
 def text_table(comparison: Comparison, width: int = 1000) -> str:
     """The rich table as text, at most ``width`` columns (wider than the table: no wrapping)."""
-    table = Table(title=header(comparison), title_justify="left", header_style="bold")
-    for column in _columns(comparison):
-        table.add_column(column, overflow="fold")
-    for row in comparison.rows:
-        table.add_row(*_cells(comparison, row))
-    lines = render(table, width=width)
     extra = notes(comparison)
+    lines = ""
+    if comparison.rows:  # with nothing in common, the notes say so: no empty table first
+        table = Table(title=header(comparison), title_justify="left", header_style="bold")
+        for column in _columns(comparison):
+            table.add_column(column, overflow="fold")
+        for row in comparison.rows:
+            table.add_row(*_cells(comparison, row))
+        lines = render(table, width=width)
     return lines + ("\n".join(extra) + "\n" if extra else "")
 
 
@@ -159,13 +161,13 @@ def markdown_table(comparison: Comparison) -> str:
 
     n = len(comparison.labels)
     right = [False] * 3 + [True] + [True, True, False] * (n - 1)
-    lines = [md_text(header(comparison)), ""]
-    lines += md_table(_columns(comparison), [_cells(comparison, row) for row in comparison.rows], right)
-    extra = notes(comparison)
-    if extra:
+    lines: list[str] = []
+    if comparison.rows:  # with nothing in common, the notes say so: no empty table first
+        lines = [md_text(header(comparison)), ""]
+        lines += md_table(_columns(comparison), [_cells(comparison, row) for row in comparison.rows], right)
         lines.append("")
-        lines += [f"- {md_text(note)}" for note in extra]
-    return "\n".join(lines) + "\n"
+    lines += [f"- {md_text(note)}" for note in notes(comparison)]
+    return "\n".join(lines).strip("\n") + "\n"
 
 
 SPREAD_FIELDS = ("n", "median", "q1", "q3", "iqr", "cv")

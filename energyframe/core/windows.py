@@ -32,6 +32,9 @@ WINDOW_COLUMNS = [
     "flags",
 ]
 
+#: window flag: the idle baseline's power is above the window's mean power, so its dynamic
+#: energy is negative (the baseline was not idle, or the work draws less than it)
+IDLE_ABOVE_LOAD = "idle_above_load"
 NOISY = "noisy"  # phase-level flag: IQR/median of time or energy per iteration >= 10 %
 PARTIAL = "partial"  # phase-level flag: energy known for fewer trials than were measured
 #: which flag a rejected reading gives the windows around it (samples.py names the reasons)
@@ -156,6 +159,8 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
                 dynamic = we.energy_j - baseline.power_w * w.duration_s
                 row["dynamic_energy_j"] = dynamic
                 row["dynamic_energy_per_iter_j"] = dynamic / w.iterations if w.iterations else math.nan
+                if dynamic < 0 and IDLE_ABOVE_LOAD not in flags:
+                    flags.append(IDLE_ABOVE_LOAD)
             if annotate is not None:
                 note = annotate(channel, w.start_s, w.end_s)
                 row.update(note.columns)
@@ -168,6 +173,26 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
             frame[column] = math.nan if column not in ("phase", "channel", "flags") else ""
     extra = [c for c in frame.columns if c not in WINDOW_COLUMNS]
     return frame[WINDOW_COLUMNS + extra]
+
+
+def idle_warnings(windows: pd.DataFrame, idle: Mapping[str, IdleBaseline]) -> list[str]:
+    """Per channel and phase whose windows are flagged ``idle_above_load``, why their dynamic
+    energy is negative, in one sentence."""
+    out: list[str] = []
+    if windows.empty or "flags" not in windows.columns:
+        return out
+    flagged = windows[windows["flags"].fillna("").str.split(";").apply(lambda f: IDLE_ABOVE_LOAD in f)]
+    for (channel, phase), group in flagged.groupby(["channel", "phase"], sort=False):
+        baseline = idle.get(str(channel))
+        if baseline is None:
+            continue
+        out.append(
+            f"{channel}: the idle baseline ({baseline.power_w:.4g} W) is above the power of "
+            f"{len(group)} window(s) of phase {phase!r} ({float(group['mean_power_w'].median()):.4g} W): "
+            f"their dynamic energy is negative (flag {IDLE_ABOVE_LOAD}); the baseline was not idle "
+            "(another process, clocks still high after set-up) or the work draws less than idle"
+        )
+    return out
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,14 @@ from ..core.align import MeterAligner
 from ..core.clock import ChannelTimeMap, ClockModel
 from ..core.fusion import FUSED_SUFFIX, fused_channels
 from ..core.samples import SampleSeries
-from ..core.windows import IdleBaseline, WindowRecord, compute_windows, idle_baselines, summarize
+from ..core.windows import (
+    IdleBaseline,
+    WindowRecord,
+    compute_windows,
+    idle_baselines,
+    idle_warnings,
+    summarize,
+)
 from ..errors import StoreError
 from ..model import Channel, DerivedTable, Timing, WindowAnnotation
 from ..plugin import PowerSource, Workload
@@ -312,6 +319,8 @@ def assemble(
     annotate = source_annotator(recording, placement.series, warn)
     windows, idle = integrate(recording, placement, annotate)
     windows = flag_windows(windows, recording.interrupted, INTERRUPTED)
+    for message in idle_warnings(windows, idle):
+        warn(message)
     summaries = tuple(summarize(windows, recording.work))
     full_meta = {**meta, **placement_meta(placement, idle, recording)}
     if fusion:

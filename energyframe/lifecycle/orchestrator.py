@@ -185,8 +185,8 @@ def measure_phase(
         warmed = warm_up(phase, config, coord)
     with m.span("calibration"):
         plan = plan_windows(phase, config, min_window_s, coord)
-    log.info("phase %r: %d warm-up, %d steps per window (%s), %d trials",
-             phase.name, warmed, plan.iterations, plan.note, plan.trials)
+    log.info("phase %s: %d warm-up, %d steps per window (%s), %d trials",
+             progress.label(phase.name), warmed, plan.iterations, plan.note, plan.trials)
     progress.phase(phase.name, plan.trials)
     with m.span("guard"):
         if config.guard_s:

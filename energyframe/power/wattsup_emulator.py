@@ -18,6 +18,7 @@ for tests about logic rather than timing; the source is told with its ``time_sca
 from __future__ import annotations
 
 import csv
+import math
 import os
 import pty
 import random
@@ -54,6 +55,9 @@ def csv_profile(path: str | Path, loop: bool = True) -> Callable[[float], float]
     the emulator starts, linearly interpolated, repeated when ``loop``."""
     with open(path) as f:
         rows = [(float(r["time_s"]), float(r["power_w"])) for r in csv.DictReader(f)]
+    bad = next((r for r in rows if not (math.isfinite(r[0]) and math.isfinite(r[1]) and r[1] >= 0)), None)
+    if bad is not None:
+        raise ValueError(f"{path}: a row has time_s {bad[0]!r}, power_w {bad[1]!r}; both must be finite, power >= 0")
     if len(rows) < 2:
         raise ValueError(f"{path}: a profile needs at least two rows of time_s, power_w")
     t = np.array([r[0] for r in rows]) - rows[0][0]
@@ -314,22 +318,45 @@ class WattsUpEmulator:
         return True
 
 
+def _watts(text: str, what: str) -> float:
+    """A power of a profile: a finite number of watts, not negative (a meter reads >= 0)."""
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what} must be a finite number of watts >= 0, got {text.strip()!r}")
+    return value
+
+
+def _square(rest: str) -> Callable[[float], float]:
+    parts = rest.split(",")
+    if len(parts) != 3:
+        raise ValueError(f"expected square:LOW,HIGH,PERIOD (three numbers), got {len(parts)}")
+    low, high = _watts(parts[0], "LOW"), _watts(parts[1], "HIGH")
+    period = float(parts[2])
+    if not math.isfinite(period) or period <= 0:
+        raise ValueError(f"PERIOD must be a finite number of seconds > 0, got {parts[2].strip()!r}")
+    return square_wave(low, high, period, start_s=time.monotonic())
+
+
 def parse_profile(text: str) -> Callable[[float], float]:
     """``constant:200``, ``square:100,300,10`` (low, high, period), ``csv:FILE``,
-    ``nvml:150[,gpu=0]`` (baseline plus the GPU's power)."""
+    ``nvml:150[,gpu=0]`` (baseline plus the GPU's power).
+
+    Raises:
+        ValueError: an unknown kind, or a value that is not a finite power >= 0 W (a period
+            > 0 s), naming it.
+    """
     kind, _, rest = text.partition(":")
     try:
         if kind == "constant":
-            return constant(float(rest))
+            return constant(_watts(rest, "the power"))
         if kind == "square":
-            low, high, period = (float(x) for x in rest.split(","))
-            return square_wave(low, high, period, start_s=time.monotonic())
+            return _square(rest)
         if kind == "csv":
             return csv_profile(rest)
         if kind == "nvml":
             parts = rest.split(",")
             gpu = int(parts[1].split("=")[1]) if len(parts) > 1 else 0
-            return nvml_profile(float(parts[0]), gpu)
+            return nvml_profile(_watts(parts[0], "BASELINE"), gpu)
     except (ValueError, IndexError, OSError) as e:
         raise ValueError(f"bad profile {text!r}: {e}") from e
     raise ValueError(

@@ -65,7 +65,7 @@ def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> 
         sync()
         # under torchrun a step that failed on one rank would leave its peers waiting in a
         # collective: the ranks' replays rotate every input instead
-        memory = None if w.distributed else _memory_inputs(phase.step)
+        memory, ran_ops = (None, True) if w.distributed else _traceable(spec, phase)
         sync()
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
@@ -102,20 +102,52 @@ def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> 
     with open(raw, "rb") as src, gzip.open(out_dir / "trace.json.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     raw.unlink()
-    return summarize_trace(out_dir / "trace.json.gz", out_dir, info)
+    return _summary(out_dir, info, ran_ops)
 
 
-def _memory_inputs(step):
+def _summary(out_dir: Path, info: dict, ran_ops: bool) -> dict:
+    """``summarize_trace`` of a captured trace; an empty trace of a step that ran no aten op
+    (with a GPU there, it might have replayed a CUDA graph) is refused with that reason."""
+    try:
+        return summarize_trace(out_dir / "trace.json.gz", out_dir, info)
+    except UsageError as e:
+        if ran_ops:
+            raise
+        raise UsageError(f"{_nothing_to_trace(str(info['workload']), str(info['phase']))} ({e})") from e
+
+
+def _traceable(spec: str, phase) -> tuple[list | None, bool]:
+    """``_memory_inputs`` of the phase's step; a step that ran no aten op, where no CUDA graph
+    could run either, is refused before profiling: the profiler would record nothing."""
+    import torch
+
+    memory, ran_ops = _memory_inputs(phase.step)
+    if not ran_ops and not torch.cuda.is_available():
+        raise UsageError(_nothing_to_trace(spec, phase.name))
+    return memory, ran_ops
+
+
+def _nothing_to_trace(spec: str, phase: str) -> str:
+    return (
+        f"workload {spec!r} runs no PyTorch op in its phase {phase!r}: energyframe trace records "
+        "PyTorch ops and the GPU kernels they launch, and work done outside PyTorch (NumPy, as "
+        "cpu-matmul does) leaves nothing to trace; trace a PyTorch workload (energyframe list workloads)"
+    )
+
+
+def _memory_inputs(step) -> tuple[list | None, bool]:
     """The signatures of the inputs the step reads from memory (memory_inputs.py), or None
-    with a logged reason: the replay then rotates every input under l2=rotate."""
+    with a logged reason: the replay then rotates every input under l2=rotate; and whether the
+    step ran an aten op (False only when the dispatch mode saw none)."""
     try:
         signatures = record_memory_inputs(step)
     except Exception as e:  # an op the dispatch mode cannot run: the trace is still whole
         log.warning("could not record which inputs the model reads from memory (%s: %s)", type(e).__name__, e)
-        return None
+        return None, True
     if signatures is None:
         log.info("the traced step ran no aten op in this process: which inputs it reads from memory is unknown")
-    return signatures
+        return None, False
+    return signatures, True
 
 
 def summarize_trace(

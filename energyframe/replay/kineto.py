@@ -131,7 +131,13 @@ def _parse(path: Path, events: list[dict]) -> Trace:  # noqa: C901 (one branch p
         if not isinstance(args, dict):
             raise UsageError(f"{path}: event {index} has args {str(args)[:40]!r}, not an object")
         start = _number(path, index, e, "ts")
-        end = start + _number(path, index, e, "dur", 0.0)
+        duration = _number(path, index, e, "dur", 0.0)
+        if duration < 0:  # every time summed from it (busy, idle, per op) would be wrong
+            raise UsageError(
+                f"{path}: event {index} ({str(e.get('name'))[:60]!r}) has dur {duration:g}, a negative "
+                "duration (the profiler records none below 0 µs): not a profiler trace"
+            )
+        end = start + duration
         if cat == "cpu_op":
             ops.append(
                 Op(

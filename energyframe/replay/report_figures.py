@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..model import ReportFigure
-from ..report.html.figures import HEIGHT, PALETTE, graph_objects, text
+from ..report.html.figures import HEIGHT, PALETTE, graph_objects, signed_pct, text
 
 
 def replay_prediction(report: Mapping[str, Any]) -> dict | None:
@@ -57,8 +57,8 @@ def replay_prediction(report: Mapping[str, Any]) -> dict | None:
         return None
     fig.update_layout(
         title=(
-            f"prediction: latency error {number('error_percent'):+.1f}%, "
-            f"energy error {number('energy_error_percent'):+.1f}%"
+            f"prediction: latency error {signed_pct(report.get('error_percent'))}, "
+            f"energy error {signed_pct(report.get('energy_error_percent'))}"
         ),
         height=HEIGHT,
         margin={"t": 80},

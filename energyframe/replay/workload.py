@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +31,8 @@ from . import kineto
 from .memory_inputs import keep_others, memory_positions, read_memory_inputs
 from .rebuild import RebuildError, float_dtype_hint, rebuild
 from .report import OpFigures, prediction, report_png
+
+log = logging.getLogger("energyframe")
 
 if TYPE_CHECKING:
     import torch
@@ -176,6 +179,7 @@ class ReplayWorkload(Workload):
         self._rebuild_ops(records, hint, total_us)
         if self.options["comm"]:
             self._rebuild_collectives(total_us)
+        self._check_rebuilt(records)
         if self.full_spec:
             spec = parse_spec(self.full_spec)
             self.full = registry.create_workload(spec)
@@ -204,6 +208,25 @@ class ReplayWorkload(Workload):
             (record, op, f"{index:03d} {record['name'].removeprefix('aten::')} {_shapes(record)}")
             for index, (record, op, _name) in enumerate(self.rebuilt)
         ]
+
+    def _check_rebuilt(self, records: list[dict]) -> None:
+        """A replay of nothing is no measurement: refuse it with the first reason; ops left out
+        are said (they are listed in the not_rebuilt table, and their share of the GPU time in
+        comparison_report.json)."""
+        if not self.failed:
+            return
+        first = self.failed[0]
+        share = sum(f.get("share_percent", 0.0) for f in self.failed)
+        if records and not self.rebuilt and not self.collectives:
+            raise WorkloadError(
+                f"none of the {len(self.failed)} ops of {self.options['trace']} could be rebuilt, so there "
+                f"is nothing to replay (the first, {first['op']}: {first['reason'][:200]})"
+            )
+        log.warning(
+            "%d of the trace's ops could not be rebuilt and are not replayed (%.3g %% of its GPU time; "
+            "the first, %s: %s); the not_rebuilt table lists them",
+            len(self.failed), share, first["op"], first["reason"][:200],
+        )
 
     def _not_replayed(self, record: dict, reason: str, total_us: float) -> None:
         self.failed.append(

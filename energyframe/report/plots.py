@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UsageError
 from ..kit.extras import require
 from ..model import Quantity
 from ..results.result import RunResult
@@ -123,6 +124,19 @@ def missing_power(result: RunResult) -> str | None:
     return None
 
 
+def _check_format(path: Path) -> None:
+    """Refuse a file name whose extension matplotlib cannot write, before anything is drawn."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.suffix.lstrip(".").lower()
+    if suffix and suffix not in formats:
+        raise UsageError(
+            f"cannot draw the plot as {path.name}: {path.suffix!r} is not an image format; "
+            f"use one of {', '.join('.' + f for f in sorted(formats))}"
+        )
+
+
 def power_trace(
     result: RunResult,
     path: Path | str,
@@ -135,9 +149,11 @@ def power_trace(
     only) gets its windows on the time axis and says so where the power would be.
 
     Raises:
-        UsageError: matplotlib is not installed (the message names the extra).
+        UsageError: matplotlib is not installed (the message names the extra), or ``path``
+            names a format it cannot write.
     """
     plt = pyplot("the power-trace plot")
+    _check_format(Path(path))
 
     windows = result.windows
     if windows.empty or not {"start_s", "end_s"} <= set(windows.columns):

@@ -99,7 +99,8 @@ class ConsoleReporter(Reporter):
                             if k not in ("run", "process", "before_run") and isinstance(v, (int, float)) and v >= 0.05),
                            key=lambda kv: -kv[1])
             total = timings.get("process") or timings["run"]
-            lines.append(f"time:     {total:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in spans))
+            parts = ", ".join(f"{k} {v:.1f} s" for k, v in spans)  # none when every part is short
+            lines.append(f"time:     {total:.1f} s" + (f": {parts}" if parts else ""))
         if result.windows_origin:
             lines.append(f"windows:  {len(result.windows)} rows rebuilt from {result.windows_origin}")
         for line in lines:

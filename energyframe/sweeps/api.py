@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,7 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
     profile: bool = False,
     shard: str | tuple[int, int] | None = None,
     out: Path | str | None = None,
+    settings=None,
     config=None,
     unroll: int | None = None,
     reporters: Sequence[Any] = ("console",),
@@ -147,7 +149,8 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
         profile: also collect Nsight Compute metrics (ncu) for every measured configuration.
         shard: ``"I/N"`` or (I, N): measure every N-th parameter point from the I-th.
         out: where to save (default ``runs/<UTC time>-sweep``).
-        config: ``RunSettings`` (trials, window length...).
+        settings: ``RunSettings`` (trials, window length...).
+        config: deprecated: the old name of ``settings``.
         unroll: launches per CUDA graph (default: enough for ~2 ms per replay, at most 100).
         **params: the values of each swept parameter, e.g. ``N=[512, 1024]``.
 
@@ -163,6 +166,9 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
     from .devices import base_label
     from .outputs import describe, write
 
+    if config is not None:
+        warnings.warn("ef.sweep(config=...) is deprecated: say settings=...", DeprecationWarning, stacklevel=2)
+        settings = settings or config
     kernels = [kernels] if isinstance(kernels, CudaKernel) else list(kernels)
     if not kernels:
         raise UsageError("no kernels to sweep")
@@ -215,7 +221,7 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
     run_result, error = None, None
     try:
         run_result = orchestrator.run(
-            workload, power=power, reporters=list(reporters), out=out, config=config
+            workload, power=power, reporters=list(reporters), out=out, settings=settings
         )
     except EnergyFrameError as e:
         run_result, error = getattr(e, "result", None), e

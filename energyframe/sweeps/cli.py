@@ -287,7 +287,8 @@ def merge(results, out) -> None:
         f"{', '.join(f.name for f in files)}"
     )
     if missing:
-        click.echo(f"warning: shards {missing} are missing", err=True)
+        shown = ", ".join(map(str, missing[:20])) + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
+        click.echo(f"warning: {len(missing)} shard(s) missing: {shown}", err=True)
     for warning in merged.meta.get("warnings") or []:
         click.echo(f"warning: {warning}", err=True)
 

@@ -26,6 +26,9 @@ DEFAULT_BLOCK_1D: Dim3 = (256, 1, 1)
 DEFAULT_BLOCK_2D: Dim3 = (16, 16, 1)
 #: CUDA's largest grid, blocks along x, y, z (every GPU since compute capability 3.0)
 MAX_GRID = (2**31 - 1, 65535, 65535)
+#: CUDA's largest block, threads along x, y, z, and in all (every GPU since compute capability 2.0)
+MAX_BLOCK = (1024, 1024, 64)
+MAX_THREADS_PER_BLOCK = 1024
 #: a configuration whose arrays take more than this is probably a typo (warned, before allocating)
 LARGE_ARRAYS_BYTES = 32 * 2**30
 #: a grid of more blocks than this is probably a typo (warned)
@@ -45,13 +48,26 @@ def dim3(value: Any, what: str) -> Dim3:
     return (dims + (1, 1))[:3]  # type: ignore[return-value]
 
 
+def block_dim3(value: Any, what: str) -> Dim3:
+    """A block: ``dim3`` within CUDA's limits (1024 threads in all; x, y <= 1024, z <= 64), which
+    no GPU launches beyond."""
+    block = dim3(value, what)
+    if any(b > m for b, m in zip(block, MAX_BLOCK)) or math.prod(block) > MAX_THREADS_PER_BLOCK:
+        raise UsageError(
+            f"{what} {'x'.join(map(str, block))} is {math.prod(block)} threads: CUDA takes at most "
+            f"{MAX_THREADS_PER_BLOCK} threads per block, at most {'x'.join(map(str, MAX_BLOCK))} along x, y, z"
+        )
+    return block
+
+
 def parse_dim3(text: str) -> Dim3:
-    """``16,16`` or ``16x16x1`` -> (16, 16, 1)."""
+    """``16,16`` or ``16x16x1`` -> (16, 16, 1), a block within CUDA's limits."""
     parts = [p for p in text.replace("x", ",").split(",") if p.strip()]
     try:
-        return dim3([int(p) for p in parts], f"block {text!r}")
+        numbers = [int(p) for p in parts]
     except ValueError:
         raise UsageError(f"block {text!r}: expected up to three integers, e.g. 16,16,1") from None
+    return block_dim3(numbers, f"block {text!r}:")
 
 
 @dataclass(frozen=True)
@@ -182,12 +198,7 @@ class CudaKernel:
         for p in self.signature.pointers:
             spec = given.get(p.name)
             if spec is None:
-                if default is None:
-                    raise UsageError(
-                        f"{self.label}: no integer size parameter to size {p.name!r} from: give its shape "
-                        f"(shapes={{'{p.name}': ...}} / --shape {p.name}=...)"
-                    )
-                shapes[p.name] = (default,)
+                shapes[p.name] = self._default_shape(p.name, default, values)
                 continue
             if isinstance(spec, (int, str)):
                 spec = (spec,)
@@ -196,6 +207,21 @@ class CudaKernel:
                 raise UsageError(f"{self.label}: shape of {p.name!r} must be positive, got {dims}")
             shapes[p.name] = dims
         return shapes
+
+    def _default_shape(self, name: str, default: int | None, values: Mapping[str, Any]) -> tuple[int]:
+        """The flat shape of a pointer whose shape is not given (``default_numel``)."""
+        if default is None:
+            raise UsageError(
+                f"{self.label}: no integer size parameter to size {name!r} from: give its shape "
+                f"(shapes={{'{name}': ...}} / --shape {name}=...)"
+            )
+        if default < 1:  # a negative or zero size: an empty array and an empty grid
+            sizes = ", ".join(f"{n}={values[n]}" for n in self.size_names if n in values)
+            raise UsageError(
+                f"{self.label}: {name!r} is sized from {sizes}, which gives {default} elements; "
+                "sizes must be positive"
+            )
+        return (default,)
 
     def default_numel(self, values: Mapping[str, Any]) -> int | None:
         """Elements of a pointer whose shape is not given: the largest product of two integer
@@ -347,9 +373,9 @@ def load_kernel(
     if block is None:
         blocks: tuple[Dim3, ...] = ()
     elif isinstance(block, int) or (block and isinstance(block[0], int)):
-        blocks = (dim3(block, f"{name}: block"),)
+        blocks = (block_dim3(block, f"{name}: block"),)
     else:
-        blocks = tuple(dim3(b, f"{name}: block") for b in block)
+        blocks = tuple(block_dim3(b, f"{name}: block") for b in block)
         if not blocks:
             raise UsageError(f"{name}: give at least one block")
     unknown = set(outputs) - {p.name for p in signature.pointers}

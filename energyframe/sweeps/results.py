@@ -222,7 +222,50 @@ class SweepResult:
             raise UsageError(
                 f"{path}: parameter names {bad} are not identifiers (letters, digits and _): refused"
             )
+        shard_of(meta, str(path))
         return cls(results, meta)
+
+
+#: the most shards a merge accepts (a crafted count must not build a set of 10**12 indices)
+MAX_SHARDS = 1_000_000
+#: a sweep may be split into more shards than it has points (one per GPU of --devices), up to this
+MAX_EMPTY_SHARDS = 1024
+
+
+def _points(meta: Mapping[str, Any]) -> int | None:
+    """The sweep's parameter points as its metadata declares them (before any constraint)."""
+    values = meta.get("parameters")
+    if not isinstance(values, Mapping) or not all(isinstance(v, list) for v in values.values()):
+        return None
+    return math.prod(len(v) for v in values.values())
+
+
+def shard_of(meta: Mapping[str, Any], where: str = "a part") -> tuple[int, int]:
+    """The ``(index, count)`` a sweep's metadata claims: ``(0, 1)`` for a whole sweep.
+
+    Raises:
+        UsageError: naming ``where``: a shard that is not two integers with 0 <= index < count,
+            or a count beyond what the sweep could have been split into.
+    """
+    shard = meta.get("shard")
+    if shard is None:
+        return (0, 1)
+    what = f"{where}: shard {str(shard)[:60]}"
+    if (
+        not isinstance(shard, (list, tuple))
+        or len(shard) != 2
+        or any(isinstance(x, bool) or not isinstance(x, int) for x in shard)
+    ):
+        raise UsageError(f"{what}: expected [INDEX, COUNT], two integers")
+    index, count = shard
+    points = _points(meta)
+    limit = min(MAX_SHARDS, max(points or 0, MAX_EMPTY_SHARDS))
+    if not 1 <= count <= limit:
+        of = f"a sweep of {points} parameter points" if points is not None else "a sweep"
+        raise UsageError(f"{what}: {of} is split into 1 to {limit} shards, not {count}")
+    if not 0 <= index < count:
+        raise UsageError(f"{what}: the index must be from 0 to {count - 1} (0 <= INDEX < COUNT)")
+    return (index, count)
 
 
 def merge(parts: Sequence[SweepResult], labels: Sequence[str | None] | None = None) -> SweepResult:
@@ -234,14 +277,15 @@ def merge(parts: Sequence[SweepResult], labels: Sequence[str | None] | None = No
             it chose); default: from each part's recorded device.
 
     Raises:
-        StoreError: the parts come from different sweeps, overlap, or a shard is missing.
+        StoreError: the parts come from different sweeps or overlap.
+        UsageError: a part's shard is not a valid [INDEX, COUNT].
     """
     if not parts:
         raise StoreError("nothing to merge")
     ids = {p.meta.get("sweep_id") for p in parts}
     if len(ids) != 1 or None in ids:
         raise StoreError(f"these results come from different sweeps (sweep ids {sorted(map(str, ids))})")
-    shards = [tuple(p.meta.get("shard") or (0, 1)) for p in parts]
+    shards = [shard_of(p.meta) for p in parts]
     counts = {s[1] for s in shards}
     if len(counts) != 1:
         raise StoreError(f"shards of different splits: {shards}")

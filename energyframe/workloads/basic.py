@@ -41,7 +41,7 @@ class CPUMatmulWorkload(Workload):
 
     DESCRIPTION = "square matrix products on the CPU with numpy, one phase per size"
     OPTIONS = (
-        Option("sizes", "int_list", (256,), "matrix sizes, one phase each", minimum=1),
+        Option("sizes", "int_list", (256,), "matrix sizes, one phase each", minimum=1, min_items=1),
         Option("dtype", "choice", "float32", "element type", choices=("float32", "float64")),
         Option("seed", "int", 0, "random seed of the inputs"),
     )

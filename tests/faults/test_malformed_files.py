@@ -357,6 +357,19 @@ CASES = [
         "event 0 ('aten::mm') has ts 'soon', not a number",
     ),
     Case(
+        "trace-import-negative-dur",
+        trace_import(
+            kineto_events(
+                [
+                    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 100, "dur": 5, "args": {}},
+                    {"ph": "X", "cat": "kernel", "name": "add", "ts": 102, "dur": -105, "args": {}},
+                ]
+            )
+        ),
+        2,
+        "event 1 ('add') has dur -105, a negative duration (the profiler records none below 0 µs)",
+    ),
+    Case(
         "trace-import-not-utf8",
         trace_import(lambda tmp: write(tmp / "trace.json", b'{"traceEvents": [{"name": "\xff\xfe"}]}')),
         2,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UsageError
-from ...results.display import cell, si
+from ...results.display import cell, relative_iqr, si
 from ...results.meta import RunMeta
 from ...results.rundir import SavedRun
 from ...results.store import json_safe
@@ -150,14 +150,9 @@ def summary_rows(run: SavedRun) -> list[dict]:
             if spread is None:
                 cells += [_cell("-", None, f"{name}.median"), _cell("-", None, f"{name}.iqr")]
                 continue
-            riqr = (
-                f"{100 * spread.relative_iqr:.2g}%"
-                if spread.n > 1 and math.isfinite(spread.relative_iqr)
-                else "-"
-            )
             cells += [
                 _cell(si(spread.median, unit), spread.median, f"{name}.median"),
-                _cell(riqr, spread.iqr, f"{name}.iqr"),
+                _cell(relative_iqr(spread), spread.iqr, f"{name}.iqr"),
             ]
         cells.append(_cell(", ".join(s.flags)))
         rows.append(
@@ -215,14 +210,18 @@ def alignment_rows(meta: RunMeta) -> list[tuple[str, str]]:
 
 def run_figures(run: SavedRun, max_points: int) -> tuple[list[tuple[str, dict]], list[str]]:
     """The run's plots, and notes on the ones that could not be drawn."""
+    from ..plots import missing_power
     from . import figures as f
 
+    trace = f.power_trace(run.result, max_points, title=f"{run.label}: power")
     notes: list[str] = []
+    if trace is None:
+        notes.append(missing_power(run.result) or "no power trace: no channel has samples to draw")
     items: list[tuple[str, dict | None]] = [
         (
             "Power trace: every power channel, windows shaded by phase (drag to zoom, double-click to reset; "
             "secondary channels are in the legend)",
-            f.power_trace(run.result, max_points, title=f"{run.label}: power"),
+            trace,
         )
     ]
     for table in run.result.derived:

@@ -26,6 +26,14 @@ def text(value: Any) -> str:
     return html.escape(str(value), quote=False)
 
 
+def signed_pct(value: Any) -> str:
+    """A signed percentage for a title (``+3.2%``), or ``not measured`` where there is none (a
+    timing-only run has no energy error)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "not measured"
+    return f"{value:+.1f}%"
+
+
 def graph_objects():
     import plotly.graph_objects as go
 
@@ -57,7 +65,7 @@ def power_trace(result: RunResult, max_points: int = 20000, title: str = "") -> 
     go = graph_objects()
     lines: list[TraceLine] = trace_lines(result, all_channels=True, show_raw=True)
     windows = result.windows
-    if not lines and windows.empty:
+    if not lines:  # no empty power axis pretending to be a measurement (the page says why)
         return None
     fig = go.Figure()
     t0 = origin_s(result)
@@ -191,8 +199,8 @@ def closure(summary: Mapping[str, Any]) -> dict | None:
         rows=1,
         cols=2,
         subplot_titles=(
-            f"latency: Σ layers {summary.get('latency_diff_pct', math.nan):+.1f}%",
-            f"energy: Σ layers {summary.get('energy_diff_pct', math.nan):+.1f}%",
+            f"latency: Σ layers {signed_pct(summary.get('latency_diff_pct'))}",
+            f"energy: Σ layers {signed_pct(summary.get('energy_diff_pct'))}",
         ),
     )
     for col, (whole, total, unit) in enumerate(
