@@ -34,6 +34,8 @@ NEGATIVE_POWER = "negative_power"  # a negative reading near the window was reje
 INVALID_READING = "invalid_reading"  # a NaN or infinite reading near the window was rejected
 MISSING_POWER = "missing_power"  # offline: a log row without a power value ([N/A]) near the window
 SHORT_FOR_METER = "meter_window_under_60s"  # a wall meter's window shorter than MLPerf Power's minimum
+DUPLICATE_SAMPLES = "duplicate_samples"  # readings of one instant near the window were averaged
+CLOCK_STEP = "clock_step"  # offline: the log's clock stepped back near the window; energy is NaN
 #: MLPerf Power's guidance: wall-meter windows shorter than this are not trustworthy. Units: s.
 MLPERF_MIN_WINDOW_S = 60.0
 

@@ -11,8 +11,16 @@ import pandas as pd
 
 from ..model import Channel, WindowAnnotation
 from .clock import ClockModel
-from .energy import INVALID_READING, NEGATIVE_POWER, window_energy
-from .samples import SampleSeries
+from .energy import (
+    CLOCK_STEP,
+    DUPLICATE_SAMPLES,
+    INVALID_READING,
+    MISSING_POWER,
+    NEGATIVE_POWER,
+    WindowEnergy,
+    window_energy,
+)
+from .samples import DUPLICATE, IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, STEPPED, SampleSeries
 from .stats import Spread
 
 WINDOW_COLUMNS = [
@@ -37,8 +45,17 @@ WINDOW_COLUMNS = [
 IDLE_ABOVE_LOAD = "idle_above_load"
 NOISY = "noisy"  # phase-level flag: IQR/median of time or energy per iteration >= 10 %
 PARTIAL = "partial"  # phase-level flag: energy known for fewer trials than were measured
+#: flags of rejected readings that leave a window's energy unknown (NaN), not just bridged
+UNKNOWABLE = (CLOCK_STEP,)
 #: which flag a rejected reading gives the windows around it (samples.py names the reasons)
-REJECTION_FLAGS = {"negative": NEGATIVE_POWER, "not_finite": INVALID_READING, "implausible": INVALID_READING}
+REJECTION_FLAGS = {
+    NEGATIVE: NEGATIVE_POWER,
+    NOT_FINITE: INVALID_READING,
+    IMPLAUSIBLE: INVALID_READING,
+    DUPLICATE: DUPLICATE_SAMPLES,
+    MISSING: MISSING_POWER,
+    STEPPED: CLOCK_STEP,
+}
 
 
 @dataclass(frozen=True)
@@ -142,6 +159,13 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
             we = window_energy(
                 channel.quantity, s.times_s, s.values, w.start_s, w.end_s, channel.resolution_s
             )
+            flags = list(we.flags)
+            if channel.name in rejected:
+                for flag in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s):
+                    if flag not in flags:
+                        flags.append(flag)
+            if any(f in UNKNOWABLE for f in flags):  # readings there could not be placed in time
+                we = WindowEnergy(math.nan, we.flags)
             row = {
                 **base,
                 "channel": channel.name,
@@ -149,11 +173,6 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
                 "mean_power_w": we.energy_j / w.duration_s if w.duration_s > 0 else math.nan,
                 "energy_per_iter_j": we.energy_j / w.iterations if w.iterations else math.nan,
             }
-            flags = list(we.flags)
-            if channel.name in rejected:
-                for flag in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s):
-                    if flag not in flags:
-                        flags.append(flag)
             baseline = idle.get(channel.name)
             if baseline is not None:
                 dynamic = we.energy_j - baseline.power_w * w.duration_s

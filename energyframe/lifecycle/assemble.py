@@ -22,7 +22,7 @@ import pandas as pd
 from ..core.align import MeterAligner
 from ..core.clock import ChannelTimeMap, ClockModel
 from ..core.fusion import FUSED_SUFFIX, fused_channels
-from ..core.samples import SampleSeries
+from ..core.samples import DUPLICATE, SampleSeries
 from ..core.windows import (
     IdleBaseline,
     WindowRecord,
@@ -60,6 +60,7 @@ class Recording:
         rejected: per channel and reason, when readings were kept out of ``series``.
         records: the measured windows, in order.
         idle_window: the idle-baseline window, if one was measured.
+        idle_baselines: idle baselines known already (a run's own samples read offline).
         work: work per iteration by phase (``{"tokens": 128}``).
         sources: the power sources, for provenance and per-window annotations.
         interrupted: the windows (phase, trial) a Ctrl-C or SIGTERM closed before their work
@@ -75,6 +76,7 @@ class Recording:
     rejected_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     records: Sequence[WindowRecord] = ()
     idle_window: WindowRecord | None = None
+    idle_baselines: Mapping[str, IdleBaseline] = field(default_factory=dict)
     work: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     sources: Sequence[PowerSource] = ()
     interrupted: frozenset[tuple[str, int]] = frozenset()
@@ -124,6 +126,19 @@ def place_samples(
                 warn(warning)
     placed = {n: s.shifted(maps.get(n, ChannelTimeMap())) for n, s in recording.series.items()}
     return Placement(placed, maps, report)
+
+
+def merged_readings(recording: Recording) -> list[str]:
+    """What the run says of channels that gave several readings at one instant (averaged)."""
+    out = []
+    for name, counts in recording.rejected_counts.items():
+        n = counts.get(DUPLICATE, 0)
+        if n and name in recording.channels and recording.channels[name].integrable:
+            out.append(
+                f"channel {name!r} gave {n} reading(s) at an instant it had already given one for; the "
+                "readings of each instant were averaged and the windows around them are flagged duplicate_samples"
+            )
+    return out
 
 
 # -- 1b. fused power ------------------------------------------------------------------------------
@@ -187,7 +202,7 @@ def integrate(
     recording: Recording, placement: Placement, annotate: Annotate | None
 ) -> tuple[pd.DataFrame, dict[str, IdleBaseline]]:
     """Every window's energy on every channel, and the idle baselines they subtract."""
-    idle: dict[str, IdleBaseline] = {}
+    idle: dict[str, IdleBaseline] = dict(recording.idle_baselines)
     if recording.idle_window is not None:
         idle = idle_baselines(recording.idle_window, recording.channels, placement.series)
     windows = compute_windows(
@@ -315,6 +330,8 @@ def assemble(
             warnings.append(message)
 
     placement = place_samples(recording, aligner, warn)
+    for message in merged_readings(recording):
+        warn(message)
     recording, placement, fusion = add_fused_power(recording, placement, warn)
     annotate = source_annotator(recording, placement.series, warn)
     windows, idle = integrate(recording, placement, annotate)
