@@ -214,15 +214,15 @@ def test_times_of_a_whole_column_are_those_of_each_text():
         "1770200123.25",
     ]
     expected = [logs.parse_time(t) for t in texts]
-    assert list(logs._times(texts, None, "x")) == pytest.approx(expected, abs=1e-6)
-    assert list(logs._times(texts, "+01:00", "x")) == pytest.approx(
+    assert list(logs.unix_times(texts, None, "x")) == pytest.approx(expected, abs=1e-6)
+    assert list(logs.unix_times(texts, "+01:00", "x")) == pytest.approx(
         [logs.parse_time(t, "+01:00") for t in texts], abs=1e-6
     )
     zoned = ["2026-02-04 10:15:23Z", "2026-02-04 11:15:24Z"]
-    assert list(logs._times(zoned, None, "x")) == pytest.approx([logs.parse_time(t) for t in zoned])
-    assert np.isnan(logs._times(["soon", "2026-02-04 10:15:23"], None, "x")[0])
+    assert list(logs.unix_times(zoned, None, "x")) == pytest.approx([logs.parse_time(t) for t in zoned])
+    assert np.isnan(logs.unix_times(["soon", "2026-02-04 10:15:23"], None, "x")[0])
     with pytest.raises(UsageError, match="mixes time zones"):
-        logs._times(["2026-02-04 10:15:23+01:00", "2026-02-04 10:15:23+02:00"], None, "x")
+        logs.unix_times(["2026-02-04 10:15:23+01:00", "2026-02-04 10:15:23+02:00"], None, "x")
 
 
 def test_an_nvidia_smi_log_without_the_instant_field_is_a_one_second_average(tmp_path):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import UsageError
+from ..errors import RunInterrupted, UsageError
 from ..results.paths import click_out_path
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -46,7 +46,10 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
     "--tz", default="local", show_default=True, help="Time zone of times without one: local, UTC, +01:00."
 )
 @click.option(
-    "--lag", type=float, default=0.0, help="Seconds the power logs' clocks are late (skips alignment)."
+    "--lag",
+    type=float,
+    default=None,
+    help="Seconds the power logs' clocks are late, 0 included (skips alignment). At most one day either way.",
 )
 @click.option(
     "--out",
@@ -56,12 +59,30 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 )
 def analyze(power_logs, run_dir, timing, windows, runs, tz, lag, out) -> None:
     """Energy of windows from power logs recorded elsewhere (offline)."""
+    if sum(bool(x) for x in (run_dir, timing, windows)) != 1:
+        raise UsageError("give the windows one way: --run DIR, --timing FILE or --window START,END")
+    from ..offline.analyze import check_lag
+
+    check_lag(lag)  # before any log is read
+    try:
+        report, count = _analyze(power_logs, run_dir, timing, windows, runs, tz, lag, out)
+    except KeyboardInterrupt:  # a long log being read: nothing was written
+        raise RunInterrupted(f"interrupted by SIGINT; nothing was written into {out}") from None
+    first = report if "windows" not in report else report["windows"][0]
+    click.echo(
+        f"{count} window(s); first: {first['duration_seconds']:.3f} s, {first['energy_joules']['total']:.1f} J, "
+        f"{first['power_watts']['average']:.1f} W average over {first['num_power_samples']} samples"
+    )
+    for warning in report.get("warnings", []):
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"wrote {out / 'energy_report.json'} and {out / 'windows.csv'}")
+
+
+def _analyze(power_logs, run_dir, timing, windows, runs, tz, lag, out) -> tuple[dict, int]:
     import dataclasses
 
     from ..offline import analyze as offline
 
-    if sum(bool(x) for x in (run_dir, timing, windows)) != 1:
-        raise UsageError("give the windows one way: --run DIR, --timing FILE or --window START,END")
     logs = [offline.load_power_log(p, tz) for p in power_logs]
     if run_dir:
         chosen = offline.windows_from_run(run_dir)
@@ -69,15 +90,7 @@ def analyze(power_logs, run_dir, timing, windows, runs, tz, lag, out) -> None:
         chosen = offline.windows_from_timing(timing, tz)
     else:
         chosen = [dataclasses.replace(offline.window_from_text(w, tz), runs=runs) for w in windows]
-    report = offline.analyze(logs, chosen, out, lag_s=lag, align_with=run_dir)
-    first = report if "windows" not in report else report["windows"][0]
-    click.echo(
-        f"{len(chosen)} window(s); first: {first['duration_seconds']:.3f} s, {first['energy_joules']['total']:.1f} J, "
-        f"{first['power_watts']['average']:.1f} W average over {first['num_power_samples']} samples"
-    )
-    for warning in report.get("warnings", []):
-        click.echo(f"warning: {warning}", err=True)
-    click.echo(f"wrote {out / 'energy_report.json'} and {out / 'windows.csv'}")
+    return offline.analyze(logs, chosen, out, lag_s=lag, align_with=run_dir), len(chosen)
 
 
 def register_commands(cli: click.Group) -> None:

@@ -1,23 +1,21 @@
 """Offline analysis: power logs recorded elsewhere, over windows given afterwards.
 
-Power logs are read by ``energyframe.offline.logs`` (samples.parquet, the earlier tool's WattsUp? CSV,
-nvidia-smi CSV logs, ``time_s,power_w`` CSVs) into channels and sample series. Windows: a run
-directory's windows, the earlier tool's timing JSON (``start_timestamp``, ``end_timestamp``,
-``num_runs``), or given as ``START,END``. Each window is integrated by ``windows.compute_windows``,
-as in a live run, so the ``windows.csv`` written here has the run's columns (and ``log`` after
-them); ``energy_report.json`` has the earlier tool's fields.
+Power logs are read by ``energyframe.offline.logs`` (samples.parquet, the earlier tool's WattsUp?
+CSV, nvidia-smi CSV logs, ``time_s,power_w`` CSVs) into channels and sample series; windows come
+from ``inputs`` (a run directory, the earlier tool's timing JSON, ``START,END``).
 
-Samples are placed as their timing says before integrating: a 1-s average (nvidia-smi
-``power.draw``) at the middle of its second, a wall meter by the lag estimated against a run's
-GPU power (``--run``) or stated (``--lag``), a run's own samples by the run's recorded time maps.
-Negative, NaN or impossible power and rows without a value are left out of the integration; the
-windows they touch are flagged ``negative_power`` / ``missing_power`` and the rows counted.
+Each log then goes through the live run's own pipeline: it becomes a ``Recording`` (its
+samples on a timeline that starts at the first window, readings that cannot be physical set
+apart by the core's rule, ``samples.accept``) and ``assemble`` places, integrates and flags it.
+So the placement (half a period for a 1-s average, ``MeterAligner`` for a wall meter), the
+alignment and the rejection rule are the live run's, written once; ``placement.LogAligner`` adds
+only what an offline analysis knows (a stated ``--lag``, a run's own time maps, a reference from
+``--run``). ``windows.csv`` has the run's columns (and ``log`` after them); ``energy_report.json``
+has the earlier tool's fields, the rows left out per window and per log, and every warning.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,27 +25,38 @@ import numpy as np
 import pandas as pd
 
 from ..core.clock import ChannelTimeMap, ClockModel, ClockPair
-from ..core.energy import INVALID_READING, MISSING_POWER, MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
-from ..core.samples import NEGATIVE, NOT_FINITE, SampleSeries
-from ..core.windows import REJECTION_FLAGS, WINDOW_COLUMNS, IdleBaseline, WindowRecord, compute_windows
+from ..core.energy import INVALID_READING
+from ..core.samples import IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, Rejected, SampleSeries
+from ..core.windows import REJECTION_FLAGS, WINDOW_COLUMNS, IdleBaseline, WindowRecord
 from ..errors import EnergyFrameError, UsageError
-from ..lifecycle.assemble import Recording, place_samples
-from ..model import Channel, Quantity, Scope, Timing, WindowAnnotation
+from ..lifecycle.assemble import Recording, assemble, placed_rejections
+from ..lifecycle.config import MAX_SECONDS
+from ..model import Channel, Quantity
+from ..results.result import RunResult
 from ..results.paths import out_path
 from ..results.store import json_safe, write_csv, write_json
-from .logs import (  # noqa: F401  (parse_time, zone: the analyze API users know)
-    IMPLAUSIBLE,
-    MISSING,
-    SAMPLES,
-    PowerLog,
-    parse_time,
-    plausible,
-    read_log,
-    zone,
-)
+from .inputs import Window, check_windows, window_from_text, windows_from_run, windows_from_timing
+from .logs import SAMPLES, PowerLog, parse_time, plausible, read_log, zone
+from .logs.timestamps import iso
+from .placement import LogAligner, LogSource, Reference, placement_text, recorded_map
 
-#: the window flag of each reason a row was left out (the core's, and the offline reader's two)
-FLAG_OF = {**REJECTION_FLAGS, IMPLAUSIBLE: INVALID_READING, MISSING: MISSING_POWER}
+__all__ = [
+    "METHOD",
+    "PowerLog",
+    "Window",
+    "analyze",
+    "check_lag",
+    "load_power_log",
+    "parse_time",
+    "window_from_text",
+    "windows_from_run",
+    "windows_from_timing",
+    "zone",
+]
+
+#: the window flag of each reason a row was left out (the core's; any other reason, such as a
+#: value in a unit its header does not promise, is an invalid reading)
+FLAG_OF = REJECTION_FLAGS
 
 #: how the energy is computed (energy_report.json says it)
 METHOD = "piecewise-linear power integrated over the window, edges interpolated"
@@ -56,139 +65,6 @@ METHOD = "piecewise-linear power integrated over the window, edges interpolated"
 def load_power_log(path: Path | str, tz: str | None = None) -> PowerLog:
     """Read a power log of any kind ``energyframe.offline.logs`` knows."""
     return read_log(path, tz)
-
-
-@dataclass(frozen=True)
-class Window:
-    """A window to analyse. Units: Unix s.
-
-    Args:
-        name: how messages name it (``phase#trial`` for a run's windows).
-        runs: iterations in the window (the earlier tool's ``num_runs``), for per-run figures.
-        phase, trial: its row in windows.csv (``phase`` defaults to ``name``).
-    """
-
-    name: str
-    start_s: float
-    end_s: float
-    runs: int | None = None
-    phase: str = ""
-    trial: int = 0
-
-
-def windows_from_run(directory: Path | str) -> list[Window]:
-    """A run directory's windows (one per phase and trial) from its windows.csv."""
-    from ..results.store import WINDOWS_CSV, WINDOWS_PARTIAL, read_windows
-
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise UsageError(
-            f"run directory {directory} does not exist"
-            if not directory.exists()
-            else f"{directory} is not a directory"
-        )
-    path = directory / WINDOWS_CSV
-    if not path.exists() and (directory / WINDOWS_PARTIAL).exists():
-        return _journal_windows(directory)
-    if not path.exists():
-        raise UsageError(
-            f"{directory} has no windows.csv: it is not a run directory, or its run measured nothing"
-        )
-    frame = read_windows(directory)
-    needed = ["phase", "trial", "start_s", "end_s", "iterations"]
-    missing = [c for c in needed if c not in frame.columns]
-    if missing:
-        raise UsageError(f"{path} lacks the column(s) {missing} of a run's windows.csv")
-    frame = frame.drop_duplicates(["phase", "trial"])
-    out = []
-    for row in frame.itertuples():
-        numbers = {
-            c: pd.to_numeric(pd.Series([getattr(row, c)]), errors="coerce").iloc[0] for c in needed[1:]
-        }
-        bad = [c for c, v in numbers.items() if not np.isfinite(v)]
-        if bad:
-            raise UsageError(
-                f"{path} row {row.Index + 2} ({row.phase}) has no number in {bad}: the file is damaged"
-            )
-        out.append(
-            Window(
-                f"{row.phase}#{int(numbers['trial'])}",
-                float(numbers["start_s"]),
-                float(numbers["end_s"]),
-                int(numbers["iterations"]),
-                str(row.phase),
-                int(numbers["trial"]),
-            )
-        )
-    if not out:
-        raise UsageError(f"{path} holds no window")
-    return out
-
-
-def _journal_windows(directory: Path) -> list[Window]:
-    """The windows a run that died had closed, from its journal (``windows.partial.csv``)."""
-    from ..results.store import WINDOWS_PARTIAL, read_meta
-    from .recovery import journal_records
-
-    meta = read_meta(directory)
-    try:
-        clock = ClockModel.from_json(dict(meta.get("clock") or {}))
-    except (KeyError, TypeError, ValueError) as e:
-        raise UsageError(
-            f"{directory / 'run.json'} has no clock anchors ({e}): its windows cannot be read"
-        ) from e
-    records = journal_records(directory / WINDOWS_PARTIAL, clock)
-    if not records:
-        raise UsageError(f"{directory / WINDOWS_PARTIAL} holds no finished window")
-    return [
-        Window(
-            f"{r.phase}#{r.trial}",
-            float(clock.to_unix(r.start_s)),
-            float(clock.to_unix(r.end_s)),
-            r.iterations,
-            r.phase,
-            r.trial,
-        )
-        for r in records
-    ]
-
-
-def windows_from_timing(path: Path | str, tz: str | None = None) -> list[Window]:
-    """The earlier tool's timing JSON: start_timestamp, end_timestamp, num_runs."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as e:
-        raise UsageError(f"timing file {path} does not exist") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read timing file {path}: {e}") from e
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{path} is not JSON (line {e.lineno}, column {e.colno}: {e.msg})") from e
-    if not isinstance(data, dict):
-        raise UsageError(
-            f"{path} is not the earlier tool's timing JSON (an object), it holds a {type(data).__name__}"
-        )
-    missing = [k for k in ("start_timestamp", "end_timestamp") if k not in data]
-    if missing:
-        raise UsageError(f"{path} lacks {', '.join(missing)} (expected the earlier tool's timing JSON)")
-    runs = data.get("num_runs")
-    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
-        raise UsageError(f"{path}: num_runs should be a whole number of runs, not {runs!r}")
-    try:
-        start, end = parse_time(data["start_timestamp"], tz), parse_time(data["end_timestamp"], tz)
-    except UsageError as e:
-        raise UsageError(f"{path}: {e}") from e
-    return [Window(path.stem, start, end, runs)]
-
-
-def window_from_text(text: str, tz: str | None = None) -> Window:
-    parts = text.split(",")
-    if len(parts) != 2:
-        raise UsageError(f"a window is START,END, got {text!r}")
-    return Window(text, parse_time(parts[0], tz), parse_time(parts[1], tz))
-
-
-# -- placing samples in time -----------------------------------------------------------------
 
 
 class _Run:
@@ -221,198 +97,195 @@ class _Run:
     def owns(self, log: PowerLog) -> bool:
         return log.kind == SAMPLES and log.path.resolve().parent == self.directory.resolve()
 
+    def reference(self, ref_s: float) -> Reference:
+        """The run's channels measured on its own clock, on the offline timeline, to align a
+        wall-meter log against (or why there are none)."""
+        name = str(self.directory)
+        try:
+            samples = self.samples
+        except UsageError as e:  # a timing-only run's samples hold nothing to align against
+            return Reference(name, {}, {}, str(e))
+        if samples is None:
+            return Reference(name, {}, {}, f"{self.directory} has no samples.parquet")
+        channels, series = {}, {}
+        for channel_name, channel in samples.channels.items():
+            if channel.integrable:
+                kept = plausible(samples, channel_name)[0]
+                channels[channel_name] = channel
+                series[channel_name] = SampleSeries(kept.times_s - ref_s, kept.values)
+        if not channels:
+            return Reference(
+                name, {}, {}, f"{self.directory} has no GPU or CPU power channel to align against"
+            )
+        return Reference(name, channels, series)
 
-def _half(channel: Channel) -> float:
-    """The fixed part of a channel's placement: half the period a reading averages over."""
-    if channel.timing in (Timing.PERIOD_END, Timing.UNKNOWN):
-        return channel.averaging_s / 2
-    return 0.0
-
-
-def _placements(
-    log: PowerLog, channels: Mapping[str, Channel], ref_s: float, lag_s: float, run: _Run | None
-) -> tuple[dict[str, ChannelTimeMap], dict[str, str], dict | None, list[str]]:
-    """How each channel's samples move beyond what its timing implies (the core's
-    ``assemble.timing_maps``): a stated lag, the run's own time maps, a meter's alignment.
-
-    Returns:
-        the time maps that override the timing's, how every channel is placed (for the
-        report), the alignment (if one was estimated), and warnings.
-    """
-    maps: dict[str, ChannelTimeMap] = {}
-    how: dict[str, str] = {}
-    warnings: list[str] = []
-    alignment = None
-    recorded_maps = (log.run_meta or {}).get("time_maps") if log.kind == SAMPLES else None
-    for name, channel in channels.items():
-        half = _half(channel)
-        if lag_s:
-            maps[name] = ChannelTimeMap(lag_s + half)
-            how[name] = f"--lag {lag_s:g} s" + _half_text(half)
-        elif isinstance(recorded_maps, dict) and isinstance(recorded_maps.get(name), dict):
-            maps[name] = _recorded(recorded_maps[name], log.run_meta, ref_s, name)
-            how[name] = "the run's own time map"
-        elif channel.timing == Timing.UNKNOWN:
-            maps[name] = ChannelTimeMap()
-            how[name] = "as recorded: a wall meter's lag is unknown (--run estimates it, --lag states it)"
-        else:
-            how[name] = "as recorded" if not half else _half_text(half)[2:]
-    unknown = [n for n, c in channels.items() if c.timing == Timing.UNKNOWN and not lag_s]
-    if run is not None and unknown and log.kind != SAMPLES:
-        alignment, aligned, text, note = _align(log, channels, unknown, ref_s, run)
-        maps.update(aligned)
-        how.update({n: text for n in aligned})
-        warnings += note
-    return maps, how, alignment, warnings
+    def idle(self, log: PowerLog, names: Sequence[str]) -> dict[str, IdleBaseline]:
+        """The run's idle baselines, for its own samples only (another log's ``gpu0`` is another GPU)."""
+        if not self.owns(log):
+            return {}
+        out = {}
+        for name, data in (self.meta.get("idle_baseline") or {}).items():
+            if name in names and isinstance(data, dict):
+                power = data.get("power_w")
+                out[name] = IdleBaseline(
+                    name,
+                    math.nan if power is None else float(power),
+                    float(data.get("duration_s") or 0.0),
+                    tuple(data.get("flags") or ()),
+                )
+        return out
 
 
-def _half_text(half: float) -> str:
-    return f", + {half:g} s: a reading placed at the middle of the {2 * half:g} s it averages" if half else ""
-
-
-def _recorded(data: Mapping, meta: Mapping | None, ref_s: float, name: str) -> ChannelTimeMap:
-    """The time map a run applied to its own channel, moved onto the offline timeline."""
-    try:
-        lag = float(data.get("lag_s") or 0.0)
-        drift = float(data.get("drift") or 0.0)
-        reference = float(data.get("reference_s") or 0.0)
-        clock = ClockModel.from_json(dict((meta or {}).get("clock") or {}))
-    except (KeyError, TypeError, ValueError) as e:
-        raise UsageError(f"run.json's time map of {name} or its clock is damaged ({e})") from e
-    return ChannelTimeMap(lag, drift, clock.to_unix(reference) - ref_s)
-
-
-def _align(
-    log: PowerLog, channels: Mapping[str, Channel], unknown: list[str], ref_s: float, run: _Run
-) -> tuple[dict, dict[str, ChannelTimeMap], str, list[str]]:
-    """A wall-meter log's lag (and drift) against the run's finest GPU or CPU channel."""
-    from ..core.align import USABLE, estimate_lag_and_drift, pick_reference, reference_signal
-
-    where = f"{log.path.name}: not aligned with {run.directory}"
-    try:
-        samples = run.samples
-    except UsageError as e:  # a timing-only run's samples hold nothing to align against
-        samples, why = None, str(e)
-    else:
-        why = f"{run.directory} has no samples.parquet"
-    if samples is None:
-        reason = why
-        return {"applied": False, "reason": reason}, *_unaligned(channels, unknown), [f"{where} ({reason})"]
-    kept = {n: plausible(samples, n)[0] for n, c in samples.channels.items() if c.integrable}
-    reference = pick_reference({n: samples.channels[n] for n in kept}, kept)
-    if reference is None:
-        reason = f"{run.directory} has no GPU or CPU power channel to align against"
-        return {"applied": False, "reason": reason}, *_unaligned(channels, unknown), [f"{where} ({reason})"]
-    ref_t, ref_p = reference_signal(samples.channels[reference], kept[reference])
-    meter = log.primary if log.primary in unknown else unknown[0]
-    series = plausible(log, meter)[0]
-    interval = channels[meter].averaging_s or channels[meter].resolution_s or 1.0
-    estimate, drift, detail = estimate_lag_and_drift(
-        ref_t - ref_s, ref_p, series.times_s - ref_s, series.values, interval
-    )
-    applied = bool(np.isfinite(estimate.correlation) and estimate.correlation >= USABLE)
-    lag = estimate.lag_s if applied else 0.0
-    drift = drift if applied else 0.0
-    start = float(series.times_s[0] - ref_s) if len(series) else 0.0
-    alignment = {
-        "reference": reference,
-        "channel": meter,
-        "lag_s": estimate.lag_s,
-        "drift": drift,
-        "correlation": estimate.correlation,
-        "interval_s": interval,
-        "applied": applied,
-        "shift_s": lag + interval / 2,
-        **detail,
-    }
-    how = (
-        f"aligned with {reference} of {run.directory.name}: lag {lag:+.3f} s + half its {interval:g}-s interval"
-        if applied
-        else f"moved by half its {interval:g}-s interval only (correlation with {reference} too low)"
-    )
-    maps = {n: ChannelTimeMap(lag + (channels[n].averaging_s or interval) / 2, drift, start) for n in unknown}
-    warnings = []
-    if not applied:
-        warnings.append(
-            f"{where} (correlation {estimate.correlation:.2f} with {reference}); its samples are only moved to "
-            "the middle of their intervals: give --lag S if you know the lag"
-        )
-    return alignment, maps, how, warnings
-
-
-def _unaligned(channels: Mapping[str, Channel], unknown: list[str]) -> tuple[dict[str, ChannelTimeMap], str]:
-    return (
-        {n: ChannelTimeMap(_half(channels[n])) for n in unknown},
-        "moved by half its interval only (not aligned)",
-    )
-
-
-# -- integrating -------------------------------------------------------------------------------
+# -- one log through the live pipeline -------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class _Channel:
-    """One integrable channel of a log, placed on the offline timeline."""
+class _Analysed:
+    """One log, assembled: its windows, how each channel was placed, and what was left out."""
 
-    channel: Channel
-    series: SampleSeries  # the samples integrated
-    rejected: Mapping[str, np.ndarray]  # per reason, when the rows left out were (placed)
-    first_rejected: Mapping[str, tuple[float, float]]  # per reason, the first row (Unix s, value)
-    raw_span: tuple[float, float] | None  # every numeric row, placed
-    time_map: ChannelTimeMap
+    log: PowerLog
+    result: RunResult
+    kept: Mapping[str, SampleSeries]  # per channel, on the offline timeline, as integrated (unplaced)
+    rejected: Mapping[str, Rejected]  # per channel, on the offline timeline (unplaced)
+    maps: Mapping[str, ChannelTimeMap]
+    aligner: LogAligner
+
+    def placed(self, name: str) -> SampleSeries:
+        return self.kept[name].shifted(self.maps.get(name, ChannelTimeMap()))
+
+    def placed_rejected(self, name: str) -> dict[str, np.ndarray]:
+        return placed_rejections({name: self.rejected[name].times()}, self.maps).get(name, {})
+
+    def placement(self, name: str) -> str:
+        channel = self.log.channels[name]
+        return placement_text(channel, self.maps.get(name, ChannelTimeMap()), self.aligner.how)
 
 
-def _prepare(
-    log: PowerLog, maps: Mapping[str, ChannelTimeMap], ref_s: float, clock: ClockModel, records, warn
-) -> dict[str, _Channel]:
-    """Every integrable channel placed as a live run places it (``assemble.place_samples``):
-    its timing's fixed shift, unless a stated lag, the run's own map or an alignment says more."""
+def _analyse(
+    log: PowerLog,
+    records: Sequence[WindowRecord],
+    clock: ClockModel,
+    lag_s: float | None,
+    run: _Run | None,
+    warnings: list[str],
+) -> _Analysed:
+    """``log`` as a ``Recording`` through ``assemble``; ``warnings`` gets what assembling says."""
+    ref_s = clock.start.offset_s
+    channels = {n: c for n, c in log.channels.items() if c.integrable}
     kept, rejected = {}, {}
-    for name, channel in log.channels.items():
-        if channel.integrable:
-            series, left_out = plausible(log, name)
-            kept[name] = SampleSeries(series.times_s - ref_s, series.values)
-            rejected[name] = left_out
-    channels = {n: log.channels[n] for n in kept}
+    for name in channels:
+        series, left_out = plausible(log, name)
+        kept[name] = SampleSeries(series.times_s - ref_s, series.values)
+        rejected[name] = _shifted(left_out, -ref_s)
+    source = LogSource(name=log.path.name)
     recording = Recording(
         clock=clock,
         channels=channels,
-        channel_source={n: log.path.name for n in kept},
+        channel_source={n: source.name for n in channels},
         series=kept,
         samples=pd.DataFrame(),
+        rejected={n: r.times() for n, r in rejected.items()},
+        # counted in energy_report.json; what was merged the reader has said already
+        rejected_counts={},
         records=records,
+        idle_baselines=run.idle(log, list(channels)) if run is not None else {},
+        sources=[source],
     )
-    placement = place_samples(recording, lambda _channels, _series, _records: dict(maps), warn)
-    out = {}
-    for name, channel in channels.items():
-        time_map = placement.time_maps.get(name, ChannelTimeMap())
-        raw = log.series[name].times_s
-        out[name] = _Channel(
-            channel,
-            placement.series[name],
-            {r: np.sort(time_map.apply(t - ref_s)) for r, t in rejected[name].times_s.items() if t.size},
-            {
-                r: (float(t[0]), float(rejected[name].values[r][0]))
-                for r, t in rejected[name].times_s.items()
-                if t.size
-            },
-            (float(time_map.apply(raw[0] - ref_s)), float(time_map.apply(raw[-1] - ref_s)))
-            if raw.size
-            else None,
-            time_map,
-        )
-    return out
+    aligner = _aligner(log, channels, ref_s, lag_s, run)
+    result = assemble(recording, {}, None, aligner, warnings)
+    maps = {
+        n: ChannelTimeMap(float(m["lag_s"]), float(m["drift"]), float(m["reference_s"]))
+        for n, m in (result.meta.get("time_maps") or {}).items()
+    }
+    return _Analysed(log, result, kept, rejected, maps, aligner)
 
 
-def _core_reasons(entry: _Channel) -> dict[str, np.ndarray]:
-    """The rows the core flags (``negative_power``, ``invalid_reading``) under the core's reason
-    names: a power above ``MAX_POWER_W`` is no reading, as a NaN is; missing rows are flagged here."""
-    out = {r: t for r, t in entry.rejected.items() if r in (NEGATIVE, NOT_FINITE)}
-    if IMPLAUSIBLE in entry.rejected:
-        out[NOT_FINITE] = np.sort(
-            np.concatenate([out.get(NOT_FINITE, np.array([])), entry.rejected[IMPLAUSIBLE]])
+def _aligner(
+    log: PowerLog, channels: Mapping[str, Channel], ref_s: float, lag_s: float | None, run: _Run | None
+) -> LogAligner:
+    recorded = {}
+    maps = (log.run_meta or {}).get("time_maps") if log.kind == SAMPLES else None
+    if isinstance(maps, dict):
+        recorded = {
+            n: recorded_map(m, log.run_meta, ref_s, n)
+            for n, m in maps.items()
+            if n in channels and isinstance(m, dict)
+        }
+    reference = None
+    needs_one = any(c.timing.value == "unknown" and n not in recorded for n, c in channels.items())
+    if run is not None and lag_s is None and needs_one and log.kind != SAMPLES:
+        reference = run.reference(ref_s)
+    return LogAligner(log.path.name, lag_s, recorded, reference)
+
+
+def _shifted(rejected: Rejected, by_s: float) -> Rejected:
+    times = {r: [t + by_s for t in ts] for r, ts in rejected.times_s.items()}
+    return Rejected(dict(rejected.counts), times, {r: list(v) for r, v in rejected.values.items()})
+
+
+# -- checks and the report --------------------------------------------------------------------------
+
+
+def _check_inputs(logs: Sequence[PowerLog], windows: Sequence[Window], lag_s: float | None) -> None:
+    """Refuse analyze's input before anything is integrated.
+
+    Raises:
+        UsageError: no log, no window, a window ending first, an edge or a lag that is no time.
+    """
+    if not logs:
+        raise UsageError("give at least one --power-log")
+    if not windows:
+        raise UsageError("give the windows: --run DIR, --timing FILE or --window START,END")
+    check_windows(list(windows), "a window")
+    for window in windows:
+        if not window.end_s > window.start_s:
+            raise UsageError(f"window {window.name} ends before it starts")
+    check_lag(lag_s)
+
+
+def check_lag(lag_s: float | None) -> None:
+    """Refuse a stated lag that is no number of seconds, or more than a day either way.
+
+    Raises:
+        UsageError: naming the value and the range.
+    """
+    if lag_s is not None and not (math.isfinite(lag_s) and abs(lag_s) <= MAX_SECONDS):
+        raise UsageError(
+            f"--lag must be a finite number of seconds, at most {MAX_SECONDS:g} (one day) either way, got {lag_s!r}"
         )
-    return out
+
+
+def _check_covered(done: _Analysed, name: str, windows: Sequence[Window], ref_s: float) -> list[str]:
+    """Windows outside the span of the log's primary channel: an error when none is inside it
+    (a wrong log, or a time zone), else a warning; those windows get NaN and ``uncovered`` as
+    in a live run (a run killed before its last samples were drained)."""
+    raw = done.log.series[name].times_s
+    time_map = done.maps.get(name, ChannelTimeMap())
+    span = (
+        (float(time_map.apply(raw[0] - ref_s)), float(time_map.apply(raw[-1] - ref_s))) if raw.size else None
+    )
+    outside = [
+        w
+        for w in windows
+        if span is None or not (span[0] <= w.start_s - ref_s and span[1] >= w.end_s - ref_s)
+    ]
+    if not outside:
+        return []
+    lo, hi = (span[0] + ref_s, span[1] + ref_s) if span is not None else (math.nan, math.nan)
+    where = done.log.path.name
+    if len(outside) == len(windows):
+        window = outside[0]
+        apart = span is None or window.end_s < lo or window.start_s > hi
+        raise UsageError(
+            f"window {window.name} ({iso(window.start_s)} to {iso(window.end_s)}) is not covered by "
+            f"{where} channel {name}, which spans {iso(lo)} to {iso(hi)}"
+            + (" (different time zones? give --tz)" if apart else "")
+        )
+    names = ", ".join(w.name for w in outside[:3]) + (", ..." if len(outside) > 3 else "")
+    return [
+        f"{where}: {len(outside)} window(s) ({names}) reach outside channel {name}, "
+        f"which spans {iso(lo)} to {iso(hi)}: their energy is NaN, flagged uncovered"
+    ]
 
 
 def _near(channel: Channel, times: np.ndarray, start_s: float, end_s: float) -> int:
@@ -424,92 +297,44 @@ def _near(channel: Channel, times: np.ndarray, start_s: float, end_s: float) -> 
     return max(0, hi - lo)
 
 
-def _annotator(prepared: Mapping[str, _Channel]):
-    """What the core does not flag offline: rows with no value, and a meter's short windows."""
-
-    def annotate(channel: Channel, start_s: float, end_s: float) -> WindowAnnotation:
-        entry = prepared[channel.name]
-        flags = []
-        if MISSING in entry.rejected and _near(channel, entry.rejected[MISSING], start_s, end_s):
-            flags.append(MISSING_POWER)
-        if channel.scope == Scope.SYSTEM_WALL and end_s - start_s < MLPERF_MIN_WINDOW_S:
-            flags.append(SHORT_FOR_METER)  # as the wattsup source flags a live meter's windows
-        return WindowAnnotation(flags=tuple(flags))
-
-    return annotate
-
-
-def _counts(entry: _Channel, start_s: float, end_s: float) -> dict[str, int]:
-    """Rows left out near one window, by the flag they give it."""
+def _counts(done: _Analysed, name: str, start_s: float, end_s: float) -> dict[str, int]:
+    """Rows left out (or merged) near one window, by the flag they give it."""
     out: dict[str, int] = {}
-    for reason, times in entry.rejected.items():
-        n = _near(entry.channel, times, start_s, end_s)
+    channel = done.log.channels[name]
+    for reason, times in done.placed_rejected(name).items():
+        n = _near(channel, times, start_s, end_s)
         if n:
             flag = FLAG_OF.get(reason, INVALID_READING)
             out[flag] = out.get(flag, 0) + n
     return out
 
 
-def _idle(log: PowerLog, run: _Run | None, names: Sequence[str]) -> dict[str, IdleBaseline]:
-    """The run's idle baselines, for its own samples only (another log's ``gpu0`` is another GPU)."""
-    if run is None or not run.owns(log):
-        return {}
-    out = {}
-    for name, data in (run.meta.get("idle_baseline") or {}).items():
-        if name in names and isinstance(data, dict):
-            power = data.get("power_w")
-            out[name] = IdleBaseline(
-                name,
-                math.nan if power is None else float(power),
-                float(data.get("duration_s") or 0.0),
-                tuple(data.get("flags") or ()),
-            )
+def _by_flag(rejected: Rejected) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for reason, n in rejected.count().items():
+        flag = FLAG_OF.get(reason, INVALID_READING)
+        out[flag] = out.get(flag, 0) + n
     return out
 
 
-def _check_covered(log: PowerLog, entry: _Channel, windows: Sequence[Window], ref_s: float) -> list[str]:
-    """Windows outside the span of the log's primary channel: an error when none is inside it
-    (a wrong log, or a time zone), else a warning; those windows get NaN and ``uncovered`` as
-    in a live run (a run killed before its last samples were drained)."""
-    span = entry.raw_span
-    outside = []
-    for window in windows:
-        start, end = window.start_s - ref_s, window.end_s - ref_s
-        if span is None or not (span[0] <= start and span[1] >= end):
-            outside.append(window)
-    if not outside:
-        return []
-    lo, hi = (span[0] + ref_s, span[1] + ref_s) if span is not None else (math.nan, math.nan)
-    if len(outside) == len(windows):
-        window = outside[0]
-        apart = span is None or window.end_s < lo or window.start_s > hi
-        raise UsageError(
-            f"window {window.name} ({_iso(window.start_s)} to {_iso(window.end_s)}) is not covered by "
-            f"{log.path.name} channel {entry.channel.name}, which spans {_iso(lo)} to {_iso(hi)}"
-            + (" (different time zones? give --tz)" if apart else "")
-        )
-    names = ", ".join(w.name for w in outside[:3]) + (", ..." if len(outside) > 3 else "")
-    return [
-        f"{log.path.name}: {len(outside)} window(s) ({names}) reach outside channel {entry.channel.name}, "
-        f"which spans {_iso(lo)} to {_iso(hi)}: their energy is NaN, flagged uncovered"
-    ]
-
-
-def _report_fields(entry: _Channel, window: Window, start_s: float, end_s: float, energy_j: float) -> dict:
-    """The earlier tool's energy_report.json fields for one window."""
-    series = entry.series.between(start_s, end_s)
-    if entry.channel.quantity == Quantity.ENERGY:
-        t, e = entry.series.times_s, entry.series.values
+def _report_fields(
+    series: SampleSeries, channel: Channel, window: Window, record: WindowRecord, energy_j: float
+) -> dict:
+    """The earlier tool's energy_report.json fields for one window (``series`` placed)."""
+    start_s, end_s = record.start_s, record.end_s
+    inside = series.between(start_s, end_s)
+    if channel.quantity == Quantity.ENERGY:
+        t, e = series.times_s, series.values
         middle, dt_ = (t[1:] + t[:-1]) / 2, np.diff(t)
         ok = (dt_ > 0) & (middle >= start_s) & (middle <= end_s)
         powers = np.diff(e)[ok] / dt_[ok]
     else:
-        powers = series.values
+        powers = inside.values
     duration = window.end_s - window.start_s
     runs = window.runs or 1
     return {
         "duration_seconds": duration,
-        "num_power_samples": len(series),
+        "num_power_samples": len(inside),
         "num_runs": window.runs,
         "power_watts": {
             "average": energy_j / duration if duration > 0 else math.nan,
@@ -521,22 +346,43 @@ def _report_fields(entry: _Channel, window: Window, start_s: float, end_s: float
     }
 
 
-def _check_inputs(logs: Sequence[PowerLog], windows: Sequence[Window]) -> None:
-    """Refuse analyze's input before anything is read: no log, no window, a window ending first."""
-    if not logs:
-        raise UsageError("give at least one --power-log")
-    if not windows:
-        raise UsageError("give the windows: --run DIR, --timing FILE or --window START,END")
-    for window in windows:
-        if not window.end_s > window.start_s:
-            raise UsageError(f"window {window.name} ends before it starts")
+_WHAT = {
+    NEGATIVE: "negative power",
+    NOT_FINITE: "NaN or infinite readings",
+    IMPLAUSIBLE: f"power above {1e6:g} W (a sensor's error value)",
+    MISSING: "no value ([N/A] or empty)",
+}
+
+
+def _rejection_warnings(done: _Analysed, ref_s: float) -> list[str]:
+    """One warning per channel and kind of row left out (those the reader set apart it named)."""
+    out = []
+    for name, rejected in done.rejected.items():
+        unit = done.log.channels[name].unit
+        for reason, n in rejected.count().items():
+            if reason not in _WHAT:
+                continue
+            t, value = rejected.first(reason)
+            first = (
+                f"first at {iso(t + ref_s)}"
+                if reason == MISSING
+                else f"first: {value:g} {unit} at {iso(t + ref_s)}"
+            )
+            out.append(
+                f"{done.log.path.name}: {n} row(s) of {name} with {_WHAT[reason]} ({first}) were left out; "
+                f"the windows around them are flagged {FLAG_OF.get(reason, INVALID_READING)}"
+            )
+    return out
+
+
+# -- the analysis ---------------------------------------------------------------------------------
 
 
 def analyze(
     logs: Sequence[PowerLog],
     windows: Sequence[Window],
     out: Path | str,
-    lag_s: float = 0.0,
+    lag_s: float | None = None,
     align_with: Path | str | None = None,
 ) -> dict:
     """Integrate every log's channels over every window; write energy_report.json and windows.csv.
@@ -544,15 +390,20 @@ def analyze(
     Args:
         lag_s: the power logs' timestamps are this late (e.g. a logging host whose clock is
             behind); subtracted before integrating (with half the averaging period of readings
-            that average one). Units: s.
+            that average one). ``None``: not stated (wall meters are aligned with
+            ``align_with``); 0 states that there is no lag. Units: s.
         align_with: a run directory recorded at the same time: wall-meter logs are aligned
-            against its GPU or CPU power (their lag estimated) unless ``lag_s`` is given.
+            against its GPU or CPU power unless ``lag_s`` is given.
 
     Returns:
         The energy report as written (``windows`` holds one report per window and log when
         there is more than one).
+
+    Raises:
+        UsageError: bad input (no log or window, an edge or lag that is no time, a window no
+            log covers).
     """
-    _check_inputs(logs, windows)
+    _check_inputs(logs, windows, lag_s)
     run = _Run(Path(align_with)) if align_with is not None else None
     # the offline timeline: seconds since the first window opened, exact back to Unix seconds
     ref_s = min(w.start_s for w in windows)
@@ -568,103 +419,74 @@ def analyze(
     # how windows.csv and the report name each log: its file name, its path when names repeat
     labels = [str(log.path) if names.count(log.path.name) > 1 else log.path.name for log in logs]
     for log, label in zip(logs, labels):
-        warnings += log.warnings
-        integrable = {n: c for n, c in log.channels.items() if c.integrable}
-        if not integrable:
+        warnings += [w for w in log.warnings if w not in warnings]
+        if not any(c.integrable for c in log.channels.values()):
             raise UsageError(f"{log.path} holds no power or energy channel")
-        maps, how, alignment, notes = _placements(log, integrable, ref_s, lag_s, run)
-        warnings += notes
-        prepared = _prepare(log, maps, ref_s, clock, records, warnings.append)
-        primary = prepared[log.primary] if log.primary in prepared else next(iter(prepared.values()))
-        warnings += _check_covered(log, primary, windows, ref_s)
-        warnings += _rejection_warnings(log, prepared)
-        counts = {n: _by_flag(e) for n, e in prepared.items() if e.rejected}
+        done = _analyse(log, records, clock, lag_s, run, warnings)
+        primary = log.primary if log.primary in done.kept else next(iter(done.kept))
+        warnings += _check_covered(done, primary, windows, ref_s)
+        warnings += _rejection_warnings(done, ref_s)
+        counts = {n: _by_flag(r) for n, r in done.rejected.items() if r.count()}
         if counts:
             rejected_rows[label] = counts
-        core_reasons = {n: _core_reasons(e) for n, e in prepared.items()}
-        frame = compute_windows(
-            records,
-            integrable,
-            {n: e.series for n, e in prepared.items()},
-            clock,
-            _idle(log, run, list(integrable)),
-            _annotator(prepared),
-            {n: r for n, r in core_reasons.items() if r},
-        )
+        frame = done.result.windows.copy()
         frame["log"] = label
         frames.append(frame)
-        rows = frame[frame["channel"] == primary.channel.name]
-        for window, record, row in zip(windows, records, rows.itertuples()):
-            report = _report_fields(primary, window, record.start_s, record.end_s, float(row.energy_j))
-            report["energyframe"] = {
-                "log": str(log.path),
-                "channel": primary.channel.name,
-                "window": window.name,
-                "phase": record.phase,
-                "trial": record.trial,
-                "start_s": window.start_s,
-                "end_s": window.end_s,
-                "flags": [f for f in str(row.flags).split(";") if f],
-                "method": METHOD,
-                "timing": primary.channel.timing.value,
-                "placement": how[primary.channel.name],
-                "shift_s": primary.time_map.lag_s,
-                "drift": primary.time_map.drift,
-                "alignment": alignment,
-                "rejected_rows": _counts(primary, record.start_s, record.end_s),
-            }
-            reports.append(report)
+        reports += _reports(done, primary, windows, records, frame)
     document = dict(reports[0]) if len(reports) == 1 else {"windows": reports}
     document["rejected_rows"] = rejected_rows
     if warnings:
         document["warnings"] = warnings
+    _write(out_path(out), frames, document)
+    return document
+
+
+def _reports(
+    done: _Analysed,
+    primary: str,
+    windows: Sequence[Window],
+    records: Sequence[WindowRecord],
+    frame: pd.DataFrame,
+) -> list[dict]:
+    """energy_report.json's entry of each window, for the log's primary channel."""
+    channel = done.log.channels[primary]
+    placed = done.placed(primary)
+    time_map = done.maps.get(primary, ChannelTimeMap())
+    alignment = done.aligner.alignment_of(
+        primary, time_map, channel.averaging_s or channel.resolution_s or 1.0
+    )
+    out = []
+    rows = frame[frame["channel"] == primary]
+    for window, record, row in zip(windows, records, rows.itertuples()):
+        report = _report_fields(placed, channel, window, record, float(row.energy_j))
+        report["energyframe"] = {
+            "log": str(done.log.path),
+            "channel": primary,
+            "window": window.name,
+            "phase": record.phase,
+            "trial": record.trial,
+            "start_s": window.start_s,
+            "end_s": window.end_s,
+            "flags": [f for f in str(row.flags).split(";") if f],
+            "method": METHOD,
+            "timing": channel.timing.value,
+            "placement": done.placement(primary),
+            "shift_s": time_map.lag_s,
+            "drift": time_map.drift,
+            "alignment": alignment,
+            "rejected_rows": _counts(done, primary, record.start_s, record.end_s),
+        }
+        out.append(report)
+    return out
+
+
+def _write(out: Path, frames: list[pd.DataFrame], document: dict) -> None:
     table = pd.concat(frames, ignore_index=True)
     extra = [c for c in table.columns if c not in WINDOW_COLUMNS and c != "log"]
     table = table[WINDOW_COLUMNS + extra + ["log"]]
-    out = out_path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         write_csv(out / "windows.csv", table)
         write_json(out / "energy_report.json", json_safe(document))  # last: it says the work is done
     except OSError as e:
         raise EnergyFrameError(f"cannot write the results into {out}: {e.strerror or e}") from e
-    return document
-
-
-def _by_flag(entry: _Channel) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for reason, times in entry.rejected.items():
-        flag = FLAG_OF.get(reason, INVALID_READING)
-        out[flag] = out.get(flag, 0) + int(times.size)
-    return out
-
-
-_WHAT = {
-    NEGATIVE: "negative power",
-    NOT_FINITE: "NaN or infinite readings",
-    IMPLAUSIBLE: f"power above {1e6:g} W (a sensor's error value)",
-    MISSING: "no value ([N/A] or empty)",
-}
-
-
-def _rejection_warnings(log: PowerLog, prepared: Mapping[str, _Channel]) -> list[str]:
-    out = []
-    for name, entry in prepared.items():
-        for reason, times in entry.rejected.items():
-            t, value = entry.first_rejected[reason]
-            first = (
-                f"first at {_iso(t)}"
-                if reason == MISSING
-                else f"first: {value:g} {entry.channel.unit} at {_iso(t)}"
-            )
-            out.append(
-                f"{log.path.name}: {times.size} row(s) of {name} with {_WHAT.get(reason, reason)} ({first}) were "
-                f"left out; the windows around them are flagged {FLAG_OF.get(reason, INVALID_READING)}"
-            )
-    return out
-
-
-def _iso(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "nothing"
-    return dt.datetime.fromtimestamp(seconds).isoformat(sep=" ", timespec="milliseconds")

@@ -437,6 +437,11 @@ def read_samples(directory: Path) -> tuple[pd.DataFrame, str]:
     parquet = directory / SAMPLES_PARQUET
     if parquet.exists():
         try:
+            with open(parquet, "rb") as f:  # the system's reason first: permission, I/O error
+                f.read(4)
+        except OSError as e:
+            raise StoreError(f"cannot read {parquet}: {e.strerror or e}") from e
+        try:
             frame = pd.read_parquet(parquet)
         except Exception as e:  # pyarrow raises many types for a damaged file
             raise StoreError(
