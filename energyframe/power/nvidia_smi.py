@@ -9,19 +9,26 @@ run's timeline.
 
 Each way the child can fail ends in one clear message: it exits (its exit code and last error
 line), it stops printing while alive (``silence_s``), it prints lines that do not parse, it
-prints far more rows than asked for, or its header lacks a field that was asked for. Data
-problems are not repaired here: ``[N/A]`` values are skipped (never read as 0) with a warning
-when a field that had values loses them, and negative or absurd power values are passed on
-unchanged for the run to flag.
+prints far more rows than asked for, its header lacks a field that was asked for or names a
+unit of power energyframe does not know, or its timestamps lie far from this machine's clock
+(a time-zone mismatch). Its standard error is read all along (a child whose warnings fill the
+pipe would block), and its last lines explain an exit. Data problems are not repaired here:
+``[N/A]`` values are skipped (never read as 0) with a warning when a field that had values loses
+them; negative or absurd power values are passed on unchanged for the run to flag; a power value
+the header does not promise (``129840 mW`` under ``[W]``, ``0xFFFF``) is passed on as NaN, said
+once, so the windows around it are flagged ``invalid_reading`` (``smi_format.power_reading``).
 """
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
+import math
 import re
 import select
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -30,7 +37,15 @@ from typing import Any
 from ..errors import PowerSourceError
 from ..kit.polling import PollingSource, Stream
 from ..model import Channel, ClockBase, Detection, Quantity, Sample, Scope, Timing
-from ..offline.smi_format import AVERAGE_WINDOW_S, POWER_FIELDS, STATE_FIELDS, header_name
+from ..offline.smi_format import (
+    AVERAGE_WINDOW_S,
+    POWER_FIELDS,
+    STATE_FIELDS,
+    check_power_header,
+    header_name,
+    header_unit,
+    power_reading,
+)
 from ..options import Option
 from .devices import cuda_visible_devices, rank_gpus
 
@@ -43,6 +58,13 @@ MAX_BAD_LINES = 20
 FLOOD_FACTOR = 10.0
 #: the header may take this many times ``silence_s`` (the driver initialising)
 HEADER_SILENCE_FACTOR = 3.0
+#: rows stamped this far from this machine's clock (either way) come from another clock or
+#: time zone: every window would be uncovered. Units: s.
+FAR_S = 60.0
+#: lines of nvidia-smi's standard error kept to explain its exit
+STDERR_LINES = 20
+
+
 def parse_timestamp(text: str) -> float:
     """``2026/11/22 03:04:04.160`` (local time) to Unix seconds."""
     return dt.datetime.strptime(text.strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
@@ -99,6 +121,9 @@ class NvidiaSmiPowerSource(PollingSource):
         self._gpus: list[str] = []
         self._warned: set[str] = set()
         self._had_value: set[str] = set()
+        self._units: dict[str, str | None] = {}
+        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self._stderr_reader: threading.Thread | None = None
 
     @classmethod
     def detect(cls) -> Detection:
@@ -161,9 +186,16 @@ class NvidiaSmiPowerSource(PollingSource):
             )
         except OSError as e:
             raise PowerSourceError(f"could not start {exe}: {e}") from e
+        self._stderr_reader = threading.Thread(target=self._drain_stderr, name="energyframe-nvidia-smi-stderr", daemon=True)
+        self._stderr_reader.start()
         header = self._read_header()
         self._write_log(header)
         self._columns = [header_name(h) for h in header.split(",")]
+        self._units = {header_name(h): header_unit(h) for h in header.split(",") if header_name(h) in POWER_FIELDS}
+        for field_name, unit in self._units.items():
+            why = check_power_header(field_name, unit)
+            if why:
+                raise PowerSourceError(f"{why} (it printed {header.strip()!r})")
         missing = [f for f in ("timestamp", "index", self._power_field) if f not in self._columns]
         if missing:
             raise PowerSourceError(
@@ -202,10 +234,27 @@ class NvidiaSmiPowerSource(PollingSource):
             raise PowerSourceError(
                 f"nvidia-smi started but printed nothing for {wait_s:.1f} s: the driver may be hung"
             )
-        err = proc.stderr.read().strip()
-        raise PowerSourceError(
-            f"nvidia-smi exited at once (code {proc.wait()})" + (f": {err[:300]}" if err else "")
-        )
+        code = proc.wait()
+        err = self._last_error()
+        raise PowerSourceError(f"nvidia-smi exited at once (code {code})" + (f": {err[:300]}" if err else ""))
+
+    def _drain_stderr(self) -> None:
+        """Read nvidia-smi's standard error as it comes (a full pipe would stop the child), keeping
+        the last lines to explain an exit."""
+        proc = self._proc
+        assert proc is not None and proc.stderr is not None
+        try:
+            for line in proc.stderr:
+                if line.strip():
+                    self._stderr.append(line.strip())
+        except (OSError, ValueError):  # the pipe was closed under us at stop
+            return
+
+    def _last_error(self) -> str:
+        """nvidia-smi's last error line, once it has exited and its standard error is read."""
+        if self._stderr_reader is not None:
+            self._stderr_reader.join(timeout=5)
+        return self._stderr[-1] if self._stderr else ""
 
     @staticmethod
     def _list_gpus(exe: str, select_gpus: list[str]) -> list[str]:
@@ -310,8 +359,7 @@ class NvidiaSmiPowerSource(PollingSource):
             yield []  # alive, though saying nothing useful
         if not self.stopping:
             code = proc.wait()
-            err = proc.stderr.read().strip() if proc.stderr else ""
-            last = err.splitlines()[-1][:300] if err else ""
+            last = self._last_error()[:300]
             raise PowerSourceError(
                 f"nvidia-smi exited unexpectedly (code {code})" + (f": {last}" if last else "")
             )
@@ -337,6 +385,7 @@ class NvidiaSmiPowerSource(PollingSource):
             t = parse_timestamp(row["timestamp"])
         except ValueError:
             return None
+        self._check_clock(t, row["timestamp"])
         batch = []
         for column, text in row.items():
             key = f"{row['index']}:{column}"
@@ -344,7 +393,7 @@ class NvidiaSmiPowerSource(PollingSource):
             if channel is None:
                 continue
             try:
-                value = parse_number(text)
+                value = self._value(column, text, row)
             except ValueError:
                 return None
             if value is not None:
@@ -356,12 +405,46 @@ class NvidiaSmiPowerSource(PollingSource):
                     f"nvidia-smi reports {column} of GPU {row['index']} as {text or 'empty'} since "
                     f"{row['timestamp']}; those readings are skipped, not read as 0",
                 )
+        return batch
+
+    def _value(self, column: str, text: str, row: Mapping[str, str]) -> float | None:
+        """A field's value: power in W by the header's unit (NaN, said once, for a value the
+        header does not promise), a state as printed; None when nvidia-smi printed none.
+
+        Raises:
+            ValueError: a state value that is no number.
+        """
+        if column not in POWER_FIELDS:
+            return parse_number(text)
+        watts, why = power_reading(text, self._units.get(column))
+        if why is None:
+            return watts
+        self._warn_once(
+            f"unit:{column}",
+            f"nvidia-smi printed {column} of GPU {row['index']} as {why} ({row['timestamp']}); such readings are "
+            "not read as watts: they are kept out, and the windows around them are flagged invalid_reading",
+        )
+        return math.nan
+
+    def _check_clock(self, t: float, stamp: str) -> None:
+        """Rows stamped far from this machine's clock come from another clock or time zone.
+
+        Raises:
+            PowerSourceError: naming both times and the likely cause.
+        """
         late = time.time() - t
+        if abs(late) > FAR_S:
+            now = dt.datetime.now().strftime("%Y/%m/%d %H:%M:%S")
+            side = "ahead of" if late < 0 else "behind"
+            raise PowerSourceError(
+                f"nvidia-smi stamps its rows {abs(late):.0f} s {side} this machine's clock ({stamp} at {now}): "
+                "it runs in another time zone than this process (check TZ), or its clock is not this machine's; "
+                "no window could be covered"
+            )
         if late > LATE_S:
             self._warn_once(
                 "late", f"nvidia-smi rows arrive {late:.1f} s after their timestamps: it is falling behind"
             )
-        return batch
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:

@@ -8,11 +8,18 @@ so that its first sample falls when the source starts, and each sample is handed
 time has come; ``loop=true`` repeats it. With ``align=absolute`` samples keep their own times
 (for re-analysing a recorded period). Values are replayed as recorded, negative ones included;
 rows a logger printed without a value (``[N/A]``) are skipped, as the live sources skip them.
+Rows the reader merged (several at one instant) or could not read in their unit flag the
+windows around them (``duplicate_samples``, ``invalid_reading``), as in a live run. Refused at
+start, with the cause: a log whose clock steps back (which rows are true is unknown), a log
+that ``align=absolute`` would play outside the run (yesterday's, another time zone's), and
+``loop=true`` over a single row (no length to repeat).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,10 +28,17 @@ from typing import Any
 
 import numpy as np
 
+from ..core.energy import INVALID_READING
+from ..core.samples import STEPPED
+from ..core.windows import REJECTION_FLAGS
 from ..errors import PowerSourceError, UsageError
-from ..model import Channel, ClockBase, Quantity, Sample, Scope, SourceContext, Timing
+from ..model import Channel, ClockBase, Quantity, Sample, Scope, SourceContext, Timing, WindowAnnotation
 from ..options import Option
 from ..plugin import PowerSource
+
+#: with ``align=absolute``, a log that ends this long before the source starts (or starts this
+#: long after) is another day's or another time zone's: nothing of it would fall in the run. Units: s.
+FAR_S = 600.0
 
 
 @dataclass
@@ -34,6 +48,7 @@ class _Track:
     values: np.ndarray
     period_s: float  # loop length
     loop_increment: float  # counter gain per loop (0 for power)
+    marks: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)  # per reason, in track time
     index: int = 0
     loops: int = 0
 
@@ -90,6 +105,7 @@ class ReplayPowerSource(PowerSource):
         self._origin_s = 0.0
         self._stop_s: float | None = None
         self._file: Path = self.options["file"]
+        self._wall_minus_monotonic = 0.0
 
     def start(self, context: SourceContext) -> Sequence[Channel]:  # noqa: C901 (the ordered start steps: read the file, choose channels, refuse gaps, build tracks)
         from ..offline.logs import POWER_CSV, SAMPLES, read_log
@@ -123,17 +139,51 @@ class ReplayPowerSource(PowerSource):
                     raise PowerSourceError(
                         f"channel {name!r} of the replay file has missing or non-numeric values"
                     )
+        _refuse_steps(log, names, path)
         absolute = self.options["align"] == "absolute"
         self._tracks = [self._track(log.channels[n], log.series[n], absolute) for n in names]
+        for track, name in zip(self._tracks, names):
+            track.marks = dict(log.flagged.get(name, {}))
         self._tracks = [t for t in self._tracks if t.times_s.size]
         if not self._tracks:
             raise PowerSourceError(f"replay file {str(path)!r} holds no energy or power samples to replay")
+        self._refuse_what_never_plays(path, absolute)
         first = min(float(t.times_s[0]) for t in self._tracks)
         if not absolute:
             for track in self._tracks:
                 track.times_s = track.times_s - first
+                track.marks = {r: m - first for r, m in track.marks.items()}
             self._origin_s = time.monotonic()
+        self._wall_minus_monotonic = time.time() - time.monotonic()
         return [t.channel for t in self._tracks]
+
+    def _refuse_what_never_plays(self, path: Path, absolute: bool) -> None:
+        """A recording that would leave every window uncovered is refused with its cause.
+
+        Raises:
+            PowerSourceError: ``align=absolute`` far from now; ``loop=true`` over a single row.
+        """
+        if self.options["loop"] and not absolute:
+            single = [t.channel.name for t in self._tracks if t.times_s.size < 2]
+            if single:
+                raise PowerSourceError(
+                    f"replay file {str(path)!r} has a single sample of {single[0]!r}: loop=true needs two or more "
+                    "to know how long the recording lasts"
+                )
+        if not absolute:
+            return
+        first = min(float(t.times_s[0]) for t in self._tracks)
+        last = max(float(t.times_s[-1]) for t in self._tracks)
+        now = time.time()
+        if last < now - FAR_S or first > now + FAR_S:
+            when = "ended" if last < now else "starts"
+            apart = now - last if last < now else first - now
+            raise PowerSourceError(
+                f"replay file {str(path)!r} with align=absolute spans {_local(first)} to {_local(last)}, which "
+                f"{when} {_duration(apart)} {'before' if last < now else 'after'} now ({_local(now)}): no sample "
+                "would fall in the run. Use align=start to play it from now, or tz= if its times are another "
+                "zone's"
+            )
 
     def _track(self, recorded: Channel, series, absolute: bool) -> _Track:
         times, values = series.times_s, series.values
@@ -192,6 +242,62 @@ class ReplayPowerSource(PowerSource):
 
     def info(self) -> Mapping[str, Any]:
         return {"file": str(self._file), "channels": [t.channel.name for t in self._tracks]}
+
+    def annotate(self, channel, start_s, end_s, series) -> WindowAnnotation:
+        """Flag a window near rows the reader merged or could not read, as a live run would."""
+        track = next((t for t in self._tracks if t.channel.name == channel.name), None)
+        if track is None or not track.marks:
+            return WindowAnnotation()
+        if self.options["align"] == "absolute":
+            start, end = start_s + self._wall_minus_monotonic, end_s + self._wall_minus_monotonic
+        else:
+            start, end = start_s - self._origin_s, end_s - self._origin_s
+        margin = max(channel.resolution_s, 1e-6)
+        flags: list[str] = []
+        for reason, times in track.marks.items():
+            flag = REJECTION_FLAGS.get(reason, INVALID_READING)
+            if flag not in flags and _near(times, start - margin, end + margin, track.period_s if self.options["loop"] else 0.0):
+                flags.append(flag)
+        return WindowAnnotation(flags=tuple(flags))
+
+
+def _near(times: np.ndarray, lo: float, hi: float, period_s: float) -> bool:
+    """Whether a time of ``times`` (or of a later loop of them, ``period_s`` apart) lies in [lo, hi]."""
+    if not times.size:
+        return False
+    loops = range(max(0, math.floor(lo / period_s) - 1), math.floor(hi / period_s) + 1) if period_s > 0 else (0,)
+    for k in loops:
+        i = int(np.searchsorted(times, lo - k * period_s, side="left"))
+        if i < times.size and times[i] <= hi - k * period_s:
+            return True
+    return False
+
+
+def _refuse_steps(log, names: Sequence[str], path: Path) -> None:
+    """A log whose clock steps back cannot be replayed: which of its rows are true is unknown.
+
+    Raises:
+        PowerSourceError: naming the channel and the span its rows claim twice.
+    """
+    for name in names:
+        stepped = log.flagged.get(name, {}).get(STEPPED)
+        if stepped is not None and len(stepped):
+            raise PowerSourceError(
+                f"replay file {str(path)!r}: the clock of {name!r} steps back, so rows before and after the step "
+                f"both claim {_local(float(stepped[0]))} to {_local(float(stepped[-1]))}; which are true is unknown: "
+                "cut the log at the step and replay each part"
+            )
+
+
+def _local(seconds: float) -> str:
+    return dt.datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("day", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}" + ("s" if unit == "day" and seconds >= 2 * size else "")
+    return f"{seconds:.0f} s"
 
 
 def rank_path(path: Path, context: SourceContext) -> Path:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import energyframe as ef
@@ -239,3 +240,111 @@ def test_run_level_power_going_not_available_ends_the_run_incomplete(fake_smi, t
     assert proc.returncode == 1
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "incomplete" and "gpu0" in meta["reason"]
+
+
+# -- units, duplicate rows, a foreign clock, a chatty standard error ------------------------------
+
+
+@pytest.mark.parametrize(
+    "header,text,watts,refused",
+    [
+        ("power.draw.instant [mW]", "129840", 129.84, None),  # the header's unit, converted
+        ("power.draw.instant [W]", "129840 mW", None, "'129840 mW' is in mW, but the header promises W"),
+        ("power.draw.instant [W]", "0xFFFF", None, "'0xFFFF' is a hexadecimal value, not a power"),
+    ],
+)
+def test_power_is_read_in_the_unit_the_header_promises(fake_smi, header, text, watts, refused):
+    fake_smi(headers={"power.draw.instant": header}, power_text=text)
+    warnings = []
+    source = start(warnings)
+    time.sleep(0.4)
+    source.stop()
+    values = [s.value for s in power(source.read())]
+    assert values
+    if watts is not None:
+        assert values == pytest.approx([watts] * len(values)) and warnings == []
+    else:  # never read as watts: NaN, which the run keeps out and flags invalid_reading
+        assert all(v != v for v in values)
+        said = [w for w in warnings if w.startswith("nvidia-smi printed power.draw.instant of GPU 0 as ")]
+        assert len(said) == 1 and said[0].startswith(f"nvidia-smi printed power.draw.instant of GPU 0 as {refused} (")
+        assert said[0].endswith(
+            "); such readings are not read as watts: they are kept out, and the windows around them are flagged "
+            "invalid_reading"
+        )
+
+
+def test_a_header_in_a_unit_of_no_power_is_refused(fake_smi):
+    fake_smi(headers={"power.draw.instant": "power.draw.instant [dBm]"})
+    with pytest.raises(PowerSourceError) as e:
+        start()
+    assert one_line(e.value).startswith(
+        "nvidia-smi's header gives power.draw.instant in 'dBm', not a unit of power energyframe knows (W, mW, kW) "
+        "(it printed 'timestamp, index, uuid, power.draw.instant [dBm]"
+    )
+
+
+def test_run_level_a_value_in_another_unit_flags_the_windows(fake_smi, tmp_path):
+    fake_smi(power_text="129840 mW", power_text_every=5, watts=250.0)  # every 5th row in mW under [W]
+    result = ef.run(
+        "sleep:seconds=0.3", power=["nvidia-smi"], reporters=[], out=tmp_path / "run", config=ef.RunSettings(trials=3)
+    )
+    gpu = result.windows[result.windows["channel"] == "gpu0"]
+    assert gpu["flags"].str.contains("invalid_reading").all()
+    assert np.allclose(gpu["mean_power_w"], 250.0)  # never pulled towards 129840 W
+    assert result.meta["rejected_samples"]["gpu0"]["not_finite"] > 0
+
+
+def test_run_level_two_rows_for_one_gpu_at_one_timestamp_flag_the_windows(fake_smi, tmp_path):
+    fake_smi(duplicate_rows=200.0)  # 300 W and 500 W, stamped alike
+    result = ef.run(
+        "sleep:seconds=0.3", power=["nvidia-smi"], reporters=[], out=tmp_path / "run", config=ef.RunSettings(trials=3)
+    )
+    gpu = result.windows[result.windows["channel"] == "gpu0"]
+    assert gpu["flags"].str.contains("duplicate_samples").all()
+    assert any(w.startswith("channel 'gpu0' gave ") and "duplicate_samples" in w for w in result.meta["warnings"])
+
+
+def test_timestamps_an_hour_ahead_name_the_cause(fake_smi):
+    fake_smi(lag_s=-3600.0)  # nvidia-smi in another time zone
+    source = start()
+    samples, error, _ = read_until_error(source)
+    source.stop()
+    assert power(samples) == []
+    assert re.fullmatch(
+        r"nvidia-smi stamps its rows 3600 s ahead of this machine's clock \(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3} at "
+        r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\): it runs in another time zone than this process \(check TZ\), or its clock "
+        r"is not this machine's; no window could be covered",
+        one_line(error),
+    )
+
+
+def test_run_level_timestamps_an_hour_ahead_end_the_run_incomplete(fake_smi, tmp_path):
+    fake_smi(lag_s=-3600.0)
+    proc, out = run_cli(tmp_path, "nvidia-smi", trials=3)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "nvidia-smi stamps its rows 3600 s ahead of this machine's clock" in last and "Traceback" not in proc.stderr
+    assert json.loads((out / "run.json").read_text())["status"] == "incomplete"
+
+
+def test_a_standard_error_full_of_warnings_does_not_stop_the_child(fake_smi):
+    fake_smi(stderr_line_bytes=4096)  # 64 KiB, a full pipe, after 16 rows
+    source = start()
+    rows = []
+    deadline = time.monotonic() + 30  # a bound for a stuck child, not a measure of speed
+    while len(rows) < 100 and time.monotonic() < deadline:
+        rows += power(source.read())
+        time.sleep(0.05)
+    source.stop()
+    assert len(rows) >= 100  # 400 KiB of warnings read past
+
+
+def test_the_last_standard_error_line_explains_an_exit_after_many(fake_smi):
+    fake_smi(stderr_line_bytes=4096, die_after_s=1.0, exit_code=15)
+    source = start()
+    _samples, error, _ = read_until_error(source)
+    source.stop()
+    assert one_line(error) == (
+        "nvidia-smi exited unexpectedly (code 15): Unable to determine the device handle for GPU0000:19:00.0: "
+        "Unknown Error"
+    )
