@@ -286,7 +286,7 @@ def test_a_header_in_a_unit_of_no_power_is_refused(fake_smi):
 def test_run_level_a_value_in_another_unit_flags_the_windows(fake_smi, tmp_path):
     fake_smi(power_text="129840 mW", power_text_every=5, watts=250.0)  # every 5th row in mW under [W]
     result = ef.run(
-        "sleep:seconds=0.3", power=["nvidia-smi"], reporters=[], out=tmp_path / "run", config=ef.RunSettings(trials=3)
+        "sleep:seconds=0.3", power=["nvidia-smi"], reporters=[], out=tmp_path / "run", settings=ef.RunSettings(trials=3)
     )
     gpu = result.windows[result.windows["channel"] == "gpu0"]
     assert gpu["flags"].str.contains("invalid_reading").all()
@@ -297,7 +297,7 @@ def test_run_level_a_value_in_another_unit_flags_the_windows(fake_smi, tmp_path)
 def test_run_level_two_rows_for_one_gpu_at_one_timestamp_flag_the_windows(fake_smi, tmp_path):
     fake_smi(duplicate_rows=200.0)  # 300 W and 500 W, stamped alike
     result = ef.run(
-        "sleep:seconds=0.3", power=["nvidia-smi"], reporters=[], out=tmp_path / "run", config=ef.RunSettings(trials=3)
+        "sleep:seconds=0.3", power=["nvidia-smi"], reporters=[], out=tmp_path / "run", settings=ef.RunSettings(trials=3)
     )
     gpu = result.windows[result.windows["channel"] == "gpu0"]
     assert gpu["flags"].str.contains("duplicate_samples").all()

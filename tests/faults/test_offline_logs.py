@@ -415,7 +415,7 @@ def test_an_unreadable_samples_file_is_named_with_the_systems_reason(tmp_path):
         power=[SignalSource(name="gpu")],
         reporters=[],
         out=run,
-        config=ef.RunConfig(trials=1, min_window_s=0.05, warmup_s=0.0),
+        settings=ef.RunSettings(trials=1, min_window_s=0.05, warmup_s=0.0),
     )
     samples = run / "samples.parquet"
     samples.unlink()

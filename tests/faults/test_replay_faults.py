@@ -98,7 +98,7 @@ def test_rows_of_one_instant_flag_the_windows_they_touch(tmp_path):
         power=[f"replay:file={path},loop=true"],
         reporters=[],
         out=tmp_path / "r",
-        config=ef.RunSettings(trials=3, warmup_s=0.0),
+        settings=ef.RunSettings(trials=3, warmup_s=0.0),
     )
     assert result.windows["flags"].str.contains("duplicate_samples").all()
     assert any(
