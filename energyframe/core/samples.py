@@ -344,7 +344,7 @@ class SampleStore:
                 name: Rejected(dict(r.counts), {k: list(t) for k, t in r.times_s.items()}, {})
                 for name, r in self.rejected.items()
             }
-        for name in list(self.channels):
+        for name in [n for n, c in self.channels.items() if c.integrable]:
             raw = self._raw(name)
             merged = merge_duplicates(raw.times_s, raw.values)[2]
             if merged.size:

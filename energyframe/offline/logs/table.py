@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...core.samples import ENERGY_UNITS, POWER_UNITS
 from ...errors import UsageError
 from ...model import Channel, ClockBase, Quantity, Scope
 from ..smi_format import header_name
@@ -327,8 +328,6 @@ def spacing(t: np.ndarray) -> float:
 
 def unit_channel(name: str, unit: str, t: np.ndarray) -> Channel:
     """A channel described by its unit alone: power, energy (in any unit ``si_scale`` knows), else state."""
-    from ...core.samples import ENERGY_UNITS, POWER_UNITS
-
     quantity = (
         Quantity.POWER if unit in POWER_UNITS else Quantity.ENERGY if unit in ENERGY_UNITS else Quantity.STATE
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...core.samples import SampleSeries
+from ...core.samples import DUPLICATE, STEPPED, SampleSeries
 from ...errors import UsageError
 from ...model import Channel, ClockBase, Quantity, Scope, Timing
 from .log import WATTSUP_CSV, PowerLog, clock_steps
@@ -100,8 +100,6 @@ def _without_steps(rows: list[Row], where: str) -> tuple[list[Row], np.ndarray, 
 
 
 def _marks(duplicated: list[float], stepped: np.ndarray) -> dict[str, np.ndarray]:
-    from ...core.samples import DUPLICATE, STEPPED
-
     out = {}
     if duplicated:
         out[DUPLICATE] = np.array(sorted(duplicated), dtype=float)
