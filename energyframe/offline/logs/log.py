@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...core.samples import DUPLICATE, MISSING, STEPPED, Rejected, SampleSeries, accept
+from ...core.samples import DUPLICATE, MISSING, STEPPED, Rejected, SampleSeries, accept, merge_duplicates
 from ...model import Channel
 from .table import spacing
 from .timestamps import iso
@@ -102,17 +102,12 @@ def in_time_order(t: np.ndarray, v: np.ndarray, name: str, where: str, steps: bo
     flagged = {STEPPED: np.sort(t[~keep])} if found else {}
     t, v = t[keep], v[keep]
     unsorted = bool(t.size and np.any(np.diff(t) < 0))
-    if unsorted:
-        order = np.argsort(t, kind="stable")
-        t, v = t[order], v[order]
-    if t.size and np.any(np.diff(t) == 0):
-        unique, inverse = np.unique(t, return_inverse=True)
-        repeated = t[1:][np.diff(t) == 0]
+    t, v, repeated = merge_duplicates(t, v)  # the rule of a live run's sample store
+    if repeated.size:
         notes.append(
-            f"{where}: {t.size - unique.size} duplicated timestamp(s) in {name}; their values were averaged"
+            f"{where}: {repeated.size} duplicated timestamp(s) in {name}; their values were averaged"
         )
         flagged[DUPLICATE] = repeated
-        t, v = unique, np.bincount(inverse, weights=v) / np.bincount(inverse)
     return Ordered(t, v, flagged, notes, unsorted)
 
 
