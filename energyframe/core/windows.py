@@ -43,6 +43,9 @@ WINDOW_COLUMNS = [
 #: window flag: the idle baseline's power is above the window's mean power, so its dynamic
 #: energy is negative (the baseline was not idle, or the work draws less than it)
 IDLE_ABOVE_LOAD = "idle_above_load"
+#: how far a saved time may be from the one measured (Unix seconds in a float64 hold 0.24 us):
+#: a dynamic energy within the baseline's power times this is zero, not below the load. Units: s.
+TIME_ROUNDING_S = 1e-6
 NOISY = "noisy"  # phase-level flag: IQR/median of time or energy per iteration >= 10 %
 PARTIAL = "partial"  # phase-level flag: energy known for fewer trials than were measured
 #: flags of rejected readings that leave a window's energy unknown (NaN), not just bridged
@@ -178,7 +181,7 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
                 dynamic = we.energy_j - baseline.power_w * w.duration_s
                 row["dynamic_energy_j"] = dynamic
                 row["dynamic_energy_per_iter_j"] = dynamic / w.iterations if w.iterations else math.nan
-                if dynamic < 0 and IDLE_ABOVE_LOAD not in flags:
+                if dynamic < -baseline.power_w * TIME_ROUNDING_S and IDLE_ABOVE_LOAD not in flags:
                     flags.append(IDLE_ABOVE_LOAD)
             if annotate is not None:
                 note = annotate(channel, w.start_s, w.end_s)

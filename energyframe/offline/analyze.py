@@ -32,8 +32,8 @@ from ..errors import EnergyFrameError, UsageError
 from ..lifecycle.assemble import Recording, assemble, placed_rejections
 from ..lifecycle.config import MAX_SECONDS
 from ..model import Channel, Quantity
-from ..results.result import RunResult
 from ..results.paths import out_path
+from ..results.result import RunResult
 from ..results.store import json_safe, write_csv, write_json
 from .inputs import Window, check_windows, window_from_text, windows_from_run, windows_from_timing
 from .logs import SAMPLES, PowerLog, parse_time, plausible, read_log, zone
