@@ -31,6 +31,7 @@ class SignalSource(PollingSource):
             raise PowerSourceError("no such meter (test)")
         self._t0 = time.monotonic()
         self.stopped = False
+        self.failed = None  # when the poll raised (a test waits for it)
         period = self.options["period_s"]
         return [
             Channel(self.name, Quantity.ENERGY, Scope.GPU, period, ClockBase.MONOTONIC),
@@ -45,6 +46,7 @@ class SignalSource(PollingSource):
         now = time.monotonic()
         elapsed = now - self._t0
         if self.options["fail_after_s"] is not None and elapsed > self.options["fail_after_s"]:
+            self.failed = now
             raise PowerSourceError("meter unplugged (test)")
         if self.options["silent_after_s"] is not None and elapsed > self.options["silent_after_s"]:
             return {}

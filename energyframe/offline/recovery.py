@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.clock import ClockModel
-from ..core.samples import NOT_FINITE, SampleSeries, invalid_reason
+from ..core.samples import SampleSeries, accept
 from ..core.windows import WindowRecord, summarize
 from ..errors import StoreError
 from ..lifecycle.assemble import INTERRUPTED, Recording, flag_windows, integrate, place_samples
@@ -256,6 +256,8 @@ def _with_sources(directory: Path, meta: RunMeta) -> RunMeta:
 
 
 def _series(samples: pd.DataFrame, channels: dict[str, Channel], clock: ClockModel):
+    """Each channel's journaled readings through the rule a live run applies (``samples.accept``:
+    non-physical readings kept out, readings of one instant merged and counted)."""
     series: dict[str, SampleSeries] = {}
     rejected: dict[str, dict[str, np.ndarray]] = {}
     counts: dict[str, dict[str, int]] = {}
@@ -263,14 +265,10 @@ def _series(samples: pd.DataFrame, channels: dict[str, Channel], clock: ClockMod
         rows = samples[samples["channel"] == name] if not samples.empty else samples
         t = pd.to_numeric(rows.get("time_s", pd.Series(dtype=float)), errors="coerce").to_numpy(float)
         v = pd.to_numeric(rows.get("value", pd.Series(dtype=float)), errors="coerce").to_numpy(float)
-        t = clock.to_monotonic_from_unix(t)
-        reasons = np.array([invalid_reason(channel, float(x)) or "" for x in v], dtype=object)
-        bad = (reasons != "") | ~np.isfinite(t)
-        for reason in set(reasons[bad]):
-            key = reason or NOT_FINITE
-            times = t[bad & (reasons == reason) & np.isfinite(t)]
-            rejected.setdefault(name, {})[key] = np.sort(times)
-            counts.setdefault(name, {})[key] = int((bad & (reasons == reason)).sum())
-        order = np.argsort(t[~bad], kind="stable")
-        series[name] = SampleSeries(t[~bad][order], v[~bad][order])
+        order = np.argsort(t, kind="stable")
+        kept, left_out = accept(channel, clock.to_monotonic_from_unix(t[order]), v[order])
+        series[name] = kept
+        if left_out.counts:
+            counts[name] = dict(left_out.counts)
+            rejected[name] = {reason: np.sort(np.asarray(times)) for reason, times in left_out.times_s.items()}
     return series, rejected, counts

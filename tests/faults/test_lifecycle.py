@@ -63,6 +63,9 @@ def test_a_source_failing_after_the_last_window_makes_the_run_fail_not_exit_0(tm
     class FailsAtTheEnd(ListWorkload):
         def teardown(self):  # after every window closed: the meter is unplugged now
             source.options["fail_after_s"] = 0.0
+            deadline = time.monotonic() + 30
+            while getattr(source, "failed", None) is None and time.monotonic() < deadline:  # polled since
+                time.sleep(0.01)
 
     with pytest.raises(ef.PowerSourceError, match=r"^power source 'gpu' failed: meter unplugged \(test\)") as e:
         ef.run(FailsAtTheEnd([busy_phase(seconds=0.02)]), power=[source], reporters=[], out=tmp_path / "r",

@@ -127,3 +127,22 @@ def test_an_energy_counter_in_millijoules_is_kept_in_joules():
     store.add("nvml", [Sample("gpu0", float(t), 1000.0 * 50 * t) for t in range(5)])  # 50 W
     assert store.channels["gpu0"].unit == "J"
     assert store.series("gpu0").values.tolist() == [0.0, 50.0, 100.0, 150.0, 200.0]
+
+
+def test_a_dead_runs_journal_goes_through_the_live_rule_when_it_is_rebuilt():
+    """Readings of one instant in samples.partial.csv are merged and counted, as in the run."""
+    import pandas as pd
+
+    from energyframe.core.clock import ClockModel
+    from energyframe.model import Channel, ClockBase, Quantity, Scope
+    from energyframe.offline.recovery import _series
+
+    clock = ClockModel()
+    gpu = Channel("gpu", Quantity.POWER, Scope.GPU, 0.1, ClockBase.WALL)
+    t0 = clock.start.wall_s
+    samples = pd.DataFrame(
+        {"channel": ["gpu"] * 4, "time_s": [t0, t0 + 0.1, t0 + 0.1, t0 + 0.2], "value": [100.0, 100.0, 300.0, -5.0]}
+    )
+    series, rejected, counts = _series(samples, {"gpu": gpu}, clock)
+    assert series["gpu"].values.tolist() == [100.0, 200.0]  # the two readings of one instant averaged
+    assert counts["gpu"] == {"negative": 1, "duplicate": 1}
