@@ -45,12 +45,11 @@ if TYPE_CHECKING:
     from .lifecycle.measurement import Measurement
     from .lifecycle.orchestrator import run
     from .model import Phase
-    from .offline.recovery import load_run
     from .offline.runs import load_runs
     from .options import Option
     from .plugin import Workload
     from .results.meta import RunMeta
-    from .results.result import RunResult
+    from .results.result import RunResult, load_run
     from .sweeps.api import sweep
     from .sweeps.kernel import load_kernel
     from .sweeps.results import KernelResult, SweepResult

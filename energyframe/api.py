@@ -9,9 +9,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .core.pipeline import TimeAligner
 from .errors import UsageError
 from .kit.registry import PowerArg, resolve_power
-from .lifecycle.assemble import TimeAligner
 from .lifecycle.measurement import Measurement
 from .plugin import PowerSource
 from .ranks.coordinator import Coordinator

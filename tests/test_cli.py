@@ -12,8 +12,7 @@ from click.testing import CliRunner
 
 from energyframe.cli import main
 from energyframe.kit import registry
-from energyframe.offline.recovery import load_run
-from energyframe.results.result import RunResult
+from energyframe.results.result import RunResult, load_run
 
 POWER_NAMES = ", ".join(registry.names(registry.POWER))
 WORKLOAD_NAMES = ", ".join(registry.names(registry.WORKLOADS))

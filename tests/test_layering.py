@@ -33,8 +33,6 @@ LAYERS = [
 ALLOWED_UP = {
     ("workloads.perlayer", "replay.graphgap"): "kernel_gaps=true profiles the whole-model graph "
     "with the replay's trace reader",
-    ("results.result", "offline.recovery"): "RunResult.load (public) reads a run as every command "
-    "does, through offline.recovery.load_run: a dead run's windows are rebuilt by the run's pipeline",
 }
 
 

@@ -23,8 +23,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 @click.option("--primary-only", is_flag=True, help="Only the primary channels.")
 def plot(run_dir: Path, out: Path | None, primary_only: bool) -> None:
     """Draw a saved run's power trace: every channel, windows shaded, meter lags shown."""
-    from ..offline.recovery import load_run
     from ..report.plots import power_trace
+    from ..results.result import load_run
 
     result = load_run(run_dir)
     path = power_trace(result, out or run_dir / "power-trace.png", all_channels=not primary_only)

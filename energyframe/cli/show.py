@@ -29,8 +29,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 @grid_intensity_option
 def show(run_dir: Path, all_channels: bool, show_windows: bool, wide: bool, grid_intensity: float | None) -> None:
     """Print a saved run."""
-    from ..offline.recovery import load_run
     from ..reporters.console import ConsoleReporter
+    from ..results.result import load_run
 
     result = load_run(run_dir)
     reporter = ConsoleReporter(

@@ -43,7 +43,7 @@ MOVED = {
     "energyframe.provenance": "energyframe.results.provenance",
     "energyframe.pulse": "energyframe.lifecycle.pulse",
     "energyframe.recorder": "energyframe.lifecycle.recorder",
-    "energyframe.recovery": "energyframe.offline.recovery",
+    "energyframe.recovery": "energyframe.results.load",
     "energyframe.registry": "energyframe.kit.registry",
     "energyframe.results": "energyframe.results.result",
     "energyframe.rundir": "energyframe.results.rundir",

@@ -11,28 +11,32 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
-from ..core.align import MeterAligner
-from ..core.clock import ChannelTimeMap, ClockModel
+from ..core.clock import ClockModel
 from ..core.fusion import FUSED_SUFFIX, fused_channels
+from ..core.pipeline import (
+    INTERRUPTED,
+    Annotate,
+    Placement,
+    Recording,
+    TimeAligner,
+    Warn,
+    flag_windows,
+    integrate,
+    place_samples,
+)
 from ..core.samples import DUPLICATE, SampleSeries
 from ..core.windows import (
     IdleBaseline,
-    WindowRecord,
-    compute_windows,
-    idle_baselines,
     idle_warnings,
     summarize,
 )
 from ..errors import StoreError
-from ..model import Channel, DerivedTable, Timing, WindowAnnotation
+from ..model import Channel, DerivedTable, WindowAnnotation
 from ..plugin import PowerSource, Workload
 from ..results.provenance import run_provenance, source_record
 from ..results.result import RunResult
@@ -40,94 +44,7 @@ from ..results.store import FORMAT_VERSION, write_bytes
 
 log = logging.getLogger("energyframe")
 
-#: called after the run with every channel and its samples; returns per-channel time corrections
-#: (a wall meter's lag and drift)
-TimeAligner = Callable[
-    [Mapping[str, Channel], Mapping[str, SampleSeries], Sequence[WindowRecord]], Mapping[str, ChannelTimeMap]
-]
-Warn = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Recording:
-    """Everything a run recorded, before anything is derived from it.
-
-    Args:
-        clock: the run's (wall, monotonic) anchors.
-        channels: every channel by name; ``channel_source`` names the source of each.
-        series: each channel's accepted samples on the monotonic timeline. Units: s.
-        samples: the raw record (samples.parquet's columns, rejected readings included).
-        rejected: per channel and reason, when readings were kept out of ``series``.
-        records: the measured windows, in order.
-        idle_window: the idle-baseline window, if one was measured.
-        idle_baselines: idle baselines known already (a run's own samples read offline).
-        work: work per iteration by phase (``{"tokens": 128}``).
-        sources: the power sources, for provenance and per-window annotations.
-        interrupted: the windows (phase, trial) a Ctrl-C or SIGTERM closed before their work
-            ended: kept, and flagged ``interrupted``.
-    """
-
-    clock: ClockModel
-    channels: Mapping[str, Channel]
-    channel_source: Mapping[str, str]
-    series: Mapping[str, SampleSeries]
-    samples: pd.DataFrame
-    rejected: Mapping[str, Mapping[str, np.ndarray]] = field(default_factory=dict)
-    rejected_counts: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    records: Sequence[WindowRecord] = ()
-    idle_window: WindowRecord | None = None
-    idle_baselines: Mapping[str, IdleBaseline] = field(default_factory=dict)
-    work: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    sources: Sequence[PowerSource] = ()
-    interrupted: frozenset[tuple[str, int]] = frozenset()
-
-
-#: the flag of a window closed by a Ctrl-C or SIGTERM before its work ended
-INTERRUPTED = "interrupted"
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Samples placed on the run's timeline, and how each channel was moved."""
-
-    series: Mapping[str, SampleSeries]
-    time_maps: Mapping[str, ChannelTimeMap]
-    alignment: Mapping[str, Any] | None
-
-
 # -- 1. placement ---------------------------------------------------------------------------------
-def timing_maps(channels: Mapping[str, Channel]) -> dict[str, ChannelTimeMap]:
-    """The fixed shifts the channels' declared timing implies: a ``PERIOD_END`` reading moves to
-    the middle of the period it averages. ``EXACT`` readings stay; ``UNKNOWN`` ones are aligned."""
-    return {
-        name: ChannelTimeMap(lag_s=c.averaging_s / 2)
-        for name, c in channels.items()
-        if c.timing == Timing.PERIOD_END and c.averaging_s > 0
-    }
-
-
-def place_samples(
-    recording: Recording, aligner: TimeAligner | str | None, warn: Warn
-) -> Placement:
-    """Apply each channel's timing semantics; estimate the lag of channels of unknown timing."""
-    maps = timing_maps(recording.channels)
-    report = None
-    if aligner == "auto":
-        late = any(c.timing == Timing.UNKNOWN and c.integrable for c in recording.channels.values())
-        aligner = MeterAligner() if late else None
-    if aligner is not None and not isinstance(aligner, str):
-        try:
-            maps.update(aligner(recording.channels, recording.series, recording.records))
-        except Exception as e:  # alignment is a correction; without it the raw times stand
-            warn(f"time alignment failed, raw timestamps used: {type(e).__name__}: {e}")
-        if isinstance(aligner, MeterAligner):
-            report = aligner.report()
-            for warning in aligner.warnings:
-                warn(warning)
-    placed = {n: s.shifted(maps.get(n, ChannelTimeMap())) for n, s in recording.series.items()}
-    return Placement(placed, maps, report)
-
-
 def merged_readings(recording: Recording) -> list[str]:
     """What the run says of channels that gave several readings at one instant (averaged)."""
     out = []
@@ -173,8 +90,8 @@ def add_fused_power(
     )
 
 
-# -- 2. windows -----------------------------------------------------------------------------------
-Annotate = Callable[[Channel, float, float], WindowAnnotation]
+# -- windows -----------------------------------------------------------------------------------
+
 
 
 def source_annotator(recording: Recording, placed: Mapping[str, SampleSeries], warn: Warn) -> Annotate:
@@ -198,53 +115,6 @@ def source_annotator(recording: Recording, placed: Mapping[str, SampleSeries], w
     return annotate
 
 
-def integrate(
-    recording: Recording, placement: Placement, annotate: Annotate | None
-) -> tuple[pd.DataFrame, dict[str, IdleBaseline]]:
-    """Every window's energy on every channel, and the idle baselines they subtract."""
-    idle: dict[str, IdleBaseline] = dict(recording.idle_baselines)
-    if recording.idle_window is not None:
-        idle = idle_baselines(recording.idle_window, recording.channels, placement.series)
-    windows = compute_windows(
-        recording.records,
-        recording.channels,
-        placement.series,
-        recording.clock,
-        idle,
-        annotate,
-        placed_rejections(recording.rejected, placement.time_maps),
-    )
-    return windows, idle
-
-
-def flag_windows(windows: pd.DataFrame, which: frozenset[tuple[str, int]], flag: str) -> pd.DataFrame:
-    """``windows`` with ``flag`` added to the rows of the (phase, trial) pairs in ``which``."""
-    if not which or windows.empty:
-        return windows
-    windows = windows.copy()
-    hit = [(str(p), int(t)) in which for p, t in zip(windows["phase"], windows["trial"])]
-    windows.loc[hit, "flags"] = [
-        ";".join([f for f in str(old or "").split(";") if f] + [flag]) for old in windows.loc[hit, "flags"]
-    ]
-    return windows
-
-
-def placed_rejections(
-    rejected: Mapping[str, Mapping[str, np.ndarray]], maps: Mapping[str, ChannelTimeMap]
-) -> dict[str, dict[str, np.ndarray]]:
-    """The times of rejected readings moved as their channel's accepted samples were, so that a
-    window is flagged for the readings that fell inside it on the run's timeline."""
-    out: dict[str, dict[str, np.ndarray]] = {}
-    for channel, by_reason in rejected.items():
-        time_map = maps.get(channel, ChannelTimeMap())
-        out[channel] = {
-            reason: times if time_map.is_identity else np.asarray(time_map.apply(np.asarray(times, dtype=float)))
-            for reason, times in by_reason.items()
-        }
-    return out
-
-
-# -- 3. derived tables ----------------------------------------------------------------------------
 def derive_tables(workload: Workload | None, result: RunResult, warn: Warn) -> list[DerivedTable]:
     """The workload's own figures computed from the measured phases (never losing the run)."""
     if workload is None or result.windows.empty:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.clock import ClockModel
+from ..core.pipeline import Recording, TimeAligner
 from ..core.windows import WindowRecord
 from ..errors import (
     DistributedError,
@@ -45,7 +46,7 @@ from ..ranks.coordinator import Alone, Coordinator
 from ..ranks.world import rank_devices
 from ..results.paths import out_path
 from ..results.result import COMPLETE, INCOMPLETE, RunResult
-from .assemble import Recording, TimeAligner, assemble, extra_files, run_meta, utc_now
+from .assemble import assemble, extra_files, run_meta, utc_now
 from .recorder import Recorder
 from .sync import resolve_sync
 from .timings import Timings

@@ -26,10 +26,11 @@ import pandas as pd
 
 from ..core.clock import ChannelTimeMap, ClockModel, ClockPair
 from ..core.energy import INVALID_READING
+from ..core.pipeline import Recording, placed_rejections
 from ..core.samples import IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, Rejected, SampleSeries
 from ..core.windows import REJECTION_FLAGS, WINDOW_COLUMNS, IdleBaseline, WindowRecord
 from ..errors import EnergyFrameError, UsageError
-from ..lifecycle.assemble import Recording, assemble, placed_rejections
+from ..lifecycle.assemble import assemble
 from ..lifecycle.config import MAX_SECONDS
 from ..model import Channel, Quantity
 from ..results.paths import out_path

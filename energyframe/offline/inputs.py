@@ -85,8 +85,8 @@ def windows_from_run(directory: Path | str) -> list[Window]:
 
 def _journal_windows(directory: Path) -> list[Window]:
     """The windows a run that died had closed, from its journal (``windows.partial.csv``)."""
+    from ..results.load import journal_records
     from ..results.store import WINDOWS_PARTIAL, read_meta
-    from .recovery import journal_records
 
     meta = read_meta(directory)
     try:

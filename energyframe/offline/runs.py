@@ -59,7 +59,7 @@ def load_runs(root: Path | str = "runs") -> pd.DataFrame:
     Raises:
         UsageError: ``root`` is not a directory.
     """
-    from .recovery import load_run
+    from ..results.result import load_run
 
     root = Path(root)
     if not root.is_dir():

@@ -14,6 +14,7 @@ from ..core.windows import PhaseSummary
 from ..model import DerivedTable
 from . import store
 from .display import render, summary_table
+from .load import read_run
 from .meta import COMPLETE, FORMAT_VERSION, INCOMPLETE, RunMeta
 
 #: what a loader adds to ``meta`` about where the run's files came from; never written to run.json
@@ -144,11 +145,14 @@ class RunResult:
     def load(cls, directory: Path | str) -> RunResult:
         """A run directory as ``energyframe show`` sees it: a complete run, an incomplete one, one
         that died (its windows rebuilt from its journal) or whose save was interrupted. The same
-        as ``energyframe.offline.recovery.load_run`` (``ef.load_run``), which it calls.
+        as ``ef.load_run``: the one loader (``results/load.py``).
 
         Raises:
             StoreError: the directory is not a readable run (one line naming the file).
         """
-        from ..offline.recovery import load_run
+        return cls(*read_run(directory))
 
-        return load_run(directory)
+
+def load_run(directory: Path | str) -> RunResult:
+    """A run directory as every command sees it (``ef.load_run``; ``RunResult.load``)."""
+    return RunResult.load(directory)

@@ -80,8 +80,8 @@ def workload_class(result: RunResult) -> type | None:
 
 
 def load(path: Path | str, label: str | None = None) -> SavedRun:
-    """Read a run directory as every command does (``RunResult.load``, that is
-    ``offline.recovery.load_run``); ``StoreError`` if it is not one."""
+    """Read a run directory as every command does (``RunResult.load``, the one loader in
+    ``results/load.py``); ``StoreError`` if it is not one."""
     path = Path(path)
     result = RunResult.load(path)
     kinds: dict[str, str] = {}

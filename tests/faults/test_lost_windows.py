@@ -20,9 +20,9 @@ from click.testing import CliRunner
 import energyframe as ef
 from energyframe.cli import main
 from energyframe.errors import StoreError, UsageError
-from energyframe.offline.recovery import REBUILT, RESUMMARIZED, load_run
 from energyframe.results import store
-from energyframe.results.result import RunResult
+from energyframe.results.load import REBUILT, RESUMMARIZED
+from energyframe.results.result import RunResult, load_run
 
 FAST = {"trials": 3, "min_window_s": 0.05, "warmup_s": 0.0}
 
@@ -151,7 +151,7 @@ WHOLE = "closed,a,0,1000.5,1001.0,10\r\nclosed,a,1,1001.5,1002.0,10\r\n"
 )
 def test_a_torn_journal_tail_keeps_every_whole_row(tmp_path, tail):
     from energyframe.core.clock import ClockModel
-    from energyframe.offline.recovery import journal_records
+    from energyframe.results.load import journal_records
 
     path = tmp_path / "windows.partial.csv"
     path.write_bytes((HEADER + WHOLE).encode() + tail.encode("utf-8")[:-1])

@@ -220,7 +220,7 @@ def test_rejected_readings_move_with_their_channel_to_the_run_timeline():
     # a period-end channel's readings move back by half the period they average, a wall meter's by
     # its lag: a rejected reading must move the same way to flag the window it fell in
     from energyframe.core.clock import ChannelTimeMap
-    from energyframe.lifecycle.assemble import placed_rejections
+    from energyframe.core.pipeline import placed_rejections
 
     times = np.array([10.0, 20.0])
     placed = placed_rejections(

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 import energyframe as ef
-from energyframe.offline.recovery import load_run
-from energyframe.results.result import RunResult
+from energyframe.results.result import RunResult, load_run
 
 
 def energyframe(*args: str, **kw) -> subprocess.CompletedProcess:
@@ -147,7 +146,7 @@ def test_a_killed_run_keeps_its_finished_windows(tmp_path, power_csv):
 
 def test_a_window_journal_survives_a_discarded_window(tmp_path):
     from energyframe.core.clock import ClockModel
-    from energyframe.offline.recovery import journal_records
+    from energyframe.results.load import journal_records
     from energyframe.results.store import WindowJournal
 
     journal = WindowJournal(tmp_path / "windows.partial.csv")

@@ -135,7 +135,7 @@ def test_a_dead_runs_journal_goes_through_the_live_rule_when_it_is_rebuilt():
 
     from energyframe.core.clock import ClockModel
     from energyframe.model import Channel, ClockBase, Quantity, Scope
-    from energyframe.offline.recovery import _series
+    from energyframe.results.load import _series
 
     clock = ClockModel()
     gpu = Channel("gpu", Quantity.POWER, Scope.GPU, 0.1, ClockBase.WALL)

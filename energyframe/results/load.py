@@ -1,4 +1,5 @@
-"""The one way to read a run directory: ``load_run`` (``ef.load_run``, ``RunResult.load``).
+"""The one way to read a run directory: ``read_run``, behind ``RunResult.load`` and
+``ef.load_run``.
 
 Every command that reads a run (``show``, ``compare``, ``report``, ``plot``, ``analyze --run``)
 goes through it, so each sees the same run:
@@ -10,7 +11,10 @@ goes through it, so each sees the same run:
 - a run that died (SIGKILL, a second Ctrl-C, power loss): ``run.json`` still says it is running,
   its samples are in ``samples.partial.csv`` and every window that had closed in
   ``windows.partial.csv``. The windows are integrated from the samples exactly as a live run
-  would have (the same pipeline, ``assemble``), and the reason says what happened.
+  would have (the same pipeline, ``core.pipeline``), and the reason says what happened.
+
+It returns the parts of a ``RunResult`` (``RunParts``), which ``RunResult.load`` assembles: the
+result's module does not import this one back.
 """
 
 from __future__ import annotations
@@ -23,20 +27,20 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from ..core.clock import ClockModel
+from ..core.pipeline import INTERRUPTED, Recording, flag_windows, integrate, place_samples
 from ..core.samples import SampleSeries, accept
 from ..core.windows import WindowRecord, summarize
 from ..errors import StoreError
-from ..lifecycle.assemble import INTERRUPTED, Recording, flag_windows, integrate, place_samples
 from ..model import Channel
-from ..results import store
-from ..results.meta import INCOMPLETE, MetaError, RunMeta, SourceRecord
-from ..results.result import RunResult
-from ..results.store import JOURNAL_COLUMNS, SOURCES_PARTIAL, WINDOWS_PARTIAL
+from . import store
+from .meta import INCOMPLETE, MetaError, RunMeta, SourceRecord
+from .store import JOURNAL_COLUMNS, SOURCES_PARTIAL, WINDOWS_PARTIAL
 
 REBUILT = "the windows were rebuilt from the journal of a run that did not finish"
 RESUMMARIZED = (
@@ -44,8 +48,18 @@ RESUMMARIZED = (
 )
 
 
-def load_run(directory: Path | str) -> RunResult:
-    """A run directory as a result, whatever state the run was left in (see the module).
+class RunParts(NamedTuple):
+    """What a ``RunResult`` is made of: run.json's fields (without its phases), the windows, the
+    samples, and the phase summaries."""
+
+    meta: dict[str, Any]
+    windows: pd.DataFrame
+    samples: pd.DataFrame
+    summaries: tuple
+
+
+def read_run(directory: Path | str) -> RunParts:
+    """A run directory's parts, whatever state the run was left in (see the module).
 
     Raises:
         StoreError: the directory is not a readable run (one line naming the file and the cause).
@@ -67,7 +81,7 @@ def load_run(directory: Path | str) -> RunResult:
     raw["samples_origin"] = samples_origin
     if windows_origin:
         raw["windows_origin"] = windows_origin
-    return RunResult(raw, windows, samples, meta.phases)
+    return RunParts(raw, windows, samples, meta.phases)
 
 
 def _with_true_reason(meta: RunMeta) -> RunMeta:
