@@ -21,7 +21,8 @@ import pandas as pd
 
 from ..core.align import MeterAligner
 from ..core.clock import ChannelTimeMap, ClockModel
-from ..core.fusion import FUSED_SUFFIX, fused_channels
+from ..core.edges import Evidence
+from ..core.fusion import FUSED_SUFFIX, FusionResult, fused_channels
 from ..core.samples import SampleSeries
 from ..core.windows import (
     IdleBaseline,
@@ -91,6 +92,8 @@ class Placement:
     series: Mapping[str, SampleSeries]
     time_maps: Mapping[str, ChannelTimeMap]
     alignment: Mapping[str, Any] | None
+    #: per counter channel, what its fused power says about each tick interval (``edges.py``)
+    evidence: Mapping[str, Evidence] = field(default_factory=dict)
 
 
 # -- 1. placement ---------------------------------------------------------------------------------
@@ -138,8 +141,10 @@ def add_fused_power(
     first. The fused channel belongs to the counter's source. A failure only leaves it out.
     """
     report: dict[str, Any] = {}
+    results: dict[str, FusionResult] = {}
     try:
-        channels, series = fused_channels(recording.channels, placement.series, report)
+        channels, series = fused_channels(recording.channels, placement.series, report, results=results)
+        evidence = {name: Evidence.of(result) for name, result in results.items()}
     except Exception as e:  # a second view of the counter: never worth the run
         warn(f"fused power left out: {type(e).__name__}: {e}")
         return recording, placement, {}
@@ -153,7 +158,7 @@ def add_fused_power(
             owners[name] = owners[counter]
     return (
         replace(recording, channels=channels, channel_source=owners),
-        replace(placement, series=series),
+        replace(placement, series=series, evidence=evidence),
         report,
     )
 
@@ -189,7 +194,7 @@ def integrate(
     """Every window's energy on every channel, and the idle baselines they subtract."""
     idle: dict[str, IdleBaseline] = {}
     if recording.idle_window is not None:
-        idle = idle_baselines(recording.idle_window, recording.channels, placement.series)
+        idle = idle_baselines(recording.idle_window, recording.channels, placement.series, placement.evidence)
     windows = compute_windows(
         recording.records,
         recording.channels,
@@ -198,6 +203,7 @@ def integrate(
         idle,
         annotate,
         placed_rejections(recording.rejected, placement.time_maps),
+        placement.evidence,
     )
     return windows, idle
 
@@ -282,7 +288,7 @@ def placement_meta(placement: Placement, idle: Mapping[str, IdleBaseline], recor
     """What was done to the samples before integrating: shifts, idle baseline, rejections."""
     out: dict[str, Any] = {
         "idle_baseline": {
-            n: {"power_w": b.power_w, "duration_s": b.duration_s, "flags": list(b.flags)}
+            n: {"power_w": b.power_w, "bound_w": b.bound_w, "duration_s": b.duration_s, "flags": list(b.flags)}
             for n, b in idle.items()
         },
         "time_maps": {
