@@ -40,6 +40,9 @@ STEP_SIGMAS = 3.0
 #: how far a step the samples show may still be misplaced inside a tick interval, 1 sigma: the
 #: 20-ms samples' stamp jitter and the offset between them and the counter. Units: s.
 PLACEMENT_SD_S = 0.0001
+#: the share of an interval's unexplained mismatch, per watt of step, that lands at an edge: the
+#: interval's own scale takes the rest back (calibrated on the step simulation, tests/test_edges.py)
+PLACEMENT_SHARE = 0.5
 #: under a load without steps, the share of the samples' noise that the interpolation's own error
 #: may hide from |D| (calibrated on the steady simulation, tests/test_edges.py)
 UNSEEN_SHARE = 0.5
@@ -141,7 +144,7 @@ class Evidence:
             excess = float((mismatch[shaped] ** 2 - stamp2[shaped]).sum())
             steps = float((jump[shaped] ** 2).sum())
             if steps > 0 and excess > 0:
-                place = max(place, math.sqrt(excess / steps))
+                place = max(place, PLACEMENT_SHARE * math.sqrt(excess / steps))
         return cls(fusion, jump, place)
 
 
@@ -160,16 +163,17 @@ def fused_edge(evidence: Evidence, t: float) -> Edge:
     x = float(np.clip((t - t0) / span, 0.0, 1.0))
     shares = _fused_share(result.series, t0, min(max(t, t0), t1))
     d = shares - x * increment
-    power = increment / span
     noise = _noise_j(result, x)
+    fused = result.series
+    # the power at each tick, from the fused series: a tick's stamp error moves the energy by
+    # the power there, whichever estimator reads the interval
+    p0 = float(np.interp(t0, fused.times_s, fused.values))
+    p1 = float(np.interp(t1, fused.times_s, fused.values))
     if abs(d) <= STEP_SIGMAS * noise:
         # what the samples say the interpolation misses here (|D|) is the counter's own error
         # at this edge, if the samples are right; otherwise it overstates it
-        sd = math.sqrt(_stamp_sd(x, power, power) ** 2 + d**2 + (UNSEEN_SHARE * noise) ** 2)
+        sd = math.sqrt(_stamp_sd(x, p0, p1) ** 2 + d**2 + (UNSEEN_SHARE * noise) ** 2)
         return Edge(COUNTER, 0.0, sd, False, True)
-    fused = result.series
-    p0 = float(np.interp(t0, fused.times_s, fused.values))
-    p1 = float(np.interp(t1, fused.times_s, fused.values))
     f = float(np.clip(shares / increment, 0.0, 1.0)) if increment > 0 else x
     placement = evidence.jump_w[i] * evidence.placement_sd_s
     sd = math.hypot(_stamp_sd(f, p0, p1), placement)

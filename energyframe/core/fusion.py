@@ -21,7 +21,10 @@ on another clock and their integral need not equal the counter's.
 3. **Local shift.** Inside each tick interval the series may move by up to ``max_shift_periods``
    of its own sample period, the least that makes its integral agree with the counter's
    increment within the series' typical mismatch: 20-ms samples cannot say where within 20 ms
-   a step happened, the counter's increment can.
+   a step happened, the counter's increment can. A ``period`` series whose samples at steps
+   mostly lie between the levels on either side (``shapes.means_at_steps``) is made of means,
+   each of which places its step itself: it is not shifted, since a shift would then only
+   absorb the ticks' stamp noise by moving a step placed right.
 4. **Scale.** The (shifted) series is scaled by one factor per tick interval so that its
    integral over the interval equals the counter's increment exactly.
 
@@ -48,6 +51,7 @@ from ..model import Channel, ClockBase, Quantity
 from .samples import SampleSeries
 from .shapes import (
     MAX_OFFSET_S,
+    MEANS_AT_STEPS,
     READINGS,
     OffsetEstimate,
     ShapeSeries,
@@ -55,6 +59,7 @@ from .shapes import (
     covered,
     estimate_offset,
     knots,
+    means_at_steps,
     samples_of,
 )
 
@@ -333,6 +338,8 @@ def fuse(
         signal = Signal(*knots(u, p, shape.period_s, shape.reading))
         signals.append(signal)
         reach = max_shift_periods * shape.period_s
+        if shape.reading == "period" and means_at_steps(u, p, shape.period_s) >= MEANS_AT_STEPS:
+            reach = 0.0  # each sample's value places its step: a shift would only absorb stamp noise
         _shape_intervals(
             plan,
             k,
