@@ -106,7 +106,7 @@ def channel_energy(
         return evidence_window(evidence[channel.name], s.times_s, s.values, start_s, end_s, channel.resolution_s)
     we = window_energy(channel.quantity, s.times_s, s.values, start_s, end_s, channel.resolution_s)
     counter = channel.name[: -len(FUSED_SUFFIX) - 1] if channel.name.endswith("." + FUSED_SUFFIX) else None
-    if counter in evidence and math.isfinite(we.energy_j):
+    if counter is not None and counter in evidence and math.isfinite(we.energy_j):
         random = fused_window(evidence[counter], start_s, end_s)
         return WindowEnergy(we.energy_j, we.flags, "fused", random)
     return we
@@ -256,9 +256,9 @@ def _bound_columns(channel: Channel, we: WindowEnergy, duration_s: float) -> dic
 
 def window_bound(row: Mapping) -> Bound | None:
     """A windows.csv row's bound (None where the run predates bounds or has no energy)."""
-    random, systematic = row.get("energy_random_j"), row.get("energy_systematic_j")
     try:
-        random, systematic = float(random), float(systematic)
+        random = float(row.get("energy_random_j"))  # type: ignore[arg-type]
+        systematic = float(row.get("energy_systematic_j"))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
     return Bound(random, systematic) if math.isfinite(random) else None
