@@ -122,6 +122,8 @@ class Load:
     records: tuple[WindowRecord, ...]
     kind: str
     description: str
+    #: the host's window of each burst, from its launch to the end of its work (square loads)
+    bursts: tuple[WindowRecord, ...] = ()
 
 
 def square_load(
@@ -145,12 +147,14 @@ def square_load(
     host = lead_s + period * np.arange(periods + 2)
     busy = np.zeros(n)
     since = np.full(n, np.inf)
-    for h in host:
+    bursts = []
+    for k, h in enumerate(host):
         start = h + rng.uniform(*delay_s)  # the first kernel reaches the GPU
         end = start + on_s * rng.uniform(0.995, 1.005)
         i, j = int(start / GRID_S), min(int(end / GRID_S), n)
         busy[i:j] = 1.0
         since[i:j] = t[i:j] - start
+        bursts.append(WindowRecord("on", k, float(h), float(end)))
     burst = 1.0 + overshoot * np.exp(-since / 0.04) + _wander(rng, n, wander, tau) - _dips(rng, n, dip_rate, dip_depth)
     target = IDLE_W + busy * (level * burst - IDLE_W)
     # the rise follows the work within a few ms, the fall has a longer tail
@@ -161,7 +165,7 @@ def square_load(
         WindowRecord("period", k, float(host[k]), float(host[k + 1])) for k in range(periods)
     )
     name = f"{on_s * 1e3:.0f}/{off_s * 1e3:.0f} ms {work}"
-    return Load(Trace(0.0, GRID_S, power), records, name, f"square wave {name}")
+    return Load(Trace(0.0, GRID_S, power), records, name, f"square wave {name}", tuple(bursts[:periods]))
 
 
 def steady_load(
