@@ -42,10 +42,10 @@ STEP_SIGMAS = 3.0
 PLACEMENT_SD_S = 0.0001
 #: the share of an interval's unexplained mismatch, per watt of step, that lands at an edge: the
 #: interval's own scale takes the rest back (calibrated on the step simulation, tests/test_edges.py)
-PLACEMENT_SHARE = 0.5
+PLACEMENT_SHARE = 0.6
 #: under a load without steps, the share of the samples' noise that the interpolation's own error
 #: may hide from |D| (calibrated on the steady simulation, tests/test_edges.py)
-UNSEEN_SHARE = 0.5
+UNSEEN_SHARE = 0.6
 #: the 95 % two-sided quantile of a normal error
 Z95 = 1.959963984540054
 
