@@ -16,7 +16,7 @@ from .energy import INVALID_READING, NEGATIVE_POWER, WindowEnergy, window_energy
 from .fusion import FUSED_SUFFIX
 from .samples import SampleSeries
 from .stats import Spread
-from .uncertainty import Bound, summary_bound, systematic_j
+from .uncertainty import Bound, median_ci_j, summary_bound, systematic_j
 
 WINDOW_COLUMNS = [
     "phase",
@@ -282,6 +282,9 @@ class PhaseSummary:
     energy_bound: Bound | None = None
     #: the share of the trials' windows whose edges took each estimator (``{"counter": 5}``)
     estimators: Mapping[str, int] = field(default_factory=dict)
+    #: the precision reached: the 95 % interval of the median over the trials, in % of it, of
+    #: ``time`` and ``energy`` per iteration (``uncertainty.median_ci_j``; absent below 2 trials)
+    precision_pct: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def energy_bound_pct(self) -> float:
@@ -306,6 +309,7 @@ class PhaseSummary:
                 self.energy_bound.to_json(self.energy_per_iter_j.median) if self.energy_bound else None
             ),
             "estimators": dict(self.estimators),
+            "precision_pct": dict(self.precision_pct),
         }
 
     @classmethod
@@ -324,6 +328,7 @@ class PhaseSummary:
             work=d.get("work", {}),
             energy_bound=Bound.from_json(d.get("energy_per_iter_bound")),
             estimators=d.get("estimators", {}),
+            precision_pct=d.get("precision_pct", {}),
         )
 
 
@@ -364,8 +369,23 @@ def summarize(
                 work=dict(work.get(str(phase), {})),
                 energy_bound=bound,
                 estimators=estimators,
+                precision_pct=_precision(group, bool(channel)),
             )
         )
+    return out
+
+
+def _precision(group: pd.DataFrame, energy: bool) -> dict[str, float]:
+    """The 95 % interval of the median time (and energy) per iteration, in % of the median."""
+    out = {}
+    columns = {"time": "time_per_iter_s", "energy": "energy_per_iter_j"} if energy else {"time": "time_per_iter_s"}
+    for name, column in columns.items():
+        values = pd.to_numeric(group[column], errors="coerce").to_numpy(float)
+        values = values[np.isfinite(values)]
+        half = median_ci_j(values)
+        median = float(np.median(values)) if values.size else math.nan
+        if math.isfinite(half) and median:
+            out[name] = 100.0 * half / abs(median)
     return out
 
 

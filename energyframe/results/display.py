@@ -106,6 +106,24 @@ def summary_table(summaries: Sequence[PhaseSummary], title: str | None = None, w
     return table
 
 
+def precision_lines(summaries: Sequence[PhaseSummary], target_pct: float) -> list[str]:
+    """``--precision``'s outcome per phase: the 95 % interval of the median reached, of time and
+    energy per iteration, against the target."""
+    lines = []
+    for s in summaries:
+        reached = s.precision_pct
+        parts = [f"{k} ±{v:.2g} %" for k, v in reached.items()]
+        if not parts:
+            continue
+        met = all(v <= target_pct for v in reached.values())
+        where = f"{s.phase} [{s.channel}]" if s.channel else s.phase
+        lines.append(
+            f"{where}: precision {', '.join(parts)} over {s.trials} trials "
+            f"({'reached' if met else 'not reached'}: ±{target_pct:g} %)"
+        )
+    return lines
+
+
 def windows_table(windows, all_channels: bool, primary: Sequence[str]) -> Table:
     """Every window for people: start relative to the first window, SI units, flags."""
     table = Table(header_style="bold")
