@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 from ..core.stats import Spread
-from ..errors import UsageError
 from ..core.uncertainty import Bound, summary_bound
 from ..core.windows import window_bound
+from ..errors import UsageError
 
 #: fewer trials than this on either side are never called a significant difference
 MIN_TRIALS = 3
