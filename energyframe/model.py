@@ -74,6 +74,9 @@ class Channel:
         timing: what a sample's timestamp means (``Timing``); exact by default.
         averaging_s: the period a reading averages over, for ``PERIOD_END`` and ``UNKNOWN``
             timing (0 for instant readings). Units: s.
+        accuracy_w, accuracy_pct: the sensor's stated accuracy, ± this many watts plus this
+            percentage of the reading (0: not stated): the systematic part of a window's
+            uncertainty (docs/measurement.md). Units: W, %.
     """
 
     name: str
@@ -86,6 +89,8 @@ class Channel:
     description: str = ""
     timing: Timing = Timing.EXACT
     averaging_s: float = 0.0
+    accuracy_w: float = 0.0
+    accuracy_pct: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.unit:
@@ -108,6 +113,8 @@ class Channel:
             "description": self.description,
             "timing": self.timing.value,
             "averaging_s": self.averaging_s,
+            "accuracy_w": self.accuracy_w,
+            "accuracy_pct": self.accuracy_pct,
         }
 
     @classmethod
@@ -123,6 +130,8 @@ class Channel:
             description=data.get("description", ""),
             timing=Timing(data.get("timing", Timing.EXACT.value)),
             averaging_s=float(data.get("averaging_s", 0.0)),
+            accuracy_w=float(data.get("accuracy_w", 0.0)),
+            accuracy_pct=float(data.get("accuracy_pct", 0.0)),
         )
 
 

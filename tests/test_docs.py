@@ -163,10 +163,13 @@ def test_a_timing_only_run_with_every_reporter_writes_documented_files(tmp_path)
     # timing only: no channel and no flags, written as empty cells; plain read_csv makes them NaN,
     # and the recipe in the docs reads them back as empty strings with NaN energy
     assert pd.read_csv(out / "windows.csv")["channel"].isna().all()
-    recipe = 'pd.read_csv(path, dtype={"channel": str, "flags": str}).fillna({"channel": "", "flags": ""})'
+    recipe = (
+        'pd.read_csv(path, dtype={"channel": str, "estimator": str, "flags": str})'
+        '.fillna({"channel": "", "estimator": "", "flags": ""})'
+    )
     assert f"`{recipe}`" in (DOCS / "result-format.md").read_text()
     frame = eval(recipe, {"pd": pd, "path": out / "windows.csv"})
-    assert set(frame["channel"]) == {""} and set(frame["flags"]) == {""}
+    assert set(frame["channel"]) == {""} and set(frame["flags"]) == {""} and set(frame["estimator"]) == {""}
     assert frame["energy_j"].isna().all() and frame["duration_s"].dtype == float
 
 

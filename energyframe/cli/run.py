@@ -33,6 +33,24 @@ def _checked(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     return callback
 
 
+class _Percent(click.ParamType):
+    """A number of percent, with or without its ``%`` (``1%``, ``0.5``)."""
+
+    name = "percent"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        text = str(value).strip().removesuffix("%").strip()
+        try:
+            return float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a percentage (e.g. 1% or 0.5)", param, ctx)
+
+
+PERCENT = _Percent()
+
+
 def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add one click option per run setting that has a flag (``RunConfig``'s metadata)."""
     for f in reversed(SETTINGS):
@@ -51,7 +69,7 @@ def settings_options(command: Callable[..., Any]) -> Callable[..., Any]:
             option = click.option(
                 flag,
                 f.name,
-                type=meta["kind"],
+                type=PERCENT if meta.get("percent") else meta["kind"],
                 default=None,
                 callback=_checked(f.name),
                 help=help_text,

@@ -46,6 +46,13 @@ def gpus(meta: RunMeta) -> list[Mapping[str, Any]]:
     return meta.gpus
 
 
+def same_board(metas: Sequence[RunMeta]) -> bool:
+    """Whether every run measured the same GPUs (by UUID), so that their sensors' systematic
+    errors are the same and cancel in a difference."""
+    boards = [tuple(sorted(str(g.get("uuid")) for g in gpus(m) if g.get("uuid"))) for m in metas]
+    return bool(boards) and bool(boards[0]) and not _differ(boards)
+
+
 def gpu_models(meta: RunMeta) -> tuple[str, ...]:
     names = [g["name"] for g in meta.gpus]
     workload_gpu = meta.workload_info.get("gpu")

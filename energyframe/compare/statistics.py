@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.stats import Spread
+from ..core.uncertainty import Bound, summary_bound
+from ..core.windows import window_bound
 from ..errors import UsageError
 
 #: fewer trials than this on either side are never called a significant difference
@@ -181,14 +183,34 @@ def _p_text(p: float) -> str:
     return f"p={p:.2g}" if p >= 0.001 else "p<0.001"
 
 
+def _inside_bounds(
+    difference: float, bounds: tuple[Bound | None, Bound | None] | None, same_board: bool
+) -> float | None:
+    """The two medians' bounds combined (random parts only on one board, where the sensor's
+    systematic error is the same in both and cancels), when the difference lies inside it."""
+    if bounds is None or bounds[0] is None or bounds[1] is None:
+        return None
+    if same_board:
+        limit = math.hypot(bounds[0].random_j, bounds[1].random_j)
+    else:
+        limit = math.hypot(bounds[0].total_j, bounds[1].total_j)
+    return limit if math.isfinite(limit) and abs(difference) <= limit else None
+
+
 def judge(
     figure: str,
     reference: Sequence[float] | np.ndarray,
     other: Sequence[float] | np.ndarray,
     alpha: float = DEFAULT_ALPHA,
     min_change_pct: float = DEFAULT_MIN_CHANGE_PCT,
+    bounds: tuple[Bound | None, Bound | None] | None = None,
+    same_board: bool = True,
 ) -> Change:
-    """Compare the trials of one figure: the ratio of medians and whether it is significant."""
+    """Compare the trials of one figure: the ratio of medians and whether it is significant.
+
+    ``bounds`` are the 95 % bounds of the two medians (``uncertainty.summary_bound``): a
+    difference inside them combined is never called significant, whatever the test says.
+    """
     a, b = _finite(reference), _finite(other)
     if a.size == 0 or b.size == 0:
         missing = "the reference" if a.size == 0 else "this run"
@@ -226,6 +248,15 @@ def judge(
             f"{factor}, not significant: under the {min_change_pct:g} % minimum change "
             f"({_p_text(test.p_value)})",
         )
+    limit = _inside_bounds(median_b - median_a, bounds, same_board)
+    if limit is not None:
+        return Change(
+            ratio,
+            test,
+            False,
+            f"{factor}, not significant: inside the two runs' 95 % bounds "
+            f"(±{100.0 * limit / abs(median_a):.2g} % together; {_p_text(test.p_value)})",
+        )
     return Change(ratio, test, True, f"{factor}, significant ({_p_text(test.p_value)})")
 
 
@@ -257,6 +288,7 @@ class Row:
         values: per run, the median (or the derived value); NaN where missing.
         changes: per run, the change against the first run (``None`` for the first run and
             where either lacks the row).
+        bounds: per run, the 95 % bound of the median (energy figures of runs that record one).
     """
 
     kind: str
@@ -267,6 +299,12 @@ class Row:
     spreads: tuple[Spread | None, ...]
     values: tuple[float, ...]
     changes: tuple[Change | None, ...]
+    bounds: tuple[Bound | None, ...] = ()
+
+    def bound_pct(self, i: int) -> float:
+        """Run ``i``'s total 95 % bound in % of its median (NaN without one)."""
+        bound = self.bounds[i] if i < len(self.bounds) else None
+        return bound.pct(self.values[i]) if bound is not None else math.nan
 
 
 @dataclass(frozen=True)
@@ -302,6 +340,41 @@ def trial_values(windows: pd.DataFrame, figure: str) -> dict[tuple[str, str], np
     return out
 
 
+def trial_bounds(windows: pd.DataFrame, figure: str) -> dict[tuple[str, str], Bound]:
+    """Per (phase, channel), the 95 % bound of the median energy per iteration over the trials
+    (energy figures of runs that record bounds only)."""
+    if figure not in ("energy", "dynamic") or windows.empty or "energy_random_j" not in windows.columns:
+        return {}
+    column = FIGURES[figure][0]
+    out = {}
+    for (phase, channel), group in windows.groupby(["phase", "channel"], sort=False):
+        rows = group.to_dict("records")
+        bounds = []
+        for row in rows:
+            bound, iterations = window_bound(row), row.get("iterations") or 0
+            if bound is not None and iterations:
+                if figure == "dynamic":
+                    bound = _dynamic(bound, row.get("dynamic_energy_bound_j"))
+                bounds.append(bound.scaled(1.0 / iterations))
+        bound = summary_bound(pd.to_numeric(group[column], errors="coerce"), bounds)
+        if bound is not None:
+            out[(str(phase), str(channel))] = bound
+    return out
+
+
+def _dynamic(bound: Bound, dynamic_bound_j: object) -> Bound:
+    """A window's bound of dynamic energy: the idle baseline's share (what
+    ``dynamic_energy_bound_j`` adds to the window's own bound) is the same on every window."""
+    try:
+        total = float(dynamic_bound_j)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return bound
+    if not math.isfinite(total):
+        return bound
+    idle = math.sqrt(max(total**2 - bound.total_j**2, 0.0))
+    return Bound(bound.random_j, math.hypot(bound.systematic_j, idle))
+
+
 def compare_trials(  # noqa: C901, PLR0915 (one pass over figures, keys and runs builds every row; then the derived rows)
     labels: Sequence[str],
     windows: Sequence[pd.DataFrame],
@@ -311,6 +384,7 @@ def compare_trials(  # noqa: C901, PLR0915 (one pass over figures, keys and runs
     alpha: float = DEFAULT_ALPHA,
     min_change_pct: float = DEFAULT_MIN_CHANGE_PCT,
     derived: Sequence[Mapping[str, float]] = (),
+    same_board: bool = True,
 ) -> Comparison:
     """Compare the windows of several runs, each against the first.
 
@@ -322,6 +396,9 @@ def compare_trials(  # noqa: C901, PLR0915 (one pass over figures, keys and runs
         figures: which of ``FIGURES`` to compare.
         derived: per run, figures derived from medians (``table.column`` -> value): shown with
             their change, never tested.
+        same_board: every run measured the same board: a difference of energy is then judged
+            against the random parts of the runs' bounds (the sensor's systematic error cancels),
+            else against their totals.
     """
     n = len(labels)
     if n < 2 or len(windows) != n:
@@ -336,6 +413,7 @@ def compare_trials(  # noqa: C901, PLR0915 (one pass over figures, keys and runs
     only_in: dict[str, list[str]] = {}
     for figure in figures:
         per_run = [trial_values(w, figure) for w in windows]
+        per_run_bounds = [trial_bounds(w, figure) for w in windows]
         for i, kept in enumerate(channels):
             if kept is not None:
                 per_run[i] = {k: v for k, v in per_run[i].items() if k[1] == "" or k[1] in kept}
@@ -353,16 +431,23 @@ def compare_trials(  # noqa: C901, PLR0915 (one pass over figures, keys and runs
             spreads: list[Spread | None] = []
             values: list[float] = []
             changes: list[Change | None] = []
+            row_bounds: list[Bound | None] = []
             for i, run in enumerate(per_run):
                 if key not in run:
                     spreads.append(None)
                     values.append(math.nan)
                     changes.append(None)
+                    row_bounds.append(None)
                     continue
                 spread = Spread.of(run[key])
                 spreads.append(spread)
                 values.append(spread.median)
-                changes.append(None if i == 0 else judge(figure, reference, run[key], alpha, min_change_pct))
+                bound = per_run_bounds[i].get(key)
+                row_bounds.append(bound)
+                pair = (per_run_bounds[0].get(key), bound)
+                changes.append(
+                    None if i == 0 else judge(figure, reference, run[key], alpha, min_change_pct, pair, same_board)
+                )
             kind = next((k[key[0]] for k in kinds if key[0] in k), "phase")
             rows.append(
                 Row(
@@ -374,6 +459,7 @@ def compare_trials(  # noqa: C901, PLR0915 (one pass over figures, keys and runs
                     tuple(spreads),
                     tuple(values),
                     tuple(changes),
+                    tuple(row_bounds),
                 )
             )
     derived = list(derived) or [{}] * n

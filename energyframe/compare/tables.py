@@ -12,7 +12,7 @@ import pandas as pd
 from rich.table import Table
 
 from ..core.stats import Spread
-from ..results.display import md_table, md_text, relative_iqr, render, si
+from ..results.display import md_table, md_text, relative_iqr, render, si, with_bound
 from ..results.rundir import SavedRun
 from ..results.store import json_safe
 from . import comparability
@@ -58,6 +58,7 @@ def compare_runs(
         alpha=alpha,
         min_change_pct=min_change_pct,
         derived=[r.derived_figures() for r in runs] if derived else (),
+        same_board=comparability.same_board([r.result.run_meta for r in runs]),
     )
     warnings = comparability.check(labels, [r.result for r in runs])
     return Comparison(
@@ -81,7 +82,7 @@ def value_text(row: Row, i: int) -> str:
         if row.unit in ("s", "J", "W"):
             return si(value, row.unit)
         return f"{value:.4g}{' ' + row.unit if row.unit else ''}"
-    return f"{si(spread.median, row.unit)} (IQR {relative_iqr(spread)}, {spread.n})"
+    return f"{with_bound(si(spread.median, row.unit), row.bound_pct(i))} (IQR {relative_iqr(spread)}, {spread.n})"
 
 
 def change_text(row: Row, i: int) -> str:

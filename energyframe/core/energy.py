@@ -40,12 +40,25 @@ CLOCK_STEP = "clock_step"  # offline: the log's clock stepped back near the wind
 MLPERF_MIN_WINDOW_S = 60.0
 
 
+#: estimators (windows.csv's ``estimator``; a counter window names each edge's, ``edges.py``)
+COUNTER_ESTIMATOR = "counter"
+POWER_ESTIMATOR = "power"
+
+
 @dataclass(frozen=True)
 class WindowEnergy:
-    """Energy of one window on one channel. Units: J (NaN when it cannot be known)."""
+    """Energy of one window on one channel. Units: J (NaN when it cannot be known).
+
+    Args:
+        estimator: how the energy was read (``counter``, ``power``, or per edge for a counter
+            with fine samples beside it: ``fused``, ``counter/fused``...).
+        random_j: the 95 % bound of what varies window to window (``uncertainty.py``).
+    """
 
     energy_j: float
     flags: tuple[str, ...] = ()
+    estimator: str = ""
+    random_j: float = math.nan
 
 
 def _bracket(times: np.ndarray, start_s: float, end_s: float) -> tuple[int, int] | None:
@@ -93,7 +106,10 @@ def counter_energy(
     v = segment_v - segment_v[0]
     e0 = float(np.interp(0.0, t, v))
     e1 = float(np.interp(end_s - start_s, t, v))
-    return WindowEnergy(e1 - e0, tuple(flags))
+    from .edges import Z95, counter_edge  # edges builds on this module
+
+    sd = math.hypot(counter_edge(t, v, 0.0).sd_j, counter_edge(t, v, end_s - start_s).sd_j)
+    return WindowEnergy(e1 - e0, tuple(flags), COUNTER_ESTIMATOR, Z95 * sd)
 
 
 def power_energy(
@@ -118,7 +134,10 @@ def power_energy(
     inside = (t > 0.0) & (t < duration)
     ts = np.concatenate(([0.0], t[inside], [duration]))
     ps = np.concatenate(([_value_at(t, p, 0.0)], p[inside], [_value_at(t, p, duration)]))
-    return WindowEnergy(float(_trapezoid(ps, ts)), tuple(flags))
+    from .uncertainty import sample_coverage_j  # uncertainty builds on this module
+
+    random = sample_coverage_j(t, p, 0.0, duration)
+    return WindowEnergy(float(_trapezoid(ps, ts)), tuple(flags), POWER_ESTIMATOR, random)
 
 
 def _value_at(t: np.ndarray, v: np.ndarray, x: float) -> float:

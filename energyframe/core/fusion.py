@@ -21,7 +21,10 @@ on another clock and their integral need not equal the counter's.
 3. **Local shift.** Inside each tick interval the series may move by up to ``max_shift_periods``
    of its own sample period, the least that makes its integral agree with the counter's
    increment within the series' typical mismatch: 20-ms samples cannot say where within 20 ms
-   a step happened, the counter's increment can.
+   a step happened, the counter's increment can. A ``period`` series whose samples at steps
+   mostly lie between the levels on either side (``shapes.means_at_steps``) is made of means,
+   each of which places its step itself: it is not shifted, since a shift would then only
+   absorb the ticks' stamp noise by moving a step placed right.
 4. **Scale.** The (shifted) series is scaled by one factor per tick interval so that its
    integral over the interval equals the counter's increment exactly.
 
@@ -48,6 +51,7 @@ from ..model import Channel, ClockBase, Quantity
 from .samples import SampleSeries
 from .shapes import (
     MAX_OFFSET_S,
+    MEANS_AT_STEPS,
     READINGS,
     OffsetEstimate,
     ShapeSeries,
@@ -55,6 +59,7 @@ from .shapes import (
     covered,
     estimate_offset,
     knots,
+    means_at_steps,
     samples_of,
 )
 
@@ -91,6 +96,12 @@ class FusionResult:
         shifted: of those, intervals where the series was shifted locally (by name).
         flat: tick intervals with the counter's mean power (no usable shape).
         unknown: tick intervals with NaN power (across a counter reset).
+        ticks_s: the counter's ticks the series is built on (finite, ascending). Units: s.
+        counter_j: the counter at each of them. Units: J.
+        mismatch_j: per tick interval, the counter's increment minus the shape's integral
+            scaled by the series' overall gain, as the series placed it (before the local
+            shift and the interval's own scale): how far the shape and the counter disagreed
+            there (NaN where no series shaped it). Units: J.
     """
 
     series: SampleSeries
@@ -100,6 +111,15 @@ class FusionResult:
     shifted: Mapping[str, int] = field(default_factory=dict)
     flat: int = 0
     unknown: int = 0
+    ticks_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    counter_j: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mismatch_j: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @property
+    def residual_j(self) -> float:
+        """RMS of ``mismatch_j`` over the shaped intervals (NaN when none was shaped). Units: J."""
+        m = self.mismatch_j[np.isfinite(self.mismatch_j)]
+        return float(np.sqrt(np.mean(m * m))) if m.size else math.nan
 
     def to_json(self) -> dict:
         return {
@@ -158,11 +178,13 @@ def _clean_counter(ticks_s, counter_j) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class _Plan:
-    """Per tick interval: which series shapes it (-1: none), its scale and its local shift."""
+    """Per tick interval: which series shapes it (-1: none), its scale, its local shift and how
+    far the shape missed the counter before scaling."""
 
     mode: np.ndarray
     scale: np.ndarray
     shift: np.ndarray
+    mismatch: np.ndarray
 
 
 def _shape_intervals(
@@ -184,8 +206,8 @@ def _shape_intervals(
         return
     ai, bi, ei = a[todo], b[todo], increments[todo]
     gain = est.gain if est.applied and est.gain > 0 else math.nan
+    s0 = signal.between(ai, bi)
     if not gain > 0:
-        s0 = signal.between(ai, bi)
         gain = float(ei[s0 > 0].sum() / s0[s0 > 0].sum()) if np.any(s0 > 0) else math.nan
     d = np.zeros(todo.size)
     if reach_s > 0 and gain > 0:
@@ -202,6 +224,7 @@ def _shape_intervals(
     plan.mode[chosen] = k
     plan.scale[chosen] = k_i[usable]
     plan.shift[chosen] = d[usable]
+    plan.mismatch[chosen] = (ei - gain * s0)[usable] if gain > 0 else np.nan
 
 
 def _assemble(
@@ -297,7 +320,7 @@ def fuse(
     valid = increments >= 0  # a decrease is a reset: the energy across it is unknown
     a, b = rel[:-1], rel[1:]
     n = a.size
-    plan = _Plan(np.full(n, -1), np.zeros(n), np.zeros(n))
+    plan = _Plan(np.full(n, -1), np.zeros(n), np.zeros(n), np.full(n, np.nan))
     signals: list[Signal | None] = []
     offsets: list[OffsetEstimate] = []
     for k, shape in enumerate(shapes):
@@ -315,6 +338,8 @@ def fuse(
         signal = Signal(*knots(u, p, shape.period_s, shape.reading))
         signals.append(signal)
         reach = max_shift_periods * shape.period_s
+        if shape.reading == "period" and means_at_steps(u, p, shape.period_s) >= MEANS_AT_STEPS:
+            reach = 0.0  # each sample's value places its step: a shift would only absorb stamp noise
         _shape_intervals(
             plan,
             k,
@@ -337,6 +362,9 @@ def fuse(
         {name: int(np.count_nonzero((plan.mode == k) & (plan.shift != 0))) for k, name in enumerate(names)},
         flat=int(np.count_nonzero((plan.mode == -1) & valid)),
         unknown=int(np.count_nonzero(~valid)),
+        ticks_s=t,
+        counter_j=e,
+        mismatch_j=plan.mismatch,
     )
 
 
@@ -354,6 +382,7 @@ def fused_channels(
     series: Mapping[str, SampleSeries],
     report: dict | None = None,
     primary: bool = False,
+    results: dict[str, FusionResult] | None = None,
 ) -> tuple[dict[str, Channel], dict[str, SampleSeries]]:
     """Add a fused power channel ``NAME.fused`` for each counter channel ``NAME`` that has a
     ``NAME.power_samples`` channel (and use ``NAME.power_instant`` where the buffer has gaps).
@@ -368,6 +397,8 @@ def fused_channels(
         report: if given, receives ``FusionResult.to_json()`` for each fused channel, by name.
         primary: make each fused channel primary, and its counter channel secondary (only where
             validation shows fused power no worse than the counter everywhere).
+        results: if given, receives each ``FusionResult`` by the counter channel's name: the
+            evidence ``edges.py`` chooses each window edge's estimator from.
 
     Returns:
         New dicts of channels and series, with the fused channels added.
@@ -405,4 +436,6 @@ def fused_channels(
             new_channels[name] = replace(channel, primary=False)
         if report is not None:
             report[fused_name] = result.to_json()
+        if results is not None:
+            results[name] = result
     return new_channels, new_series

@@ -18,6 +18,7 @@ import pandas as pd
 from ..model import Channel, Timing, WindowAnnotation
 from .align import MeterAligner
 from .clock import ChannelTimeMap, ClockModel
+from .edges import Evidence
 from .samples import SampleSeries
 from .windows import IdleBaseline, WindowRecord, compute_windows, idle_baselines
 
@@ -74,6 +75,8 @@ class Placement:
     series: Mapping[str, SampleSeries]
     time_maps: Mapping[str, ChannelTimeMap]
     alignment: Mapping[str, Any] | None
+    #: per counter channel, what its fused power says about each tick interval (``edges.py``)
+    evidence: Mapping[str, Evidence] = field(default_factory=dict)
 
 
 # -- 1. placement ---------------------------------------------------------------------------------
@@ -119,7 +122,7 @@ def integrate(
     """Every window's energy on every channel, and the idle baselines they subtract."""
     idle: dict[str, IdleBaseline] = dict(recording.idle_baselines)
     if recording.idle_window is not None:
-        idle = idle_baselines(recording.idle_window, recording.channels, placement.series)
+        idle = idle_baselines(recording.idle_window, recording.channels, placement.series, placement.evidence)
     windows = compute_windows(
         recording.records,
         recording.channels,
@@ -128,6 +131,7 @@ def integrate(
         idle,
         annotate,
         placed_rejections(recording.rejected, placement.time_maps),
+        placement.evidence,
     )
     return windows, idle
 

@@ -32,6 +32,12 @@ MAX_OFFSET_INTERVALS = 6000
 #: samples further apart than this many periods do not cover the interval between them
 GAP_PERIODS = 3.0
 
+#: a series whose samples at steps lie between the levels on either side this often reads as
+#: means (a step inside a sample's period shows as a value between the two levels)
+MEANS_AT_STEPS = 0.5
+#: a step, for ``means_at_steps``: the levels around a sample differ by this share of the higher
+STEP_SHARE = 0.3
+
 #: how a series' samples are read (see the module docstring)
 READINGS = ("point", "period")
 
@@ -169,6 +175,26 @@ def knots(u: np.ndarray, p: np.ndarray, period_s: float, reading: str) -> tuple[
     t = np.column_stack((start, at, at, u)).ravel()
     v = np.column_stack((first, first, last, last)).ravel()
     return t, v
+
+
+def means_at_steps(u: np.ndarray, p: np.ndarray, period_s: float) -> float:
+    """Of the samples between two neighbours on different levels (a step around it), the share
+    that lies between them by more than a tenth of the step: ~1 for means over the whole period
+    (a step inside a sample's period gives a value between the levels), ~ the rise time over the
+    period for instant readings. NaN without steps."""
+    if u.size < 3:
+        return math.nan
+    joined = (np.diff(u) <= GAP_PERIODS * period_s)[:-1] & (np.diff(u) <= GAP_PERIODS * period_s)[1:]
+    before, here, after = p[:-2], p[1:-1], p[2:]
+    step = np.abs(after - before)
+    top = np.maximum(np.maximum(before, after), 1e-9)
+    at_step = joined & (step >= STEP_SHARE * top)
+    if not np.any(at_step):
+        return math.nan
+    low, high = np.minimum(before, after), np.maximum(before, after)
+    margin = 0.1 * step
+    between = (here > low + margin) & (here < high - margin)
+    return float(np.count_nonzero(between & at_step) / np.count_nonzero(at_step))
 
 
 def covered(u: np.ndarray, period_s: float, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
-from ..model import Channel, WindowAnnotation
+from ..model import Channel, Quantity, WindowAnnotation
 from .clock import ClockModel
+from .edges import Evidence, evidence_window, fused_window
 from .energy import (
     CLOCK_STEP,
     DUPLICATE_SAMPLES,
@@ -20,8 +21,10 @@ from .energy import (
     WindowEnergy,
     window_energy,
 )
+from .fusion import FUSED_SUFFIX
 from .samples import DUPLICATE, IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, STEPPED, SampleSeries
 from .stats import Spread
+from .uncertainty import Bound, median_ci_j, summary_bound, systematic_j
 
 WINDOW_COLUMNS = [
     "phase",
@@ -37,8 +40,16 @@ WINDOW_COLUMNS = [
     "energy_per_iter_j",
     "dynamic_energy_j",
     "dynamic_energy_per_iter_j",
+    "estimator",
+    "energy_bound_j",
+    "energy_bound_pct",
+    "energy_random_j",
+    "energy_systematic_j",
+    "dynamic_energy_bound_j",
     "flags",
 ]
+#: text columns of windows.csv (the others are numbers)
+TEXT_COLUMNS = ("phase", "channel", "estimator", "flags")
 
 #: window flag: the idle baseline's power is above the window's mean power, so its dynamic
 #: energy is negative (the baseline was not idle, or the work draws less than it)
@@ -85,27 +96,57 @@ class WindowRecord:
 
 @dataclass(frozen=True)
 class IdleBaseline:
-    """Power of one channel while nothing ran. Units: W, s."""
+    """Power of one channel while nothing ran. Units: W, s.
+
+    Args:
+        bound_w: the 95 % random bound of ``power_w`` (its window's edges and coverage): what
+            it adds, times a window's duration, to that window's dynamic energy. Units: W.
+    """
 
     channel: str
     power_w: float
     duration_s: float
     flags: tuple[str, ...] = ()
+    bound_w: float = math.nan
+
+
+def channel_energy(
+    channel: Channel,
+    series: Mapping[str, SampleSeries],
+    start_s: float,
+    end_s: float,
+    evidence: Mapping[str, Evidence] | None = None,
+) -> WindowEnergy:
+    """One window on one channel: a counter with fine samples beside it chooses each edge's
+    estimator (``edges.py``); the fused channel gets its own edges' bound; the rest as
+    ``energy.window_energy`` reads them."""
+    s = series[channel.name]
+    evidence = evidence or {}
+    if channel.quantity == Quantity.ENERGY and channel.name in evidence:
+        return evidence_window(evidence[channel.name], s.times_s, s.values, start_s, end_s, channel.resolution_s)
+    we = window_energy(channel.quantity, s.times_s, s.values, start_s, end_s, channel.resolution_s)
+    counter = channel.name[: -len(FUSED_SUFFIX) - 1] if channel.name.endswith("." + FUSED_SUFFIX) else None
+    if counter is not None and counter in evidence and math.isfinite(we.energy_j):
+        random = fused_window(evidence[counter], start_s, end_s)
+        return WindowEnergy(we.energy_j, we.flags, "fused", random)
+    return we
 
 
 def idle_baselines(
-    window: WindowRecord, channels: Mapping[str, Channel], series: Mapping[str, SampleSeries]
+    window: WindowRecord,
+    channels: Mapping[str, Channel],
+    series: Mapping[str, SampleSeries],
+    evidence: Mapping[str, Evidence] | None = None,
 ) -> dict[str, IdleBaseline]:
     out = {}
     for name, channel in channels.items():
         if not channel.integrable:
             continue
-        s = series[name]
-        we = window_energy(
-            channel.quantity, s.times_s, s.values, window.start_s, window.end_s, channel.resolution_s
-        )
-        power = we.energy_j / window.duration_s if window.duration_s > 0 else math.nan
-        out[name] = IdleBaseline(name, power, window.duration_s, we.flags)
+        we = channel_energy(channel, series, window.start_s, window.end_s, evidence)
+        duration = window.duration_s
+        power = we.energy_j / duration if duration > 0 else math.nan
+        bound = we.random_j / duration if duration > 0 else math.nan
+        out[name] = IdleBaseline(name, power, duration, we.flags, bound)
     return out
 
 
@@ -133,12 +174,15 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
     idle: Mapping[str, IdleBaseline] | None = None,
     annotate: Annotator | None = None,
     rejected: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    evidence: Mapping[str, Evidence] | None = None,
 ) -> pd.DataFrame:
     """One row per window and integrable channel (one row per window when there is none).
 
     Args:
         rejected: per channel, when readings that cannot be physical were kept out of its series
             (``SampleStore.rejected_times``); the windows near them are flagged.
+        evidence: per counter channel, what its fused power says about each tick interval
+            (``edges.Evidence``): its windows then choose each edge's estimator.
     """
     idle = idle or {}
     rejected = rejected or {}
@@ -158,28 +202,29 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
             rows.append({**base, "channel": "", "flags": ""})
             continue
         for channel in integrable:
-            s = series[channel.name]
-            we = window_energy(
-                channel.quantity, s.times_s, s.values, w.start_s, w.end_s, channel.resolution_s
-            )
+            we = channel_energy(channel, series, w.start_s, w.end_s, evidence)
             flags = list(we.flags)
             if channel.name in rejected:
                 for flag in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s):
                     if flag not in flags:
                         flags.append(flag)
             if any(f in UNKNOWABLE for f in flags):  # readings there could not be placed in time
-                we = WindowEnergy(math.nan, we.flags)
+                we = replace(we, energy_j=math.nan)
             row = {
                 **base,
                 "channel": channel.name,
                 "energy_j": we.energy_j,
                 "mean_power_w": we.energy_j / w.duration_s if w.duration_s > 0 else math.nan,
                 "energy_per_iter_j": we.energy_j / w.iterations if w.iterations else math.nan,
+                **_bound_columns(channel, we, w.duration_s),
             }
             baseline = idle.get(channel.name)
             if baseline is not None:
                 dynamic = we.energy_j - baseline.power_w * w.duration_s
                 row["dynamic_energy_j"] = dynamic
+                row["dynamic_energy_bound_j"] = math.hypot(
+                    row["energy_bound_j"], baseline.bound_w * w.duration_s
+                )
                 row["dynamic_energy_per_iter_j"] = dynamic / w.iterations if w.iterations else math.nan
                 if dynamic < -baseline.power_w * TIME_ROUNDING_S and IDLE_ABOVE_LOAD not in flags:
                     flags.append(IDLE_ABOVE_LOAD)
@@ -192,7 +237,7 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
     frame = pd.DataFrame(rows)
     for column in WINDOW_COLUMNS:
         if column not in frame.columns:
-            frame[column] = math.nan if column not in ("phase", "channel", "flags") else ""
+            frame[column] = math.nan if column not in TEXT_COLUMNS else ""
     extra = [c for c in frame.columns if c not in WINDOW_COLUMNS]
     return frame[WINDOW_COLUMNS + extra]
 
@@ -217,6 +262,30 @@ def idle_warnings(windows: pd.DataFrame, idle: Mapping[str, IdleBaseline]) -> li
     return out
 
 
+def _bound_columns(channel: Channel, we: WindowEnergy, duration_s: float) -> dict:
+    """windows.csv's estimator and 95 % bound of one window's energy, in its parts."""
+    bound = Bound(we.random_j, systematic_j(channel, we.energy_j, duration_s))
+    if not math.isfinite(we.energy_j):
+        bound = Bound(math.nan, math.nan)
+    return {
+        "estimator": we.estimator,
+        "energy_bound_j": bound.total_j,
+        "energy_bound_pct": bound.pct(we.energy_j),
+        "energy_random_j": bound.random_j,
+        "energy_systematic_j": bound.systematic_j,
+    }
+
+
+def window_bound(row: Mapping) -> Bound | None:
+    """A windows.csv row's bound (None where the run predates bounds or has no energy)."""
+    try:
+        random = float(row.get("energy_random_j"))  # type: ignore[arg-type]
+        systematic = float(row.get("energy_systematic_j"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return Bound(random, systematic) if math.isfinite(random) else None
+
+
 @dataclass(frozen=True)
 class PhaseSummary:
     """One phase on one channel over its trials (``channel`` is empty for timing-only runs)."""
@@ -231,6 +300,18 @@ class PhaseSummary:
     dynamic_energy_per_iter_j: Spread | None = None
     flags: tuple[str, ...] = ()
     work: Mapping[str, float] = field(default_factory=dict)
+    #: the 95 % bound of ``energy_per_iter_j.median`` (``uncertainty.summary_bound``)
+    energy_bound: Bound | None = None
+    #: the share of the trials' windows whose edges took each estimator (``{"counter": 5}``)
+    estimators: Mapping[str, int] = field(default_factory=dict)
+    #: the precision reached: the 95 % interval of the median over the trials, in % of it, of
+    #: ``time`` and ``energy`` per iteration (``uncertainty.median_ci_j``; absent below 2 trials)
+    precision_pct: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def energy_bound_pct(self) -> float:
+        """The total 95 % bound of the median energy per iteration, in % (NaN without one)."""
+        return self.energy_bound.pct(self.energy_per_iter_j.median) if self.energy_bound else math.nan
 
     def to_json(self) -> dict:
         return {
@@ -246,6 +327,11 @@ class PhaseSummary:
             ),
             "flags": list(self.flags),
             "work": dict(self.work),
+            "energy_per_iter_bound": (
+                self.energy_bound.to_json(self.energy_per_iter_j.median) if self.energy_bound else None
+            ),
+            "estimators": dict(self.estimators),
+            "precision_pct": dict(self.precision_pct),
         }
 
     @classmethod
@@ -262,6 +348,9 @@ class PhaseSummary:
             dynamic_energy_per_iter_j=Spread.from_json(dyn) if dyn else None,
             flags=tuple(d.get("flags", ())),
             work=d.get("work", {}),
+            energy_bound=Bound.from_json(d.get("energy_per_iter_bound")),
+            estimators=d.get("estimators", {}),
+            precision_pct=d.get("precision_pct", {}),
         )
 
 
@@ -287,6 +376,7 @@ def summarize(
         dynamic = None
         if group["dynamic_energy_per_iter_j"].notna().any():
             dynamic = Spread.of(group["dynamic_energy_per_iter_j"])
+        bound, estimators = _phase_bound(group)
         out.append(
             PhaseSummary(
                 phase=str(phase),
@@ -299,6 +389,41 @@ def summarize(
                 dynamic_energy_per_iter_j=dynamic,
                 flags=tuple(flags),
                 work=dict(work.get(str(phase), {})),
+                energy_bound=bound,
+                estimators=estimators,
+                precision_pct=_precision(group, bool(channel)),
             )
         )
     return out
+
+
+def _precision(group: pd.DataFrame, energy: bool) -> dict[str, float]:
+    """The 95 % interval of the median time (and energy) per iteration, in % of the median."""
+    out = {}
+    columns = {"time": "time_per_iter_s", "energy": "energy_per_iter_j"} if energy else {"time": "time_per_iter_s"}
+    for name, column in columns.items():
+        values = pd.to_numeric(group[column], errors="coerce").to_numpy(float)
+        values = values[np.isfinite(values)]
+        half = median_ci_j(values)
+        median = float(np.median(values)) if values.size else math.nan
+        if math.isfinite(half) and median:
+            out[name] = 100.0 * half / abs(median)
+    return out
+
+
+def _phase_bound(group: pd.DataFrame) -> tuple[Bound | None, dict[str, int]]:
+    """The bound of a phase's median energy per iteration, and how many windows took each
+    estimator."""
+    if "energy_random_j" not in group.columns:
+        return None, {}
+    per_iter = []
+    bounds = []
+    for row in group.to_dict("records"):
+        iterations = row.get("iterations") or 0
+        bound = window_bound(row)
+        if bound is not None and iterations:
+            bounds.append(bound.scaled(1.0 / iterations))
+        per_iter.append(row.get("energy_per_iter_j"))
+    counts = group["estimator"].fillna("").astype(str).value_counts() if "estimator" in group else {}
+    estimators = {str(k): int(v) for k, v in dict(counts).items() if k}
+    return summary_bound(per_iter, bounds), estimators

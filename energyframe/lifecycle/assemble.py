@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.clock import ClockModel
-from ..core.fusion import FUSED_SUFFIX, fused_channels
+from ..core.edges import Evidence
+from ..core.fusion import FUSED_SUFFIX, FusionResult, fused_channels
 from ..core.pipeline import (
     INTERRUPTED,
     Annotate,
@@ -70,8 +71,10 @@ def add_fused_power(
     first. The fused channel belongs to the counter's source. A failure only leaves it out.
     """
     report: dict[str, Any] = {}
+    results: dict[str, FusionResult] = {}
     try:
-        channels, series = fused_channels(recording.channels, placement.series, report)
+        channels, series = fused_channels(recording.channels, placement.series, report, results=results)
+        evidence = {name: Evidence.of(result) for name, result in results.items()}
     except Exception as e:  # a second view of the counter: never worth the run
         warn(f"fused power left out: {type(e).__name__}: {e}")
         return recording, placement, {}
@@ -85,7 +88,7 @@ def add_fused_power(
             owners[name] = owners[counter]
     return (
         replace(recording, channels=channels, channel_source=owners),
-        replace(placement, series=series),
+        replace(placement, series=series, evidence=evidence),
         report,
     )
 
@@ -167,7 +170,7 @@ def placement_meta(placement: Placement, idle: Mapping[str, IdleBaseline], recor
     """What was done to the samples before integrating: shifts, idle baseline, rejections."""
     out: dict[str, Any] = {
         "idle_baseline": {
-            n: {"power_w": b.power_w, "duration_s": b.duration_s, "flags": list(b.flags)}
+            n: {"power_w": b.power_w, "bound_w": b.bound_w, "duration_s": b.duration_s, "flags": list(b.flags)}
             for n, b in idle.items()
         },
         "time_maps": {

@@ -22,12 +22,13 @@ MAX_SECONDS = 86_400.0
 
 
 def _setting(default: Any, flag: str | None, help: str, kind: type, minimum: float | None = None,
-             positive: bool = False, seconds: bool = False) -> Any:
-    """A ``RunConfig`` field with what the CLI and the validation need to know about it."""
+             positive: bool = False, seconds: bool = False, percent: bool = False) -> Any:
+    """A ``RunConfig`` field with what the CLI and the validation need to know about it
+    (``percent``: the command line also takes it as ``1%``)."""
     return field(
         default=default,
         metadata={"flag": flag, "help": help, "kind": kind, "minimum": minimum, "positive": positive,
-                  "seconds": seconds},
+                  "seconds": seconds, "percent": percent},
     )
 
 
@@ -67,6 +68,14 @@ class RunConfig:
         bool)
     max_iterations: int = _setting(
         1_000_000_000, None, "Upper bound of the calibrated iterations per window.", int, minimum=1)
+    precision_pct: float | None = _setting(
+        None, "--precision", "Measure each phase until the 95 % confidence interval of its median time "
+        "and energy per iteration is within ± this many percent (e.g. 1%): at least --trials windows, "
+        "at most --max-time seconds of them. Default: exactly --trials windows.", float, positive=True,
+        percent=True)
+    max_time_s: float = _setting(
+        60.0, "--max-time", "With --precision, the most seconds of windows per phase.", float,
+        positive=True, seconds=True)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -130,6 +139,8 @@ class RunSettings:
     guard_s: float | None = None
     sync_pulse: bool | None = None
     max_iterations: int | None = None
+    precision_pct: float | None = None
+    max_time_s: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):

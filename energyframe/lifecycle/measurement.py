@@ -19,12 +19,13 @@ and saves the run.
 from __future__ import annotations
 
 import logging
+import math
 import numbers
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from ..ranks.world import rank_devices
 from ..results.paths import out_path
 from ..results.result import COMPLETE, INCOMPLETE, RunResult
 from .assemble import assemble, extra_files, run_meta, utc_now
+from .live import LiveEnergy, LiveWindows, Pending
 from .recorder import Recorder
 from .sync import resolve_sync
 from .timings import Timings
@@ -60,11 +62,34 @@ RUNNING = "running (pid {pid}); if this stays, the process died"
 
 @dataclass
 class WindowHandle:
-    """An open window; set ``iterations`` before it closes if the count is known only then."""
+    """An open window; set ``iterations`` before it closes if the count is known only then.
+
+    Once closed, ``energy_j`` is its energy on the first primary channel as soon as every
+    channel has a sample past its end (it waits for that, about one update period), and
+    ``energy(wait=False)`` the same without waiting (``None`` until known): ``live.py``.
+    """
 
     name: str
     iterations: int
     start_s: float
+    record: WindowRecord | None = None
+    _submit: Callable[[WindowRecord], Pending] | None = field(default=None, repr=False)
+    _pending: Pending | None = field(default=None, repr=False)
+
+    def energy(self, wait: bool = True, timeout_s: float | None = None) -> LiveEnergy | None:
+        """The closed window's energy on every channel (``LiveEnergy``); ``None`` while it is not
+        known yet and ``wait`` is False (or ``timeout_s`` passed)."""
+        if self.record is None or self._submit is None:
+            raise UsageError(f"window {self.name!r} is still open: its energy is known once it closes")
+        if self._pending is None:
+            self._pending = self._submit(self.record)
+        return self._pending.result(wait, timeout_s)
+
+    @property
+    def energy_j(self) -> float:
+        """The closed window's energy on the first primary channel. Units: J."""
+        live = self.energy()
+        return live.energy_j if live is not None else math.nan
 
 
 class Measurement:
@@ -136,6 +161,8 @@ class Measurement:
         self._ranked: Any = None  # ranked.RankedRun with several ranks
         #: where the run's time goes (run.json's ``timings_s``)
         self.timings = Timings()
+        #: closed windows' energy while the run goes (``live.py``)
+        self.live = LiveWindows(self._live_recording, self._live_wait, self._primary_channels, self.warn)
 
     # -- lifecycle -------------------------------------------------------------------------
     def warn(self, message: str) -> None:
@@ -320,7 +347,7 @@ class Measurement:
         iterations = checked_iterations(iterations)
         (sync or self.sync)()
         self.coordinator.edge(f"open window {name!r}")
-        handle = WindowHandle(name, iterations, time.monotonic())
+        handle = WindowHandle(name, iterations, time.monotonic(), _submit=self.live.submit)
         self._open.setdefault(name, []).append(handle)
         return handle
 
@@ -350,6 +377,9 @@ class Measurement:
         self._trials[name] = trial + 1
         record = WindowRecord(name, trial, handle.start_s, end, handle.iterations)
         self.records.append(record)
+        handle.record = record
+        if self.live.watched:  # a subscriber hears of every window
+            handle._pending = self.live.submit(record)
         if self.writer is not None and self.clock is not None:
             self.writer.window_closed(
                 name, trial, self.clock.to_unix(record.start_s), self.clock.to_unix(end), record.iterations
@@ -369,6 +399,7 @@ class Measurement:
             raise UsageError("only the last closed window can be discarded")
         self.records.pop()
         self._trials[record.phase] -= 1
+        self.live.forget(record)
         if self.writer is not None:
             self.writer.window_discarded(record.phase, record.trial)
 
@@ -382,6 +413,44 @@ class Measurement:
             self._open[name].remove(handle)  # a window whose work failed measures nothing
             raise
         self.end_window(name)
+
+    def on_window_energy(self, callback: Callable[[LiveEnergy], None]) -> None:
+        """Call ``callback(LiveEnergy)`` with each window's energy as soon as it is known (on a
+        thread of the measurement's own, in the order windows close): for live output."""
+        self.live.subscribe(callback)
+
+    def window_energy(self, record: WindowRecord, wait: bool = True) -> LiveEnergy | None:
+        """A closed window's energy while the run goes (``end_window``'s record)."""
+        return self.live.submit(record).result(wait)
+
+    def _live_recording(self, since_s: float) -> Recording:
+        """The recording from ``since_s`` on (monotonic), without the raw record."""
+        assert self.recorder is not None and self.clock is not None
+        store = self.recorder.store
+        return Recording(
+            clock=self.clock,
+            channels=dict(store.channels),
+            channel_source=dict(store.channel_source),
+            series={n: s.between(since_s, math.inf) for n, s in store.all_series().items()},
+            samples=store.to_frame().iloc[0:0],
+            sources=list(self.sources),
+        )
+
+    def _live_wait(self, end_s: float) -> list[str]:
+        assert self.recorder is not None
+        return self.recorder.wait_for_samples(end_s, self.recorder.coverage_timeout_s())
+
+    def _primary_channels(self) -> list[str]:
+        if self.recorder is None:
+            return []
+        return [n for n, c in self.recorder.store.channels.items() if c.primary and c.integrable]
+
+    def _seen(self, record: WindowRecord) -> dict[str, int]:
+        assert self.recorder is not None
+        return {
+            n: len(s.between(record.start_s - 1.0, record.end_s + 1.0))
+            for n, s in self.recorder.store.all_series().items()
+        }
 
     def set_work(self, name: str, work: Mapping[str, float]) -> None:
         """Work per iteration of window ``name`` (e.g. ``{"tokens": 128}``)."""
@@ -424,12 +493,16 @@ class Measurement:
             self._result = self._ranked.finish(status, reason)
             return self._result
         assert self.recorder is not None and self.clock is not None
+        self.live.stop()  # the windows asked for are computed with the sources still running
         with self.timings.span("stop_sources"):
             status, reason = self.stop_recording(status, reason)
         with self.timings.span("integrate"):
             result = assemble(
                 self.recording(), self._meta(status, reason, ended=True), self.workload, self.aligner, self.warnings
             )
+            if self.live.computed():  # which live numbers the whole run changed, and why
+                live = self.live.reconcile(result.windows, self._seen)
+                result = replace(result, meta={**result.meta, "live": live})
         self._result = self.save(result, {})
         return self._result
 

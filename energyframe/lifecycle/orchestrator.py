@@ -17,6 +17,7 @@ import logging
 import math
 import operator
 import signal
+import statistics
 import threading
 import time
 import warnings
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.align import SYNC_PULSE
+from ..core.uncertainty import median_ci_j
+from ..core.windows import WindowRecord
 from ..errors import EnergyFrameError, PowerSourceError, RunInterrupted, WorkloadError
 from ..kit import registry
 from ..kit.registry import PowerArg, resolve_power
@@ -45,6 +48,8 @@ log = logging.getLogger("energyframe")
 #: window length when no power source sets one (timing only): long enough that the clock's
 #: resolution and one iteration's jitter do not matter
 TIMING_ONLY_MIN_WINDOW_S = 0.1
+#: with --precision, no interval of a median from fewer windows than this is trusted
+MIN_PRECISION_TRIALS = 3
 
 
 def run_iterations(step: Callable[[], Any], n: int) -> None:
@@ -192,7 +197,8 @@ def measure_phase(
         if config.guard_s:
             run_for(phase, config.guard_s, coord)
     started, before = time.monotonic(), len(m.closed_windows())
-    measure_trials(m, phase, plan, min_window_s, config.cooldown_s, progress)
+    target = Precision(config.precision_pct, config.max_time_s) if config.precision_pct else None
+    measure_trials(m, phase, plan, min_window_s, config.cooldown_s, progress, target)
     measured = sum(r.duration_s for r in m.closed_windows()[before:])
     m.add_time("windows", measured)
     m.add_time("between_windows", max(0.0, time.monotonic() - started - measured))
@@ -201,14 +207,56 @@ def measure_phase(
             run_for(phase, config.guard_s, coord)
 
 
+@dataclass(frozen=True)
+class Precision:
+    """``--precision``: measure until the 95 % interval of the median time and energy per
+    iteration is within ± ``pct`` %, for at most ``max_time_s`` of windows. Units: %, s."""
+
+    pct: float
+    max_time_s: float
+
+    def reached(self, m: Measurement, records: Sequence[WindowRecord]) -> bool:
+        """Whether the phase's windows so far are precise enough (or have taken their time). The
+        energies are computed while the next windows run (``live.py``); once the time is precise
+        enough, this waits for them (the last about one update period)."""
+        if sum(r.duration_s for r in records) >= self.max_time_s:
+            return True
+        times = [r.duration_s / r.iterations for r in records if r.iterations]
+        if relative_ci_pct(times) > self.pct:
+            return False
+        if not m.has_sources:
+            return True
+        known = [m.window_energy(r) for r in records]
+        energies = [e.energy_j / e.record.iterations for e in known if e is not None and e.record.iterations]
+        return len(energies) >= MIN_PRECISION_TRIALS and relative_ci_pct(energies) <= self.pct
+
+
+def relative_ci_pct(values: Sequence[float]) -> float:
+    """The 95 % interval of the median of ``values``, in % of it (inf for fewer than
+    ``MIN_PRECISION_TRIALS``)."""
+    if len(values) < MIN_PRECISION_TRIALS:
+        return math.inf
+    median = statistics.median(values)
+    half = median_ci_j(values)
+    return 100.0 * half / abs(median) if median and math.isfinite(half) else math.inf
+
+
 def measure_trials(
-    m: Measurement, phase: Phase, plan: WindowPlan, min_window_s: float, cooldown_s: float, progress: RunProgress
+    m: Measurement,
+    phase: Phase,
+    plan: WindowPlan,
+    min_window_s: float,
+    cooldown_s: float,
+    progress: RunProgress,
+    precision: Precision | None = None,
 ) -> None:
-    """The windows of one phase; a calibrated window that came out short is measured again."""
+    """The windows of one phase; a calibrated window that came out short is measured again.
+    With a ``precision``, windows go on after ``plan.trials`` until it is reached."""
     iterations = plan.iterations
     trial = redone = 0
     trial_log = log.debug if progress.show else log.info  # the bar says it already
-    while trial < plan.trials:
+    kept: list[WindowRecord] = []
+    while trial < plan.trials or (precision is not None and not _agreed_reached(m, precision, kept)):
         if trial and cooldown_s:
             time.sleep(cooldown_s)
         progress.window_opening(iterations * plan.per_iter_s, f"{trial + 1}/{plan.trials}")
@@ -229,6 +277,9 @@ def measure_trials(
                      phase.name, duration, min_window_s)
             continue
         trial += 1
+        kept.append(record)
+        if precision is not None and m.has_sources:
+            m.window_energy(record, wait=False)  # its energy is computed while the next window runs
         progress.trial_done()
         trial_log("  %s trial %d/%d: %.4g s", phase.name, trial, plan.trials, record.duration_s)
 
@@ -249,6 +300,12 @@ def _steps(m: Measurement, phase: Phase, iterations: int) -> None:
             except Exception as e:  # the device or a source failed too: the interruption still stands
                 m.warn(f"the interrupted window could not be closed: {type(e).__name__}: {e}")
         raise
+
+
+def _agreed_reached(m: Measurement, precision: Precision, records: Sequence[WindowRecord]) -> bool:
+    """Every rank measures the same number of windows: rank 0's answer decides."""
+    reached = precision.reached(m, records)
+    return bool(m.coordinator.agree(1.0 if reached else 0.0, "whether the precision is reached", "root"))
 
 
 def run_for(phase: Phase, seconds: float, coord: Coordinator = ALONE) -> None:

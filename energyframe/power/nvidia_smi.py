@@ -277,7 +277,8 @@ class NvidiaSmiPowerSource(PollingSource):
     def _make_channels(self) -> None:
         prefix = self.options["prefix"]
         period = self.options["interval_ms"] / 1e3
-        averaged: dict[str, Any] = {"timing": Timing.PERIOD_END, "averaging_s": AVERAGE_WINDOW_S}
+        # NVIDIA's help text: each power.draw* reading "is accurate to within +/- 5 watts"
+        averaged: dict[str, Any] = {"timing": Timing.PERIOD_END, "averaging_s": AVERAGE_WINDOW_S, "accuracy_w": 5.0}
         for index in self._gpus:
             base = f"{prefix}gpu{index}"
             self._by_column[f"{index}:{self._power_field}"] = Channel(
@@ -287,7 +288,7 @@ class NvidiaSmiPowerSource(PollingSource):
                 max(period, 0.1),
                 ClockBase.WALL,
                 description=f"nvidia-smi {self._power_field}",
-                **({} if self._power_field == "power.draw.instant" else averaged),
+                **({"accuracy_w": 5.0} if self._power_field == "power.draw.instant" else averaged),
             )
             if self._power_field != "power.draw.average" and "power.draw.average" in self._columns:
                 self._by_column[f"{index}:power.draw.average"] = Channel(

@@ -34,6 +34,8 @@ from ..model import Channel, ClockBase, Quantity, Sample, Scope, Timing, WindowA
 from ..options import Option
 from . import wattsup_protocol as proto
 
+#: the meter's stated accuracy (WattsUp? PRO manual, PHYSICS.md): ±1.5 % of the reading. Units: %.
+ACCURACY_PCT = 1.5
 #: this many records within one logging interval is a flood (10 times the meter's rate)
 FLOOD_RECORDS = 10
 
@@ -158,6 +160,7 @@ class WattsUpPowerSource(PollingSource):
                 description=f"WattsUp? meter on {m.port} ({period:g}-s averages, stamped on arrival)",
                 timing=Timing.UNKNOWN,
                 averaging_s=period,
+                accuracy_pct=ACCURACY_PCT,
             )
             for m in self._meters
         ]
@@ -172,6 +175,7 @@ class WattsUpPowerSource(PollingSource):
                     description="sum of the meters (each meter's latest record at every record)",
                     timing=Timing.UNKNOWN,
                     averaging_s=period,
+                    accuracy_pct=ACCURACY_PCT,
                 )
             )
         return channels

@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from ..options import Option
 from ..plugin import Reporter, RunResult
-from ..results.display import derived_table, summary_table, windows_table
+from ..results.display import derived_table, precision_lines, summary_table, windows_table
 
 #: a pipe or a file gets a table this wide rather than rich's 80 columns
 PIPE_WIDTH = 160
@@ -51,6 +51,10 @@ class ConsoleReporter(Reporter):
             console.print(summary_table(rows, wide=self.options["wide"] or console.width >= PIPE_WIDTH))
         else:
             console.print("no phase summaries (no window finished)")
+        precision = (result.meta.get("config") or {}).get("precision_pct")
+        if precision:
+            for line in precision_lines(rows, float(precision)):
+                console.print(escape(line))
         for table in result.derived:
             console.print(derived_table(table))
         for s in rows:

@@ -51,6 +51,19 @@ def trials_cell(s: PhaseSummary) -> str:
     return str(s.trials)
 
 
+def bound_text(pct: float) -> str:
+    """``0.91`` -> ``± 0.9 %``: the 95 % bound of a figure, two significant digits."""
+    if not math.isfinite(pct):
+        return ""
+    return f"± {pct:.2g} %" if pct < 10 else f"± {pct:.0f} %"
+
+
+def with_bound(value: str, pct: float) -> str:
+    """``1.011 J`` and 0.91 -> ``1.011 J ± 0.9 %`` (the value alone without a bound)."""
+    text = bound_text(pct)
+    return f"{value} {text}" if text and value != "-" else value
+
+
 def _with_spread(value: str, spread: Spread) -> str:
     spread_text = relative_iqr(spread)
     return value if spread_text == "-" else f"{value} ±{spread_text}"
@@ -59,16 +72,17 @@ def _with_spread(value: str, spread: Spread) -> str:
 def summary_table(summaries: Sequence[PhaseSummary], title: str | None = None, wide: bool = True) -> Table:
     """The table ``energyframe run``, ``show`` and ``RunResult.table()`` print.
 
-    ``wide=False`` fits a terminal: the spread (IQR/median) joins its figure, and the iteration
-    count and dynamic energy (when no phase has one) are left out.
+    ``wide=False`` fits a terminal: the spread (IQR/median) joins the time, the 95 % bound
+    (``uncertainty.py``) the energy, and the iteration count and dynamic energy (when no phase
+    has one) are left out.
     """
     table = Table(title=title, show_lines=False, header_style="bold")
     dynamic = any(s.dynamic_energy_per_iter_j for s in summaries)
     if wide:
-        columns = ["phase", "channel", "trials", "iters", "time/iter", "IQR", "energy/iter", "IQR", "power",
-                   "dyn. energy/iter", "flags"]
+        columns = ["phase", "channel", "trials", "iters", "time/iter", "IQR", "energy/iter", "±95%", "IQR",
+                   "power", "dyn. energy/iter", "flags"]
     else:
-        columns = ["phase", "channel", "trials", "time/iter ±IQR", "energy/iter ±IQR", "power"]
+        columns = ["phase", "channel", "trials", "time/iter ±IQR", "energy/iter ±95%", "power"]
         columns += ["dyn. energy/iter"] if dynamic else []
         columns += ["flags"]
     for name in columns:
@@ -77,18 +91,37 @@ def summary_table(summaries: Sequence[PhaseSummary], title: str | None = None, w
     for s in summaries:
         time_s, energy_j = si(s.time_per_iter_s.median, "s"), si(s.energy_per_iter_j.median, "J")
         dyn = si(s.dynamic_energy_per_iter_j.median, "J") if s.dynamic_energy_per_iter_j else "-"
+        bound = s.energy_bound_pct if s.channel else math.nan
         if wide:
             cells = [s.phase, s.channel or "(timing only)", trials_cell(s), str(s.iterations), time_s,
-                     relative_iqr(s.time_per_iter_s), energy_j, relative_iqr(s.energy_per_iter_j),
-                     si(s.mean_power_w.median, "W"), dyn, ", ".join(s.flags)]
+                     relative_iqr(s.time_per_iter_s), energy_j, bound_text(bound) or "-",
+                     relative_iqr(s.energy_per_iter_j), si(s.mean_power_w.median, "W"), dyn, ", ".join(s.flags)]
         else:
             cells = [s.phase, s.channel or "(timing only)", trials_cell(s),
-                     _with_spread(time_s, s.time_per_iter_s), _with_spread(energy_j, s.energy_per_iter_j),
+                     _with_spread(time_s, s.time_per_iter_s), with_bound(energy_j, bound),
                      si(s.mean_power_w.median, "W")]
             cells += [dyn] if dynamic else []
             cells += [", ".join(s.flags)]
         table.add_row(*cells)
     return table
+
+
+def precision_lines(summaries: Sequence[PhaseSummary], target_pct: float) -> list[str]:
+    """``--precision``'s outcome per phase: the 95 % interval of the median reached, of time and
+    energy per iteration, against the target."""
+    lines = []
+    for s in summaries:
+        reached = s.precision_pct
+        parts = [f"{k} ±{v:.2g} %" for k, v in reached.items()]
+        if not parts:
+            continue
+        met = all(v <= target_pct for v in reached.values())
+        where = f"{s.phase} [{s.channel}]" if s.channel else s.phase
+        lines.append(
+            f"{where}: precision {', '.join(parts)} over {s.trials} trials "
+            f"({'reached' if met else 'not reached'}: ±{target_pct:g} %)"
+        )
+    return lines
 
 
 def windows_table(windows, all_channels: bool, primary: Sequence[str]) -> Table:
@@ -113,7 +146,7 @@ def windows_table(windows, all_channels: bool, primary: Sequence[str]) -> Table:
             si(float(row.duration_s), "s"),
             str(row.iterations),
             si(float(row.time_per_iter_s), "s"),
-            si(_float(getattr(row, "energy_j", None)), "J"),
+            with_bound(si(_float(getattr(row, "energy_j", None)), "J"), _float(getattr(row, "energy_bound_pct", None)) or math.nan),
             si(_float(getattr(row, "mean_power_w", None)), "W"),
             str(getattr(row, "flags", "") or "").replace(";", ", "),
         )

@@ -25,7 +25,7 @@ from typing import IO, Any
 import pandas as pd
 
 from ..core.samples import PARTIAL_NAME, SAMPLE_COLUMNS
-from ..core.windows import WINDOW_COLUMNS
+from ..core.windows import TEXT_COLUMNS, WINDOW_COLUMNS
 from ..errors import StoreError, UsageError
 from .meta import FORMAT_VERSION, FormatVersionError, MetaError, RunMeta, described  # noqa: F401 (FORMAT_VERSION: its old home)
 from .paths import out_path
@@ -393,7 +393,7 @@ def _damaged(path: Path, error: BaseException) -> str:
 
 #: windows.csv columns that hold numbers
 #: windows.csv's text columns; every other standard column holds numbers
-_TEXT_WINDOW_COLUMNS = ("phase", "channel", "flags")
+_TEXT_WINDOW_COLUMNS = TEXT_COLUMNS
 _NUMERIC_WINDOW_COLUMNS = tuple(c for c in WINDOW_COLUMNS if c not in _TEXT_WINDOW_COLUMNS)
 
 

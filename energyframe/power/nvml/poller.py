@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ...errors import PowerSourceError
 from ...model import Channel, ClockBase, Quantity, Sample, Scope, Timing
@@ -24,6 +25,9 @@ SAMPLE_BUFFER_PERIOD_S = 0.02
 STATE_INTERVAL_S = 0.05
 #: field 185 and nvmlDeviceGetPowerUsage average over the last second (Ampere and newer). Units: s.
 AVERAGE_WINDOW_S = 1.0
+#: NVIDIA states the board's power readings accurate to within ±5 W (nvidia-smi
+#: --help-query-gpu, power.draw*); the counter integrates the same sensor. Units: W.
+BOARD_ACCURACY_W = 5.0
 #: the buffer holds ~2.4 s; reading every 0.5 s keeps a wide margin. Units: s.
 BUFFER_INTERVAL_S = 0.5
 
@@ -139,7 +143,7 @@ def gpu_channels(gpu: GPU, kinds: Sequence[str]) -> list[Channel]:
                     description=text,
                 )
             )
-    return out
+    return [replace(c, accuracy_w=BOARD_ACCURACY_W) if c.integrable else c for c in out]
 
 
 class FieldPoller:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UsageError
-from ...results.display import cell, relative_iqr, si
+from ...results.display import cell, relative_iqr, si, with_bound
 from ...results.meta import RunMeta
 from ...results.rundir import SavedRun
 from ...results.store import json_safe
@@ -150,8 +150,11 @@ def summary_rows(run: SavedRun) -> list[dict]:
             if spread is None:
                 cells += [_cell("-", None, f"{name}.median"), _cell("-", None, f"{name}.iqr")]
                 continue
+            shown = si(spread.median, unit)
+            if name == "energy_per_iter_j":  # with its 95 % bound, as the console shows it
+                shown = with_bound(shown, s.energy_bound_pct)
             cells += [
-                _cell(si(spread.median, unit), spread.median, f"{name}.median"),
+                _cell(shown, spread.median, f"{name}.median"),
                 _cell(relative_iqr(spread), spread.iqr, f"{name}.iqr"),
             ]
         cells.append(_cell(", ".join(s.flags)))

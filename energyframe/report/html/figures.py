@@ -119,22 +119,37 @@ def power_trace(result: RunResult, max_points: int = 20000, title: str = "") -> 
     return fig.to_plotly_json()
 
 
+def _bar_errors(rows, i: int, bounded: bool) -> tuple[list[float], list[float], list[float]]:
+    """Each row's median of run ``i`` and its error bar: the 95 % bound where the runs record
+    one (energy), else the quartiles."""
+    medians, low, high = [], [], []
+    for r in rows:
+        s = r.spreads[i]
+        m = s.median if s is not None else math.nan
+        medians.append(m)
+        bound = r.bounds[i] if bounded and i < len(r.bounds) else None
+        if bounded:
+            width = bound.total_j if bound is not None else math.nan
+            low.append(width)
+            high.append(width)
+        else:
+            low.append(m - s.q1 if s is not None else math.nan)
+            high.append(s.q3 - m if s is not None else math.nan)
+    return medians, low, high
+
+
 def compare_bars(comparison, figure: str) -> dict | None:
-    """Per row of one figure, each run's median with its quartiles as error bars."""
+    """Per row of one figure, each run's median with its 95 % bound (energy of runs that record
+    one) or its quartiles as error bars."""
     go = graph_objects()
     rows = [r for r in comparison.rows if r.figure == figure and r.kind != "derived"]
     if not rows:
         return None
     fig = go.Figure()
     names = [text(f"{r.name} [{r.channel}]" if r.channel else r.name) for r in rows]
+    bounded = any(b is not None for r in rows for b in r.bounds)
     for i, label in enumerate(comparison.labels):
-        medians, low, high = [], [], []
-        for r in rows:
-            s = r.spreads[i]
-            m = s.median if s is not None else math.nan
-            medians.append(m)
-            low.append(m - s.q1 if s is not None else math.nan)
-            high.append(s.q3 - m if s is not None else math.nan)
+        medians, low, high = _bar_errors(rows, i, bounded)
         fig.add_trace(
             go.Bar(
                 x=names,
@@ -147,7 +162,11 @@ def compare_bars(comparison, figure: str) -> dict | None:
     unit = rows[0].unit
     fig.update_layout(
         barmode="group",
-        title=f"{figure} per iteration: median, bars from the first to the third quartile",
+        title=(
+            f"{figure} per iteration: median, bars its 95 % bound (a difference inside both is not called real)"
+            if bounded
+            else f"{figure} per iteration: median, bars from the first to the third quartile"
+        ),
         yaxis={"title": f"{figure} ({unit})"},
         height=HEIGHT,
         margin={"t": 50},

@@ -1,0 +1,425 @@
+"""Windows on load steps and in steady load: energyframe's default number, its bound, and Zeus,
+side by side in one run.
+
+The step family: square waves of work at the 700-W cap (bf16 GEMMs: on / off 50/100, 100/200,
+200/300 and 500/500 ms), memory-bound (a large elementwise add, 100/200) and a partial load
+(small GEMMs, 100/200). Each window is exactly one period and opens as the host launches the
+burst's first kernel; a random idle gap of up to ``GAP_S`` ends each period so that the
+counter's ticks fall at every phase of the cycle. Even periods are energyframe windows
+(``m.window``), odd ones Zeus's (``ZeusMonitor.begin_window`` / ``end_window``); every burst is
+also an inner energyframe window ``on``, which gives the cycle's edges.
+
+The truth of a step window is the cycle truth (``cycle_truth.py``, docs/measurement.md): the
+counter between the ticks inside the window, plus the mean cycle profile's share of each edge's
+tick interval. The steady windows (200 ms and 1 s, ±10 %, inside back-to-back GEMMs) have the
+truth of their GEMM count times the energy per GEMM of a reference window.
+
+Per configuration: median / max |error| and bias of energyframe's default number (``gpu0``, the
+estimator chosen per edge), of ``gpu0.fused`` and of the interpolated counter, and of Zeus; the
+share of windows whose truth lies inside energyframe's stated bound (its random part) and the
+median bound over the median error.
+
+On one GPU (about 5 minutes; Zeus optional: ``pip install zeus==0.16.0``)::
+
+    python benchmarks/step_family.py --out step-family.json --run-dir step-family-runs
+
+On a CPU, the same table on the simulated family (``step_sim.py``; Zeus is its counter read at
+the window's edges)::
+
+    python benchmarks/step_family.py --simulate --out step-family-sim.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cycle_truth import Segments, fit_profile, window_truth  # noqa: E402
+from run_data import counter_energy_of, gpu_info, load_run  # noqa: E402
+
+from energyframe.core.clock import ClockModel  # noqa: E402
+from energyframe.results.store import json_safe  # noqa: E402
+
+#: a random idle gap of up to this ends each period, so the ticks see every phase. Units: s.
+GAP_S = 0.05
+#: windows of a steady load are this long ± 10 %, with random padding up to 0.1 s between
+STEADY_S = (0.2, 1.0)
+#: energyframe's default channel, its fused power, and the methods in the table
+DEFAULT, FUSED, COUNTER, ZEUS = "energyframe gpu0 (default)", "gpu0.fused", "counter interpolated", "Zeus"
+METHODS = (DEFAULT, FUSED, COUNTER, ZEUS)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One square wave: ``on_s`` of ``work`` then ``off_s`` idle, ``periods`` times."""
+
+    on_s: float
+    off_s: float
+    work: str
+    periods: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.on_s * 1e3:.0f}/{self.off_s * 1e3:.0f} ms {self.work}"
+
+
+FAMILY = (
+    Config(0.05, 0.1, "cap", 160),
+    Config(0.1, 0.2, "cap", 100),
+    Config(0.2, 0.3, "cap", 60),
+    Config(0.5, 0.5, "cap", 36),
+    Config(0.1, 0.2, "memory", 80),
+    Config(0.1, 0.2, "partial", 80),
+)
+STEADY_WINDOWS = {0.2: 60, 1.0: 30}
+
+
+# -- the table --------------------------------------------------------------------------------
+
+
+def method_stats(truth: np.ndarray, energy: np.ndarray) -> dict:
+    """median / max |error| %, mean error % (bias), windows."""
+    ok = np.isfinite(truth) & np.isfinite(energy) & (truth > 0)
+    if not np.any(ok):
+        return {"median_abs_pct": math.nan, "max_abs_pct": math.nan, "bias_pct": math.nan, "n": 0}
+    e = 100.0 * (energy[ok] / truth[ok] - 1.0)
+    return {
+        "median_abs_pct": float(np.median(np.abs(e))),
+        "max_abs_pct": float(np.max(np.abs(e))),
+        "bias_pct": float(np.mean(e)),
+        "n": int(e.size),
+    }
+
+
+def bound_stats(truth: np.ndarray, energy: np.ndarray, bound: np.ndarray) -> dict:
+    """The share of windows whose truth lies inside the stated bound, and the median bound
+    over the median |error| (the bound is not vacuous where this is at most 3)."""
+    ok = np.isfinite(truth) & np.isfinite(energy) & np.isfinite(bound)
+    if not np.any(ok):
+        return {"coverage": math.nan, "ratio": math.nan, "median_bound_pct": math.nan}
+    error = np.abs(energy[ok] - truth[ok])
+    return {
+        "coverage": float(np.mean(error <= bound[ok])),
+        "ratio": float(np.median(bound[ok]) / max(np.median(error), 1e-12)),
+        "median_bound_pct": float(np.median(100.0 * bound[ok] / truth[ok])),
+    }
+
+
+def table_row(name: str, windows: dict) -> dict:
+    """One configuration: ``windows`` holds, per method, (truth, energy) arrays, and for the
+    default its bound and estimators."""
+    row = {"config": name, "methods": {}}
+    for method in METHODS:
+        if method in windows:
+            truth, energy = windows[method][:2]
+            row["methods"][method] = method_stats(truth, energy)
+    truth, energy, bound, estimators = windows[DEFAULT]
+    row["bound"] = bound_stats(truth, energy, bound)
+    names, counts = np.unique(np.asarray(estimators, dtype=str), return_counts=True)
+    row["estimators"] = {str(k): int(v) for k, v in zip(names, counts)}
+    return row
+
+
+def print_table(rows: list[dict], title: str) -> None:
+    print(f"\n{title}\nmedian / max |error| %, bias %; bound: windows inside it, median bound / median error")
+    header = f"{'configuration':22s}" + "".join(f"{m:>30s}" for m in METHODS) + f"{'inside bound':>14s}{'ratio':>7s}"
+    print(header)
+    for row in rows:
+        cells = []
+        for method in METHODS:
+            s = row["methods"].get(method)
+            if s is None or not s["n"]:
+                cells.append(f"{'-':>30s}")
+                continue
+            cells.append(f"{s['median_abs_pct']:9.2f} /{s['max_abs_pct']:7.2f}, {s['bias_pct']:+6.2f}")
+        b = row["bound"]
+        print(f"{row['config']:22s}" + "".join(f"{c:>30s}" for c in cells) + f"{100 * b['coverage']:13.1f}%{b['ratio']:7.2f}")
+    print("estimators of the default:", "; ".join(f"{r['config']}: {r['estimators']}" for r in rows))
+
+
+# -- the simulation (CPU) ---------------------------------------------------------------------
+
+
+def held_counter(ticks_true: np.ndarray, counter: np.ndarray, t: float) -> float:
+    """What a read of the counter at ``t`` returns: the value of the last tick before it."""
+    return float(counter[max(int(np.searchsorted(ticks_true, t, side="right")) - 1, 0)])
+
+
+def simulated(load, seed: int) -> dict:
+    """Every method on every window of a simulated load (Zeus: the counter read at the edges)."""
+    import step_sim
+
+    from energyframe.core.clock import ClockPair
+    from energyframe.core.edges import Evidence
+    from energyframe.core.fusion import fused_channels
+    from energyframe.core.windows import compute_windows
+
+    channels, series = step_sim.read(load.trace, np.random.default_rng(seed))
+    results: dict = {}
+    channels, series = fused_channels(channels, series, results=results)
+    evidence = {n: Evidence.of(r) for n, r in results.items()}
+    frame = compute_windows(load.records, channels, series, ClockModel(ClockPair(0.0, 0.0, 0.0)), evidence=evidence)
+    truth = np.array([float(load.trace.window_j(r.start_s, r.end_s)) for r in load.records])
+    gpu, fused = frame[frame["channel"] == "gpu0"], frame[frame["channel"] == "gpu0.fused"]
+    counter = counter_energy_of(series["gpu0"])
+    # what a read returns: the stamps are the poller's, the values change at the true ticks
+    ticks = series["gpu0"].times_s
+    zeus = [
+        held_counter(ticks, series["gpu0"].values, r.end_s) - held_counter(ticks, series["gpu0"].values, r.start_s)
+        for r in load.records
+    ]
+    return {
+        DEFAULT: (truth, gpu["energy_j"].to_numpy(float), gpu["energy_random_j"].to_numpy(float), list(gpu["estimator"])),
+        FUSED: (truth, fused["energy_j"].to_numpy(float)),
+        COUNTER: (truth, np.array([counter(r.start_s, r.end_s) for r in load.records])),
+        ZEUS: (truth, np.array(zeus)),
+    }
+
+
+def merge(parts: list[dict]) -> dict:
+    out: dict = {}
+    for part in parts:
+        for method, arrays in part.items():
+            if method not in out:
+                out[method] = [np.asarray(a) if not isinstance(a, list) else list(a) for a in arrays]
+                continue
+            out[method] = [
+                (out[method][k] + list(a)) if isinstance(a, list) else np.concatenate((out[method][k], a))
+                for k, a in enumerate(arrays)
+            ]
+    return out
+
+
+def simulate(seeds: int) -> list[dict]:
+    import step_sim
+
+    rows = []
+    for cfg in FAMILY:
+        parts = [
+            simulated(step_sim.square_load(np.random.default_rng(s), cfg.on_s, cfg.off_s, cfg.work, periods=40), 100 + s)
+            for s in range(seeds)
+        ]
+        rows.append(table_row(cfg.name, merge(parts)))
+    for window_s in STEADY_S:
+        parts = [
+            simulated(step_sim.steady_load(np.random.default_rng(s), window_s, "cap"), 100 + s) for s in range(seeds)
+        ]
+        rows.append(table_row(f"steady {window_s * 1e3:.0f} ms cap", merge(parts)))
+    return rows
+
+
+# -- recording (GPU) --------------------------------------------------------------------------
+
+
+def zeus_monitor():
+    """Zeus's monitor of GPU 0, or None (with a message) where zeus is not installed."""
+    try:
+        from zeus.monitor import ZeusMonitor
+    except ImportError:
+        print("zeus is not installed (pip install zeus==0.16.0): the Zeus column is left out")
+        return None
+    return ZeusMonitor(gpu_indices=[0], approx_instant_energy=False)
+
+
+def work_steps():
+    """(step, sync) per kind of work: GEMMs at the cap, a memory-bound add, small GEMMs."""
+    import torch
+    from gpu_load import gemm_step
+
+    x = torch.randn(1 << 28, device="cuda")  # 1 GiB each: the add streams 3 GiB per step
+    y, z = torch.randn_like(x), torch.empty_like(x)
+
+    def add():
+        torch.add(x, y, out=z)
+
+    cap, sync = gemm_step(8192)
+    partial, _ = gemm_step(2048)
+    return {"cap": cap, "memory": add, "partial": partial}, sync
+
+
+def record_steps(cfg: Config, step, sync, zeus, run_dir: Path, rng: random.Random) -> dict:
+    """One square wave under energyframe (even periods) and Zeus (odd ones)."""
+    from gpu_load import time_per_step
+
+    import energyframe as ef
+
+    n = max(1, round(cfg.on_s / time_per_step(step, sync)))
+    zeus_windows = []
+    with ef.measure(power="nvml", sync=sync, out=run_dir) as m:
+        time.sleep(1.0)
+        for k in range(cfg.periods):
+            rest = cfg.off_s + rng.uniform(0.0, GAP_S)
+            if k % 2 == 0 or zeus is None:
+                with m.window("period"):
+                    _burst(m, step, n, rest)
+            else:
+                t0 = time.monotonic()
+                zeus.begin_window("period", sync_execution=False)
+                t1 = time.monotonic()
+                _burst(m, step, n, rest)
+                t2 = time.monotonic()
+                energy = zeus.end_window("period", sync_execution=False).gpu_energy[0]
+                zeus_windows.append(((t0 + t1) / 2, (t2 + time.monotonic()) / 2, energy))
+        time.sleep(0.5)
+    return {"run_dir": str(run_dir), "zeus": zeus_windows, "steps_per_burst": n}
+
+
+def _burst(m, step, n: int, rest_s: float) -> None:
+    with m.window("on", iterations=n):
+        for _ in range(n):
+            step()
+    time.sleep(rest_s)
+
+
+def record_steady(window_s: float, count: int, step, sync, zeus, run_dir: Path, rng: random.Random) -> dict:
+    """Windows of ``window_s`` ± 10 % inside back-to-back GEMMs, alternating energyframe and Zeus,
+    and a 5-s reference window for the energy per GEMM."""
+    from gpu_load import run_for, time_per_step
+
+    import energyframe as ef
+
+    per_step = time_per_step(step, sync)
+    zeus_windows = []
+    with ef.measure(power="nvml", sync=sync, out=run_dir) as m:
+        run_for(step, sync, 1.0)
+        n_ref = int(5.0 / per_step)
+        with m.window("reference", iterations=n_ref):
+            for _ in range(n_ref):
+                step()
+        for k in range(count):
+            for _ in range(rng.randint(0, int(0.1 / per_step))):
+                step()
+            n = max(1, round(window_s * rng.uniform(0.9, 1.1) / per_step))
+            if k % 2 == 0 or zeus is None:
+                with m.window("steady", iterations=n):
+                    for _ in range(n):
+                        step()
+                continue
+            sync()
+            zeus.begin_window("steady", sync_execution=False)
+            for _ in range(n):
+                step()
+            sync()
+            zeus_windows.append((n, zeus.end_window("steady", sync_execution=False).gpu_energy[0]))
+        run_for(step, sync, 0.3)
+    return {"run_dir": str(run_dir), "zeus": zeus_windows}
+
+
+# -- analysis of a recorded run ----------------------------------------------------------------
+
+
+def channel_rows(result, phase: str, channel: str):
+    w = result.windows
+    return w[(w["phase"] == phase) & (w["channel"] == channel)].sort_values("trial")
+
+
+def analyse_steps(run_dir: Path, zeus_windows, off_s: float) -> dict:
+    """Every method on the recorded period windows, against the cycle truth."""
+    from energyframe.results.result import RunResult
+
+    result = RunResult.load(run_dir)
+    run = load_run(run_dir)
+    on = run.phase("on")
+    segments = Segments.from_cycles(on["start_s"], on["end_s"], float(on["end_s"].iloc[-1]) + off_s)
+    ticks, counter = run.series["gpu0"].times_s, run.series["gpu0"].values
+    profile = fit_profile(ticks, counter, segments)
+    gpu = channel_rows(result, "period", "gpu0")
+    fused = channel_rows(result, "period", "gpu0.fused")
+    spans = gpu[["start_s", "end_s"]].to_numpy(float)
+    truth = window_truth(profile, ticks, counter, segments, spans)
+    interpolate = counter_energy_of(run.series["gpu0"])
+    out = {
+        DEFAULT: (truth, gpu["energy_j"].to_numpy(float), gpu["energy_random_j"].to_numpy(float), list(gpu["estimator"])),
+        FUSED: (truth, fused["energy_j"].to_numpy(float)),
+        COUNTER: (truth, np.array([interpolate(a, b) for a, b in spans])),
+    }
+    if zeus_windows:
+        clock = ClockModel.from_json(result.meta["clock"])
+        z = np.array([(clock.to_unix(a), clock.to_unix(b), e) for a, b, e in zeus_windows])
+        out[ZEUS] = (window_truth(profile, ticks, counter, segments, z[:, :2]), z[:, 2])
+    return out
+
+
+def analyse_steady(run_dir: Path, zeus_windows) -> dict:
+    from energyframe.results.result import RunResult
+
+    result = RunResult.load(run_dir)
+    run = load_run(run_dir)
+    reference = channel_rows(result, "reference", "gpu0").iloc[0]
+    per_step = reference["energy_j"] / reference["iterations"]
+    gpu = channel_rows(result, "steady", "gpu0")
+    fused = channel_rows(result, "steady", "gpu0.fused")
+    truth = gpu["iterations"].to_numpy(float) * per_step
+    interpolate = counter_energy_of(run.series["gpu0"])
+    out = {
+        DEFAULT: (truth, gpu["energy_j"].to_numpy(float), gpu["energy_random_j"].to_numpy(float), list(gpu["estimator"])),
+        FUSED: (fused["iterations"].to_numpy(float) * per_step, fused["energy_j"].to_numpy(float)),
+        COUNTER: (truth, np.array([interpolate(a, b) for a, b in gpu[["start_s", "end_s"]].to_numpy(float)])),
+    }
+    if zeus_windows:
+        z = np.array(zeus_windows, dtype=float)
+        out[ZEUS] = (z[:, 0] * per_step, z[:, 1])
+    return out
+
+
+def record_all(args) -> tuple[list[dict], dict]:
+    """The whole family on the GPU: recorded, then analysed."""
+    from gpu_load import run_for
+
+    steps, sync = work_steps()
+    run_for(steps["cap"], sync, 3.0)  # clocks, temperature and power settle
+    zeus = zeus_monitor()
+    rng = random.Random(args.seed)
+    root = Path(args.run_dir)
+    rows, recorded = [], {}
+    for cfg in FAMILY:
+        periods = max(8, int(cfg.periods * args.scale))
+        rec = record_steps(Config(cfg.on_s, cfg.off_s, cfg.work, periods), steps[cfg.work], sync, zeus, root / cfg.name.replace("/", "-").replace(" ", "_"), rng)
+        recorded[cfg.name] = rec
+        rows.append(table_row(cfg.name, analyse_steps(Path(rec["run_dir"]), rec["zeus"], cfg.off_s)))
+        print_table(rows[-1:], f"{cfg.name}: done")
+    for window_s, count in STEADY_WINDOWS.items():
+        name = f"steady {window_s * 1e3:.0f} ms cap"
+        rec = record_steady(window_s, max(6, int(count * args.scale)), steps["cap"], sync, zeus, root / name.replace(" ", "_"), rng)
+        recorded[name] = rec
+        rows.append(table_row(name, analyse_steady(Path(rec["run_dir"]), rec["zeus"])))
+    return rows, recorded
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="write the table and raw figures (JSON) here")
+    ap.add_argument("--simulate", action="store_true", help="the simulated family (no GPU)")
+    ap.add_argument("--seeds", type=int, default=4, help="simulated runs per configuration")
+    ap.add_argument("--run-dir", default="step-family-runs", help="where the GPU runs are saved")
+    ap.add_argument("--scale", type=float, default=1.0, help="periods and windows, times this")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    started = time.monotonic()
+    if args.simulate:
+        rows, recorded, title = simulate(args.seeds), {}, "simulated step family (benchmarks/step_sim.py)"
+    else:
+        rows, recorded = record_all(args)
+        first = load_run(Path(next(iter(recorded.values()))["run_dir"]))
+        device, driver = gpu_info(first.meta)
+        title = f"step family on {device}, driver {driver}, {time.strftime('%Y-%m-%d')}"
+    print_table(rows, title)
+    print(f"\n{time.monotonic() - started:.0f} s")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(json_safe({"title": title, "rows": rows, "recorded": recorded}), indent=1))
+    print(f"raw numbers: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""A counter window's energy with the estimator chosen at each edge by the evidence around it.
+
+Between its ticks, an energy counter is exact; a window's energy is the counter between the
+ticks inside the window plus, at each edge, the share of the edge's tick interval that lies
+inside. Two estimators give that share:
+
+- ``counter``: the interval's increment spread evenly (linear interpolation). Exact under
+  constant power; off by up to a quarter of a step's energy over the interval when the load
+  steps inside it (docs/measurement.md).
+- ``fused``: the increment spread as the fine power samples say (``fusion.py``). Right on a
+  step; under a steady load it adds the samples' own noise.
+
+Both agree at every tick, so each edge can take its own. The difference ``D`` between the two
+shares at an edge is what the samples say the counter gets wrong there: an edge takes ``fused``
+where ``|D|`` is more than ``STEP_SIGMAS`` times what the samples' noise alone gives (a step
+inside the edge's tick interval), ``counter`` otherwise.
+
+Each edge also gives the window's random uncertainty (``uncertainty.py`` combines it): the tick
+stamps (each within ``STAMP_S`` of the counter's change), and what the chosen estimator may
+misplace inside the interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .fusion import FusionResult
+from .samples import SampleSeries
+
+#: a tick is stamped within ± this of the counter's change: the poller stamps a change midway
+#: between two reads, and a read of NVML's counter blocks ~3-4 ms (PHYSICS.md). Units: s.
+STAMP_S = 0.002
+#: standard deviation of a stamp error uniform within ±STAMP_S. Units: s.
+STAMP_SD_S = STAMP_S / math.sqrt(3.0)
+#: an edge takes the fused estimator where |D| exceeds this many times its noise
+STEP_SIGMAS = 3.0
+#: how far a step the samples show may still be misplaced inside a tick interval, 1 sigma: the
+#: 20-ms samples' stamp jitter and the offset between them and the counter. Units: s.
+PLACEMENT_SD_S = 0.0001
+#: the share of an interval's unexplained mismatch, per watt of step, that lands at an edge: the
+#: interval's own scale takes the rest back (calibrated on the step simulation, tests/test_edges.py)
+PLACEMENT_SHARE = 0.6
+#: under a load without steps, the share of the samples' noise that the interpolation's own error
+#: may hide from |D| (calibrated on the steady simulation, tests/test_edges.py)
+UNSEEN_SHARE = 0.6
+#: the 95 % two-sided quantile of a normal error
+Z95 = 1.959963984540054
+
+COUNTER = "counter"
+FUSED = "fused"
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One window edge: the estimator it took and how far the energy up to it may be off.
+
+    Args:
+        estimator: ``counter`` or ``fused``.
+        correction_j: what the estimator adds to the interpolated counter at this edge (D where
+            ``fused``, 0 where ``counter``). Units: J.
+        sd_j: one standard deviation of the error of the energy up to this edge. Units: J.
+        step: whether the samples show a step inside the edge's tick interval.
+        evidence: whether fine samples shaped the edge's tick interval at all.
+    """
+
+    estimator: str
+    correction_j: float
+    sd_j: float
+    step: bool
+    evidence: bool
+
+
+def _interval(ticks: np.ndarray, t: float) -> int:
+    """The tick interval that holds ``t`` (the one it starts, at a tick)."""
+    return int(np.clip(np.searchsorted(ticks, t, side="right") - 1, 0, ticks.size - 2))
+
+
+def _fused_share(fused: SampleSeries, t0: float, t: float) -> float:
+    """The fused power's integral over [t0, t] (power knots at every tick)."""
+    from .energy import power_energy
+
+    return power_energy(fused.times_s, fused.values, t0, t).energy_j if t > t0 else 0.0
+
+
+def _stamp_sd(x: float, p0_w: float, p1_w: float) -> float:
+    """The energy error at an edge from the two ticks' stamps: the share of each tick's error
+    that the interpolation carries to the edge, at the power around that tick. Units: J."""
+    return STAMP_SD_S * math.hypot((1.0 - x) * p0_w, x * p1_w)
+
+
+def counter_edge(ticks_s: np.ndarray, counter_j: np.ndarray, t: float) -> Edge:
+    """An edge of a counter with no fine samples beside it: linear interpolation, with the
+    stamps' uncertainty and, since nothing shows the load inside the interval, the quarter of
+    the interval's energy a step would misplace at worst."""
+    i = _interval(ticks_s, t)
+    span = ticks_s[i + 1] - ticks_s[i]
+    increment = counter_j[i + 1] - counter_j[i]
+    x = float(np.clip((t - ticks_s[i]) / span, 0.0, 1.0))
+    power = increment / span
+    # without evidence a step cannot be excluded: its worst case, x (1 - x) of the increment,
+    # taken as a uniform spread (sd = bound / sqrt 3)
+    unseen = x * (1.0 - x) * increment / math.sqrt(3.0)
+    return Edge(COUNTER, 0.0, math.hypot(_stamp_sd(x, power, power), unseen), False, False)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a fused counter says about every tick interval, for choosing and bounding edges.
+
+    Args:
+        fusion: the fused power and its per-interval mismatch (``fusion.fuse``).
+        jump_w: per tick interval, the range of the fused power inside it (a step's size).
+        placement_sd_s: how far the samples place a step from where the counter says it is,
+            1 sigma: from the run's mismatches beyond what the tick stamps explain, per watt
+            of step (``PLACEMENT_SD_S`` at least). Units: s.
+    """
+
+    fusion: FusionResult
+    jump_w: np.ndarray
+    placement_sd_s: float
+
+    @classmethod
+    def of(cls, fusion: FusionResult) -> Evidence:
+        ticks, series = fusion.ticks_s, fusion.series
+        n = max(ticks.size - 1, 0)
+        jump = np.zeros(n)
+        if n and len(series):
+            lo = np.searchsorted(series.times_s, ticks[:-1], side="left")
+            hi = np.searchsorted(series.times_s, ticks[1:], side="right")
+            for i in np.flatnonzero(hi - lo > 1):  # only ticks where the series has knots
+                inside = series.values[lo[i] : hi[i]]
+                jump[i] = float(np.nanmax(inside) - np.nanmin(inside))
+        mismatch = fusion.mismatch_j[:n]
+        shaped = np.isfinite(mismatch)
+        place = PLACEMENT_SD_S
+        if np.any(shaped) and len(series):
+            p = np.interp(ticks, series.times_s, series.values)
+            stamp2 = STAMP_SD_S**2 * (p[:-1] ** 2 + p[1:] ** 2)
+            # how far the shapes missed the counter beyond what the stamps explain, per watt of
+            # step, over every shaped interval (summed before the root: not biased upwards)
+            excess = float((mismatch[shaped] ** 2 - stamp2[shaped]).sum())
+            steps = float((jump[shaped] ** 2).sum())
+            if steps > 0 and excess > 0:
+                place = max(place, PLACEMENT_SHARE * math.sqrt(excess / steps))
+        return cls(fusion, jump, place)
+
+
+def fused_edge(evidence: Evidence, t: float) -> Edge:
+    """An edge of a counter with fused power beside it: ``fused`` where the samples show a step
+    in the edge's tick interval, ``counter`` otherwise."""
+    result = evidence.fusion
+    ticks, counter = result.ticks_s, result.counter_j
+    i = _interval(ticks, t)
+    mismatch = float(result.mismatch_j[i]) if i < result.mismatch_j.size else math.nan
+    if not math.isfinite(mismatch):
+        return counter_edge(ticks, counter, t)
+    t0, t1 = float(ticks[i]), float(ticks[i + 1])
+    span = t1 - t0
+    increment = float(counter[i + 1] - counter[i])
+    x = float(np.clip((t - t0) / span, 0.0, 1.0))
+    shares = _fused_share(result.series, t0, min(max(t, t0), t1))
+    d = shares - x * increment
+    noise = _noise_j(result, x)
+    fused = result.series
+    # the power at each tick, from the fused series: a tick's stamp error moves the energy by
+    # the power there, whichever estimator reads the interval
+    p0 = float(np.interp(t0, fused.times_s, fused.values))
+    p1 = float(np.interp(t1, fused.times_s, fused.values))
+    if abs(d) <= STEP_SIGMAS * noise:
+        # what the samples say the interpolation misses here (|D|) is the counter's own error
+        # at this edge, if the samples are right; otherwise it overstates it
+        sd = math.sqrt(_stamp_sd(x, p0, p1) ** 2 + d**2 + (UNSEEN_SHARE * noise) ** 2)
+        return Edge(COUNTER, 0.0, sd, False, True)
+    f = float(np.clip(shares / increment, 0.0, 1.0)) if increment > 0 else x
+    placement = evidence.jump_w[i] * evidence.placement_sd_s
+    sd = math.hypot(_stamp_sd(f, p0, p1), placement)
+    return Edge(FUSED, d, sd, True, True)
+
+
+def _noise_j(result: FusionResult, x: float) -> float:
+    """What |D| at an edge at fraction ``x`` of its interval reaches from the samples' noise
+    alone: the run's typical disagreement of shape and counter per interval, split at x."""
+    residual = result.residual_j
+    if not math.isfinite(residual):
+        residual = 0.0
+    return residual * math.sqrt(x * (1.0 - x))
+
+
+def estimator_name(start: Edge, end: Edge) -> str:
+    """``counter`` or ``fused`` where both edges took it, else ``START/END``."""
+    return start.estimator if start.estimator == end.estimator else f"{start.estimator}/{end.estimator}"
+
+
+def evidence_window(
+    evidence: Evidence, times_s: np.ndarray, counter_j: np.ndarray, start_s: float, end_s: float, resolution_s: float
+):
+    """A counter window with each edge's estimator chosen by the fine samples around it.
+
+    The interpolated counter's energy and flags (``energy.counter_energy``), plus each edge's
+    correction; the random bound from both edges. ``short_window`` stays only where a window
+    shorter than two update periods has a step at an edge, or no samples to tell.
+    """
+    from .energy import SHORT_WINDOW, WindowEnergy, counter_energy
+
+    base = counter_energy(times_s, counter_j, start_s, end_s, resolution_s)
+    if not math.isfinite(base.energy_j) or evidence.fusion.ticks_s.size < 2:
+        return base
+    first, last = evidence.fusion.ticks_s[0], evidence.fusion.ticks_s[-1]
+    if start_s < first or end_s > last:
+        return base
+    a, b = fused_edge(evidence, start_s), fused_edge(evidence, end_s)
+    flags = base.flags
+    if SHORT_WINDOW in flags and a.evidence and b.evidence and not (a.step or b.step):
+        flags = tuple(f for f in flags if f != SHORT_WINDOW)
+    energy = base.energy_j + b.correction_j - a.correction_j
+    return WindowEnergy(energy, flags, estimator_name(a, b), Z95 * math.hypot(a.sd_j, b.sd_j))
+
+
+def fused_window(evidence: Evidence, start_s: float, end_s: float) -> float:
+    """The random bound of the fused channel's own window (both edges read as fused). Units: J."""
+    sds = []
+    for t in (start_s, end_s):
+        edge = fused_edge(evidence, t)
+        if edge.estimator == FUSED:
+            sds.append(edge.sd_j)
+        else:  # no step at this edge: fused adds the samples' noise to the stamps' error
+            sds.append(math.hypot(edge.sd_j, _noise_j(evidence.fusion, 0.5)))
+    return Z95 * math.hypot(*sds)

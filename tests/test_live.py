@@ -1,0 +1,112 @@
+"""A window's energy the moment it is known: the handle, the non-blocking form, subscribers, and
+the final run's agreement with the live numbers."""
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import energyframe as ef
+from energyframe.core.clock import ClockModel, ClockPair
+from energyframe.core.samples import SampleSeries
+from energyframe.core.windows import WindowRecord
+from energyframe.errors import UsageError
+from energyframe.lifecycle.assemble import Recording
+from energyframe.lifecycle.live import LiveWindows
+from energyframe.model import Channel, ClockBase, Quantity, Scope
+from tests.fakes import SignalSource
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_the_handle_gives_the_energy_once_the_window_closes():
+    with ef.measure(power=[SignalSource(name="gpu", watts=200.0)]) as m:
+        with m.window("step", iterations=4) as w:
+            with pytest.raises(UsageError, match="window 'step' is still open"):
+                _ = w.energy_j
+            spin(0.2)
+        live = w.energy()
+        assert live.channel == "gpu"
+        assert live.energy_j == pytest.approx(200.0 * w.record.duration_s, rel=1e-3)
+        assert w.energy_j == live.energy_j  # computed once
+        assert w.energy(wait=False) is live
+        assert live.estimator == "counter" and math.isfinite(live.bound_pct)
+    final = m.result.windows
+    row = final[(final["phase"] == "step") & (final["channel"] == "gpu")].iloc[0]
+    assert row["energy_j"] == live.energy_j  # the final run gives the same number
+    assert m.result.meta["live"] == {"windows": 1, "revised": []}
+
+
+def test_subscribers_hear_every_window_in_order():
+    heard = []
+    with ef.measure(power=[SignalSource(name="gpu", watts=100.0)]) as m:
+        m.on_window_energy(heard.append)
+        records = []
+        for _ in range(3):
+            with m.window("step"):
+                spin(0.05)
+            records.append(m.records[-1])
+        assert m.window_energy(records[-1]).record == records[-1]
+    assert [h.record for h in heard] == records
+    assert all(h.energy_j == pytest.approx(100.0 * h.record.duration_s, rel=1e-3) for h in heard)
+    assert m.result.meta["live"]["windows"] == 3
+
+
+def test_nothing_is_computed_live_unless_asked():
+    with ef.measure(power=[SignalSource(name="gpu")]) as m:
+        with m.window("step"):
+            spin(0.02)
+    assert "live" not in m.result.meta
+
+
+def recording(ticks_s, counter_j, records=()):
+    channels = {"gpu0": Channel("gpu0", Quantity.ENERGY, Scope.GPU, 0.1, ClockBase.MONOTONIC)}
+    return Recording(
+        clock=ClockModel(ClockPair(1.79e9, 0.0, 0.0)),
+        channels=channels,
+        channel_source={"gpu0": "nvml"},
+        series={"gpu0": SampleSeries(np.asarray(ticks_s, float), np.asarray(counter_j, float))},
+        samples=None,
+        records=list(records),
+    )
+
+
+def test_the_non_blocking_form_answers_none_until_samples_cover_the_window():
+    gate = threading.Event()
+    ticks = 0.1 * np.arange(40)
+
+    def wait_for_samples(end_s):
+        gate.wait()  # the samples past the window's end have not arrived yet
+        return []
+
+    live = LiveWindows(lambda since: recording(ticks, 500.0 * ticks), wait_for_samples, lambda: ["gpu0"], print)
+    pending = live.submit(WindowRecord("w", 0, 1.05, 2.35))
+    assert pending.result(wait=False) is None
+    assert pending.result(timeout_s=0.05) is None  # still waiting for a sample past the end
+    gate.set()
+    value = pending.result()
+    assert value.energy_j == pytest.approx(500.0 * 1.3)
+    assert live.submit(WindowRecord("w", 0, 1.05, 2.35)) is pending  # asked twice, computed once
+    live.stop()
+
+
+def test_a_number_the_whole_run_changed_is_recorded_with_why():
+    ticks = 0.1 * np.arange(40)
+    counter = 500.0 * ticks
+    live = LiveWindows(lambda since: recording(ticks[:26], counter[:26]), lambda end: [], lambda: ["gpu0"], print)
+    record = WindowRecord("w", 0, 1.05, 2.35)
+    first = live.submit(record).result()
+    live.stop()
+    final = first.rows.copy()
+    final["energy_j"] = first.energy_j + 1.0
+    revised = live.reconcile(final, lambda r: {"gpu0": 30})
+    assert revised["windows"] == 1
+    (change,) = revised["revised"]
+    assert change["live_energy_j"] == first.energy_j and change["energy_j"] == first.energy_j + 1.0
+    assert change["why"] == "samples of gpu0 arrived after the live number"

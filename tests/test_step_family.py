@@ -1,0 +1,95 @@
+"""The step-family benchmark's analysis of a recorded run, on a simulated one (no GPU): the run
+is saved and read back in the real run format, with its "period" and "on" windows."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from energyframe.core.clock import ClockModel, ClockPair
+from energyframe.core.edges import Evidence
+from energyframe.core.fusion import fused_channels
+from energyframe.core.windows import compute_windows
+from energyframe.results.result import RunResult
+from energyframe.results.store import FORMAT_VERSION
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+UNIX_0 = 1.79e9
+
+
+def load(name):
+    sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    sim = load("step_sim")
+    square = sim.square_load(np.random.default_rng(4), 0.1, 0.2, "cap", periods=60)
+    channels, series = sim.read(square.trace, np.random.default_rng(5))
+    samples = pd.concat(
+        [
+            pd.DataFrame({"source": "nvml", "channel": n, "time_s": UNIX_0 + s.times_s, "value": s.values, "unit": ""})
+            for n, s in series.items()
+        ],
+        ignore_index=True,
+    )
+    results = {}
+    channels, series = fused_channels(channels, series, results=results)
+    evidence = {n: Evidence.of(r) for n, r in results.items()}
+    clock = ClockModel(ClockPair(UNIX_0, 0.0, 0.0))
+    windows = compute_windows(square.records + square.bursts, channels, series, clock, evidence=evidence)
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "status": "complete",
+        "clock": clock.to_json(),
+        "sources": [
+            {
+                "name": "nvml",
+                "info": {"driver_version": "0", "gpus": [{"name": "Simulated GPU"}]},
+                "channels": [c.to_json() for n, c in channels.items() if not n.endswith(".fused")],
+            }
+        ],
+    }
+    directory = tmp_path_factory.mktemp("step-family")
+    RunResult(meta, windows, samples).save(directory)
+    return directory, square
+
+
+@pytest.mark.slow
+def test_the_analysis_of_a_recorded_run_reads_the_truth_and_every_method(recorded):
+    directory, square = recorded
+    bench = load("step_family")
+    zeus = [(r.start_s, r.end_s, 42.0) for r in square.records[1::2]]
+    out = bench.analyse_steps(directory, zeus, 0.2)
+    truth, energy, bound, estimators = out[bench.DEFAULT]
+    exact = np.array([float(square.trace.window_j(r.start_s, r.end_s)) for r in square.records])
+    known = np.isfinite(truth)
+    assert known.sum() >= len(exact) - 2  # the first and last periods may lack a tick interval
+    # the cycle truth from the counter alone, against the simulated load's exact energy
+    assert np.median(np.abs(truth[known] / exact[known] - 1)) < 0.005
+    row = bench.table_row("100/200 ms cap", out)
+    assert row["methods"][bench.DEFAULT]["median_abs_pct"] < 1.0
+    assert row["methods"][bench.COUNTER]["n"] == row["methods"][bench.DEFAULT]["n"]
+    assert row["methods"][bench.ZEUS]["n"] >= len(zeus) - 1  # the last period may lack its closing tick
+    # each edge as its evidence says: near a tick the interpolation is as good, elsewhere fused
+    assert set(row["estimators"]) <= {"counter", "fused", "counter/fused", "fused/counter"}
+    assert sum(row["estimators"].values()) == len(exact)
+    assert 0 < row["bound"]["coverage"] <= 1
+
+
+def test_the_simulated_table_prints_every_method(tmp_path, capsys):
+    bench = load("step_family")
+    bench.FAMILY = bench.FAMILY[:1]
+    bench.STEADY_S = (1.0,)
+    assert bench.main(["--simulate", "--seeds", "1", "--out", str(tmp_path / "t.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "50/100 ms cap" in printed and "steady 1000 ms cap" in printed
+    assert "Zeus" in printed and "inside bound" in printed
