@@ -14,10 +14,11 @@ author's claim, stated in their test.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,6 +182,24 @@ class _Driver:
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self._thread.join()
+
+
+@contextlib.contextmanager
+def driving(drive: Callable[[Truth], Any], profile: Profile, update_s: float) -> Iterator[float]:
+    """Drive a fake device with ``profile`` while the block runs: ``drive(truth)`` now, then every
+    ``update_s``. Yields the profile's time zero (``time.monotonic()``). For the conformance checks,
+    which need a device whose reading changes::
+
+        with driving(sensor.write, sine(), update_s=0.05):
+            check_power_source(MySource, {"path": sensor.path}, run_s=2.0)
+
+    Raises:
+        Exception: what ``drive`` raised (the fake device is broken), once the block ends.
+    """
+    with _Driver(drive, profile, update_s) as driver:
+        yield driver.t0
+    if driver.error is not None:
+        raise driver.error
 
 
 def check_accuracy(
