@@ -405,3 +405,31 @@ def test_every_rule_is_documented():
     text = (Path(__file__).resolve().parents[1] / "docs" / "writing-plugins.md").read_text()
     missing = [rule for rule in RULES if f"`{rule}`" not in text]
     assert not missing, f"rules missing from docs/writing-plugins.md: {missing}"
+
+
+# -- the one import path ---------------------------------------------------------------------------
+
+
+def test_energyframe_plugin_exports_every_name_the_docs_tell_authors_to_import():
+    import re
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    text = (docs / "writing-plugins.md").read_text() + (docs / "polling.md").read_text()
+    paragraph = text[text.index("**Import everything a plugin needs") : text.index("Test your plugin with")]
+    named = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", paragraph)) - {"energyframe", "DeprecationWarning"}
+    imported = set()
+    for block in re.findall(r"from energyframe\.plugin import \(?([^)\n]+)", text):
+        imported |= {name.strip() for name in block.split(",") if name.strip()}
+    wanted = named | imported | {"mode_option", "READ_BUDGET_S"}
+    missing = sorted(name for name in wanted if not hasattr(plugin, name))
+    assert not missing, f"energyframe.plugin lacks what the docs tell authors to import: {missing}"
+    assert {"PollingSource", "Dedup", "mode_option", "RunResult", "SampleSeries"} <= wanted
+
+
+def test_help_on_the_plugin_module_is_readable():
+    import pydoc
+
+    text = pydoc.render_doc(plugin, renderer=pydoc.plaintext)
+    assert len(text.splitlines()) <= 300
+    for name in ("PowerSource", "Workload", "Reporter", "PollingSource", "mode_option", "READ_BUDGET_S"):
+        assert name in text
