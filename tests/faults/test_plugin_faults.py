@@ -226,3 +226,22 @@ def test_readings_that_all_arrive_rejected_are_named_as_such():
     assert message.startswith("channel 'wall' sent ") and "reading(s) that cannot be physical (negative: " in message
     assert message.endswith("and none that can: they are kept in samples.partial.csv, never integrated")
     assert "no samples arrived" not in message
+
+
+def test_the_library_raises_the_reporter_error_with_the_saved_result(tmp_path):
+    from energyframe.plugin import Reporter
+
+    class Broken(Reporter):
+        DESCRIPTION = "fails"
+
+        def report(self, result, run_dir):
+            raise ValueError("no such column")
+
+    with pytest.raises(ReporterError) as e:
+        ef.run(ListWorkload([busy_phase()]), power=None, reporters=[Broken(), Broken("second")], out=tmp_path / "r",
+               settings=QUICK)
+    assert one_line(e.value) == (
+        "reporter 'Broken' failed: ValueError: no such column; reporter 'second' failed: ValueError: no such column; "
+        f"the run is saved in {tmp_path / 'r'}"
+    )
+    assert e.value.result.complete and e.value.exit_code == 1
