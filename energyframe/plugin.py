@@ -1,21 +1,15 @@
 """The one import path for plugin authors: the three plugin kinds and everything they use.
 
-    from energyframe.plugin import PollingSource, Channel, Quantity, Scope, Option, PowerSourceError
-
 A plugin is a class registered under an entry-point group (``energyframe.power``, ``.workloads``,
-``.reporters``); the entry-point name is what users type. Constructors only store validated
-options: hardware is touched in ``start``/``setup``. docs/writing-plugins.md is the contract,
-docs/polling.md the polling base; ``energyframe.testing`` checks a plugin against both. Here:
-
-- bases: ``PowerSource``, ``Workload``, ``Reporter`` (below); the polling base ``PollingSource``
-  with ``Poller``, ``Stream``, ``Dedup``, ``mode_option``
-- data: ``Channel``, ``Sample``, ``Quantity``, ``Scope``, ``ClockBase``, ``Timing``, ``SourceContext``,
-  ``Detection``, ``Phase``, ``WindowAnnotation``, ``DerivedTable``, ``WorkloadContext``,
-  ``ReportFigure``, ``no_sync``, ``Option``
-- errors: ``EnergyFrameError``, ``PowerSourceError``, ``WorkloadError``, ``UsageError``, ``OptionError``
-- what a reporter reads: ``RunResult``, ``PhaseSummary``, ``Spread``, ``SampleSeries``, ``COMPLETE``,
-  ``INCOMPLETE``
-- ``READ_BUDGET_S``: how long one ``read()`` may take before a run (or the kit) fails the source
+``.reporters``) whose name users type; its constructor only stores validated options. The contract
+is docs/writing-plugins.md, the polling base docs/polling.md; ``energyframe.testing`` checks both.
+Besides the bases below, this module hands out the polling base (``PollingSource``, ``Poller``,
+``Stream``, ``Dedup``, ``mode_option``); the data (``Channel``, ``Sample``, ``Quantity``, ``Scope``,
+``ClockBase``, ``Timing``, ``SourceContext``, ``Detection``, ``Phase``, ``WindowAnnotation``,
+``DerivedTable``, ``WorkloadContext``, ``ReportFigure``, ``no_sync``, ``Option``); the errors
+(``EnergyFrameError``, ``PowerSourceError``, ``WorkloadError``, ``UsageError``, ``OptionError``);
+what a reporter reads (``RunResult``, ``PhaseSummary``, ``Spread``, ``SampleSeries``, ``COMPLETE``,
+``INCOMPLETE``); and ``READ_BUDGET_S``, how long one ``read()`` may take before a run fails the source.
 """
 
 from __future__ import annotations
