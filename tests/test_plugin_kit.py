@@ -433,3 +433,51 @@ def test_help_on_the_plugin_module_is_readable():
     assert len(text.splitlines()) <= 300
     for name in ("PowerSource", "Workload", "Reporter", "PollingSource", "mode_option", "READ_BUDGET_S"):
         assert name in text
+
+
+# -- the accuracy harness ----------------------------------------------------------------------------
+
+SHOWN = {"w": 0.0}  # the fake sensor the harness drives: what it shows now
+
+
+class Shown(PollingSource):
+    """Reads the fake sensor every 5 ms; it updates every 20 ms. ``GAIN``: a calibration error."""
+
+    DESCRIPTION = "a fake sensor the harness drives"
+    OPTIONS = (Option("interval_s", "float", 0.005, "pause between polls. Units: s"),)
+    GAIN = 1.0
+
+    def open(self):
+        return [Channel("shown", Quantity.POWER, Scope.GPU, 0.02, ClockBase.MONOTONIC)]
+
+    def poll(self):
+        return {"shown": SHOWN["w"] * self.GAIN}
+
+
+def drive(truth):
+    SHOWN["w"] = truth.power_w
+
+
+def test_the_accuracy_harness_measures_windows_against_the_truth():
+    from energyframe.testing import check_accuracy, monotonic_windows, sine
+
+    report = check_accuracy(Shown, None, drive, sine(200.0, 80.0, 1.1), tolerance=0.03, update_s=0.02,
+                            duration_s=3.0, window_s=0.5)
+    assert len(report.windows) == 6 and report.max_error <= 0.03
+    assert abs(report.mean_error) < 0.01
+    edges = monotonic_windows(report.result)
+    assert edges["start_s"].to_numpy() == pytest.approx([w.start_s for w in report.windows], abs=1e-6)
+
+
+def test_a_source_5_percent_high_misses_the_tolerance_it_claims():
+    from energyframe.testing import check_accuracy, steps
+
+    class High(Shown):
+        GAIN = 1.05
+
+    with pytest.raises(ContractError) as e:
+        check_accuracy(High, None, drive, steps((100.0, 200.0), 0.4), tolerance=0.02, update_s=0.02,
+                       duration_s=2.0, window_s=0.5)
+    assert e.value.rule == "accuracy"
+    assert str(e.value).startswith("rule accuracy: channel 'shown': window 1 of 4 (0.5")
+    assert "beyond the 2.00% claimed" in str(e.value)
