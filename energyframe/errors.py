@@ -48,3 +48,7 @@ class RunInterrupted(EnergyFrameError):
 class DistributedError(EnergyFrameError):
     """The ranks of a run could not go on together: one failed, stopped answering, or went
     another way; every rank stops, and rank 0 saves what was measured."""
+
+
+class ReporterError(EnergyFrameError):
+    """A reporter failed or did not return; the run itself was saved before it ran."""

@@ -1,13 +1,15 @@
-"""The plugin contract: ``PowerSource``, ``Workload`` and ``Reporter``, and the one import path
-for everything a plugin needs::
+"""The one import path for plugin authors: the three plugin kinds and everything they use.
 
-    from energyframe.plugin import PowerSource, Channel, Quantity, Sample, Option, PowerSourceError
-
-A plugin is a class registered under an entry-point group (``energyframe.power``,
-``energyframe.workloads``, ``energyframe.reporters``); the entry-point name is what users type.
-Constructors only store validated options; hardware is touched in ``start``/``setup``, so that a
-bad option is reported before anything runs. docs/writing-plugins.md documents every member here
-(tests/test_docs.py checks it).
+A plugin is a class registered under an entry-point group (``energyframe.power``, ``.workloads``,
+``.reporters``) whose name users type; its constructor only stores validated options. The contract
+is docs/writing-plugins.md, the polling base docs/polling.md; ``energyframe.testing`` checks both.
+Besides the bases below, this module hands out the polling base (``PollingSource``, ``Poller``,
+``Stream``, ``Dedup``, ``mode_option``); the data (``Channel``, ``Sample``, ``Quantity``, ``Scope``,
+``ClockBase``, ``Timing``, ``SourceContext``, ``Detection``, ``Phase``, ``WindowAnnotation``,
+``DerivedTable``, ``WorkloadContext``, ``ReportFigure``, ``no_sync``, ``Option``); the errors
+(``EnergyFrameError``, ``PowerSourceError``, ``WorkloadError``, ``UsageError``, ``OptionError``);
+what a reporter reads (``RunResult``, ``PhaseSummary``, ``Spread``, ``SampleSeries``, ``COMPLETE``,
+``INCOMPLETE``); and ``READ_BUDGET_S``, how long one ``read()`` may take before a run fails the source.
 """
 
 from __future__ import annotations
@@ -16,38 +18,51 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from .errors import (
-    EnergyFrameError,
-    OptionError,
-    PowerSourceError,
-    UsageError,
-    WorkloadError,
-)
-from .model import (
-    Channel,
-    ClockBase,
-    DerivedTable,
-    Detection,
-    Phase,
-    Quantity,
-    ReportFigure,
-    Sample,
-    Scope,
-    SourceContext,
-    Timing,
-    WindowAnnotation,
-    WorkloadContext,
-    no_sync,
-)
-from .options import Option, resolve_options
+# re-exported (``X as X``) rather than listed in ``__all__``: pydoc documents every class of an
+# ``__all__`` in full, and help() of this module would drown the three bases in str methods
+from .errors import EnergyFrameError as EnergyFrameError
+from .errors import OptionError as OptionError
+from .errors import PowerSourceError as PowerSourceError
+from .errors import UsageError as UsageError
+from .errors import WorkloadError as WorkloadError
+from .model import Channel as Channel
+from .model import ClockBase as ClockBase
+from .model import DerivedTable as DerivedTable
+from .model import Detection as Detection
+from .model import Phase as Phase
+from .model import Quantity as Quantity
+from .model import ReportFigure as ReportFigure
+from .model import Sample as Sample
+from .model import Scope as Scope
+from .model import SourceContext as SourceContext
+from .model import Timing as Timing
+from .model import WindowAnnotation as WindowAnnotation
+from .model import WorkloadContext as WorkloadContext
+from .model import no_sync as no_sync
+from .options import Option as Option
+from .options import resolve_options
 
 if TYPE_CHECKING:
-    from .core.samples import SampleSeries
-    from .core.stats import Spread
-    from .core.windows import PhaseSummary
-    from .results.result import COMPLETE, INCOMPLETE, RunResult
+    from typing import ClassVar
+
+    from .core.samples import SampleSeries as SampleSeries
+    from .core.stats import Spread as Spread
+    from .core.windows import PhaseSummary as PhaseSummary
+    from .kit.polling import Dedup as Dedup
+    from .kit.polling import Poller as Poller
+    from .kit.polling import PollingSource as PollingSource
+    from .kit.polling import Stream as Stream
+    from .kit.polling import mode_option as mode_option
+    from .results.result import COMPLETE as COMPLETE
+    from .results.result import INCOMPLETE as INCOMPLETE
+    from .results.result import RunResult as RunResult
+
+#: the most one ``PowerSource.read()`` may take: a run fails the source after it, naming the slow
+#: call, and ``energyframe.testing`` holds a plugin to the same budget. ``read()`` hands over what
+#: the source buffered; waiting for the device belongs in the source's own thread. Units: s.
+READ_BUDGET_S = 1.0
 
 #: what a reporter reads, re-exported here but imported on first use: loading a plugin class
 #: (``energyframe list``, ``--help``) must not import pandas
@@ -62,16 +77,23 @@ _LAZY = {
     "Poller": "kit.polling",
     "Stream": "kit.polling",
     "Dedup": "kit.polling",
+    "mode_option": "kit.polling",
 }
 
 
 def __getattr__(name: str) -> Any:
+    """The names of ``_LAZY``, imported on first use."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'energyframe.plugin' has no attribute {name!r}")
     value = getattr(import_module(f"energyframe.{module}"), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """Every name here, the lazy ones included."""
+    return sorted({*globals(), *_LAZY})
 
 
 class Plugin:
@@ -85,15 +107,15 @@ class Plugin:
     def __init__(self, name: str | None = None, **options: Any) -> None:
         self.name = name or type(self).__name__
         self.options: dict[str, Any] = resolve_options(
-            self.OPTIONS, options, f"{self.kind_label()} {self.name!r}"
+            self.OPTIONS, options, f"{_kind_label(type(self))} {self.name!r}"
         )
 
-    @classmethod
-    def kind_label(cls) -> str:
-        for base, label in ((PowerSource, "power source"), (Workload, "workload"), (Reporter, "reporter")):
-            if issubclass(cls, base):
-                return label
-        return "plugin"
+
+def _kind_label(cls: type) -> str:
+    for base, label in ((PowerSource, "power source"), (Workload, "workload"), (Reporter, "reporter")):
+        if issubclass(cls, base):
+            return label
+    return "plugin"
 
 
 class PowerSource(Plugin, ABC):
@@ -230,41 +252,3 @@ class Reporter(Plugin, ABC):
     @abstractmethod
     def report(self, result: RunResult, run_dir: Path | None) -> None:
         """Present ``result``; ``run_dir`` is where the run was saved (``None`` if it was not)."""
-
-
-__all__ = [
-    "COMPLETE",
-    "INCOMPLETE",
-    "Channel",
-    "ClockBase",
-    "DerivedTable",
-    "Detection",
-    "EnergyFrameError",
-    "Dedup",  # noqa: F822 (lazy: __getattr__)
-    "Option",
-    "OptionError",
-    "Poller",  # noqa: F822
-    "PollingSource",  # noqa: F822
-    "Phase",
-    "PhaseSummary",
-    "Plugin",
-    "PowerSource",
-    "PowerSourceError",
-    "Quantity",
-    "ReportFigure",
-    "Reporter",
-    "RunResult",
-    "Sample",
-    "SampleSeries",
-    "Scope",
-    "SourceContext",
-    "Spread",
-    "Stream",  # noqa: F822
-    "Timing",
-    "UsageError",
-    "WindowAnnotation",
-    "Workload",
-    "WorkloadContext",
-    "WorkloadError",
-    "no_sync",
-]

@@ -11,6 +11,7 @@ from energyframe.core.energy import (
     COUNTER_RESET,
     GAP,
     SHORT_WINDOW,
+    STUCK_COUNTER,
     UNCOVERED,
     counter_energy,
     power_energy,
@@ -149,6 +150,41 @@ def test_reset_outside_the_window_does_not_matter():
     result = counter_energy(ticks, counter, 0.15, 0.35)
     assert result.energy_j == pytest.approx(140.0)
     assert result.flags == ()
+
+
+def test_a_reset_counted_as_a_wraparound_is_a_reset_not_85_kilowatts():
+    # 100 W read every 10 ms; the counter reset to 0 and the reader added its 262-kJ wrap range,
+    # which no device draws in 10 ms (26 MW): NaN, flagged, not one window of 257 kJ
+    ticks = np.arange(0.0, 6.0, 0.01)
+    counter = 100.0 * ticks
+    counter[300:] += 262_143.0 - counter[300]
+    result = counter_energy(ticks, counter, 1.0, 4.0, resolution_s=0.01)
+    assert math.isnan(result.energy_j) and COUNTER_RESET in result.flags
+    # the windows on either side of it are exact
+    assert counter_energy(ticks, counter, 0.5, 2.5, resolution_s=0.01).energy_j == pytest.approx(200.0)
+    assert counter_energy(ticks, counter, 3.5, 5.5, resolution_s=0.01).energy_j == pytest.approx(200.0)
+
+
+def test_a_frozen_counter_whose_samples_keep_coming_is_stuck_not_idle():
+    # energy_uj read every 10 ms (KEEP), 100 W, frozen from 2 s to 4 s: a window inside reads 0 J
+    ticks = np.arange(0.0, 6.0, 0.01)
+    counter = 100.0 * np.minimum(ticks, 2.0) + 100.0 * np.clip(ticks - 4.0, 0.0, None)
+    inside = counter_energy(ticks, counter, 2.5, 3.0, resolution_s=0.01)
+    assert math.isnan(inside.energy_j) and STUCK_COUNTER in inside.flags
+    across = counter_energy(ticks, counter, 1.5, 4.5, resolution_s=0.01)
+    assert math.isnan(across.energy_j) and STUCK_COUNTER in across.flags
+    before = counter_energy(ticks, counter, 0.5, 1.5, resolution_s=0.01)
+    assert before.energy_j == pytest.approx(100.0) and before.flags == ()
+    after = counter_energy(ticks, counter, 4.5, 5.5, resolution_s=0.01)
+    assert after.energy_j == pytest.approx(100.0) and after.flags == ()
+
+
+def test_a_counter_read_faster_than_it_ticks_is_not_stuck():
+    # read every 10 ms, ticking every 50 ms: each value stands one tick period, as it should
+    ticks = np.arange(0.0, 3.0, 0.01)
+    counter = 100.0 * np.floor(ticks / 0.05) * 0.05
+    result = counter_energy(ticks, counter, 0.52, 2.52, resolution_s=0.05)
+    assert result.energy_j == pytest.approx(200.0, rel=0.01) and STUCK_COUNTER not in result.flags
 
 
 @pytest.mark.parametrize("start,end", [(-1.0, 0.5), (0.5, 2.5), (-1.0, 3.0)])

@@ -113,6 +113,13 @@ def reporter_specs(given: tuple[str, ...], quiet: bool, grid_g_per_kwh: float | 
     "printed unless -q or --reporter none.",
 )
 @click.option(
+    "--reporter-errors",
+    type=click.Choice(["fail", "warn"]),
+    default="fail",
+    show_default=True,
+    help="A reporter that fails or hangs: fail the run (exit 1, after it was saved), or only warn.",
+)
+@click.option(
     "--out",
     type=click_out_path(file_okay=False),
     callback=checked_path,
@@ -138,6 +145,7 @@ def run(
     power: tuple[str, ...],
     workload: str | None,
     reporters: tuple[str, ...],
+    reporter_errors: str,
     out: Path | None,
     no_align: bool,
     per_layer: bool,
@@ -188,6 +196,7 @@ def run(
         settings=RunSettings(**{k: v for k, v in settings.items() if v is not None}),
         align=not no_align,
         dist_timeout_s=dist_timeout,
+        reporter_errors=reporter_errors,
     )
     code = result.run_meta.exit_code
     if code:

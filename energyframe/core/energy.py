@@ -10,7 +10,11 @@ Two kinds of stream (see ``Quantity``):
   over the window, with its value at each edge interpolated between the neighbouring samples.
 
 Both need a sample at or before the window's start and at or after its end; otherwise the
-window is flagged ``uncovered`` and its energy is NaN rather than a confident wrong number.
+window is flagged ``uncovered`` and its energy is NaN rather than a confident wrong number. A
+counter is trusted only while it behaves like one: a decrease, or a rise faster than any device
+could draw (``MAX_POWER_W``: a reset counted as a wraparound), is ``counter_reset``; one value
+held for several update periods while its samples kept coming is ``stuck_counter`` (a frozen
+``energy_uj`` reads 0 J, not idle). Both give NaN.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import Quantity
+from .samples import MAX_POWER_W
 
 # numpy 2 renamed trapz; keep working with numpy 1.24+
 _trapezoid = getattr(np, "trapezoid", None) or getattr(np, "trapz")  # noqa: B009
@@ -29,7 +34,8 @@ _trapezoid = getattr(np, "trapezoid", None) or getattr(np, "trapz")  # noqa: B00
 SHORT_WINDOW = "short_window"  # shorter than two update periods of the channel
 UNCOVERED = "uncovered"  # the samples do not reach both edges
 GAP = "gap"  # samples around the window are further apart than three update periods
-COUNTER_RESET = "counter_reset"  # the counter went down inside the window
+COUNTER_RESET = "counter_reset"  # the counter went down, or rose faster than MAX_POWER_W, around the window
+STUCK_COUNTER = "stuck_counter"  # the counter held one value for more than STUCK_PERIODS update periods
 NEGATIVE_POWER = "negative_power"  # a negative reading near the window was rejected, not integrated
 INVALID_READING = "invalid_reading"  # a NaN or infinite reading near the window was rejected
 MISSING_POWER = "missing_power"  # offline: a log row without a power value ([N/A]) near the window
@@ -38,6 +44,9 @@ DUPLICATE_SAMPLES = "duplicate_samples"  # readings of one instant near the wind
 CLOCK_STEP = "clock_step"  # offline: the log's clock stepped back near the window; energy is NaN
 #: MLPerf Power's guidance: wall-meter windows shorter than this are not trustworthy. Units: s.
 MLPERF_MIN_WINDOW_S = 60.0
+#: a counter holding one value this many update periods, its samples still coming, is stuck: no
+#: device a counter meters draws no power at all (the stall watchdog uses the same count)
+STUCK_PERIODS = 5.0
 
 
 #: estimators (windows.csv's ``estimator``; a counter window names each edge's, ``edges.py``)
@@ -98,8 +107,13 @@ def counter_energy(
     lo, hi = bracket
     flags = _quality_flags(times_s, lo, hi, start_s, end_s, resolution_s)
     segment_v = energy_j[lo : hi + 1]
-    if np.any(np.diff(segment_v) < 0):
+    steps_j, steps_s = np.diff(segment_v), np.diff(times_s[lo : hi + 1])
+    if np.any(steps_j < 0) or np.any((steps_s > 0) & (steps_j > MAX_POWER_W * steps_s)):
         return WindowEnergy(math.nan, (*flags, COUNTER_RESET))
+    if resolution_s > 0 and _longest_flat_s(times_s, energy_j, start_s, end_s, resolution_s) > (
+        STUCK_PERIODS * resolution_s
+    ):
+        return WindowEnergy(math.nan, (*flags, STUCK_COUNTER))
     # Work relative to the window start and the first bracketing tick: keeps full precision
     # when timestamps are Unix seconds and counters hold megajoules since driver load.
     t = times_s[lo : hi + 1] - start_s
@@ -110,6 +124,26 @@ def counter_energy(
 
     sd = math.hypot(counter_edge(t, v, 0.0).sd_j, counter_edge(t, v, end_s - start_s).sd_j)
     return WindowEnergy(e1 - e0, tuple(flags), COUNTER_ESTIMATOR, Z95 * sd)
+
+
+def _longest_flat_s(
+    times_s: np.ndarray, energy_j: np.ndarray, start_s: float, end_s: float, resolution_s: float
+) -> float:
+    """The longest time the counter held one value (from the first sample of it to the last)
+    among the values it held around ``[start_s, end_s]``. Units: s."""
+    reach = STUCK_PERIODS * resolution_s  # a longer stretch is stuck wherever it ends
+    i0 = int(np.searchsorted(times_s, start_s - reach, side="left"))
+    i1 = int(np.searchsorted(times_s, end_s + reach, side="right"))
+    t, v = times_s[i0:i1], energy_j[i0:i1]
+    if t.size < 2:
+        return 0.0
+    ends = np.flatnonzero(np.diff(v) != 0)  # the last sample of each value but the last
+    firsts = np.concatenate(([0], ends + 1))
+    lasts = np.concatenate((ends, [t.size - 1]))
+    around = (t[lasts] >= start_s - resolution_s) & (t[firsts] <= end_s + resolution_s)
+    if not np.any(around):
+        return 0.0
+    return float(np.max(t[lasts][around] - t[firsts][around]))
 
 
 def power_energy(

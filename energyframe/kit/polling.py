@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..errors import PowerSourceError
-from ..model import Channel, ClockBase, Sample, SourceContext
+from ..model import Channel, ClockBase, Quantity, Sample, SourceContext
 from ..options import Option
 from ..plugin import PowerSource
 from .sampler import Remote, reap
@@ -52,18 +52,48 @@ MODES = ("thread", "process")
 JOIN_TIMEOUT_S = 5.0
 
 
-class Dedup(str, enum.Enum):
-    """What the base does with a ``{channel: value}`` reading equal to the channel's last one."""
+#: CHANGES repeats an unchanged value every this many update periods, stamped one period before the
+#: poll that saw it: often enough that a steady channel is never taken for a gap (3 periods) or a
+#: stall (5 periods, at least 3 s), and never just before a late update (which would bend the line)
+KEEPALIVE_PERIODS = 2.0
+#: CHANGES: a value that stood for longer than this many update periods was seen at more than one
+#: update, so the last update that showed it (one period before the change) gets a sample too
+HOLD_AFTER_PERIODS = 1.5
 
+
+class Dedup(str, enum.Enum):
+    """What the base does with ``{channel: value}`` readings (``PollingSource.dedup``).
+
+    A poll is stamped at its middle; a change is stamped midway between the poll that last saw
+    the old value and the first that sees the new one, so polling faster than the channel
+    updates (``Poller.interval_s < Channel.resolution_s``) stamps each update within half a poll.
+    """
+
+    #: the default: a poller faster than the channel's ``resolution_s`` gets TICKS for a counter
+    #: and CHANGES for anything else; a slower poller, a stream, or a channel without a
+    #: resolution gets KEEP (each reading is a new one)
+    AUTO = "auto"
     #: every reading is a sample at the poll's midpoint (a counter read at a known instant)
     KEEP = "keep"
-    #: a changed value is stamped midway between the poll that last saw the old value and the
-    #: first that sees the new one; an unchanged value is repeated once per ``resolution_s``
-    #: so that a steady signal does not look like a gap (instant power that updates slowly)
+    #: only changes are samples (a sensor polled faster than it updates): no repeat of an
+    #: unchanged value right before a late update (which would put a step into a ramp), a
+    #: keep-alive repeat once a value has stood for ``KEEPALIVE_PERIODS``, and a value that stood
+    #: for more than ``HOLD_AFTER_PERIODS`` also sampled one period before the change, so that a
+    #: load step is not spread over the flat stretch before it
     CHANGES = "changes"
-    #: only changes are samples, stamped as for CHANGES, and the first value is not one: a
-    #: counter that ticks (its tick times are what an energy window interpolates between)
+    #: only changes are samples, and the first value is not one: a counter's tick times, which
+    #: an energy window interpolates between. Never repeated: a counter that stops changing has
+    #: stalled, and the run must notice
     TICKS = "ticks"
+
+
+@dataclass
+class _Seen:
+    """A deduplicated channel's last value, when it began, and when it was last a sample."""
+
+    value: float
+    since_s: float
+    sampled_s: float | None
 
 
 @dataclass(frozen=True)
@@ -104,6 +134,15 @@ class Stream:
 
 
 Task = Poller | Stream
+
+
+def _resolve(policy: Dedup, channel: Channel, interval_s: float | None) -> Dedup:
+    """AUTO made concrete for one channel read by a loop pausing ``interval_s`` (``None``: a stream)."""
+    if policy is not Dedup.AUTO:
+        return policy
+    if interval_s is None or channel.resolution_s <= 0 or interval_s >= channel.resolution_s:
+        return Dedup.KEEP
+    return Dedup.TICKS if channel.quantity == Quantity.ENERGY else Dedup.CHANGES
 
 
 def mode_option(default: str = "thread") -> Option:
@@ -157,7 +196,10 @@ class PollingSource(PowerSource):
         self._poll_tasks: list[Task] = []
         self._poll_channels: dict[str, Channel] = {}
         self._poll_policy: dict[str, Dedup] = {}
-        self._poll_last: dict[str, tuple[float, float]] = {}
+        self._poll_last: dict[str, _Seen] = {}
+        #: channels the base stamped (``{channel: value}`` readings), by the pause of the loop that
+        #: read them (``None``: a stream): what ``energyframe.testing`` checks the poll rate against
+        self._poll_stamped: dict[str, float | None] = {}
         self._poll_opened = False
         self._poll_remote: Any = None  # a sampler.Remote in process mode
 
@@ -182,8 +224,9 @@ class PollingSource(PowerSource):
         """Release what ``open`` took; called once the loops ended, also after ``open`` failed."""
 
     def dedup(self, channel: Channel) -> Dedup:
-        """How ``{channel: value}`` readings of ``channel`` are deduplicated (``Dedup``)."""
-        return Dedup.KEEP
+        """How ``{channel: value}`` readings of ``channel`` are deduplicated (``Dedup``); the
+        default, AUTO, decides from the poll interval and the channel's update period."""
+        return Dedup.AUTO
 
     def describe(self) -> Mapping[str, Any]:
         """What was measured, for run.json; runs where acquisition runs (``info`` returns it)."""
@@ -333,7 +376,7 @@ class PollingSource(PowerSource):
             m1 = time.monotonic()
             self._poll_alive[task.name] = m1
             mid = (m0 + m1) / 2
-            batch = self._stamp(readings, mid, prev_mid)
+            batch = self._stamp(readings, mid, prev_mid, task.interval_s)
             prev_mid = mid
             if batch:
                 sink(batch)
@@ -344,49 +387,74 @@ class PollingSource(PowerSource):
         for readings in task.read():
             now = time.monotonic()
             self._poll_alive[task.name] = now
-            batch = self._stamp(readings, now, None)
+            batch = self._stamp(readings, now, None, None)
             if batch:
                 sink(batch)
         if not self._poll_stop.is_set():
             raise PowerSourceError(f"{task.name} ended unexpectedly")
 
-    def _stamp(self, readings: Readings, mid: float, prev_mid: float | None) -> list[Sample]:  # noqa: C901 (per reading: its clock base, then its channel's dedup policy)
+    def _stamp(
+        self, readings: Readings, mid: float, prev_mid: float | None, interval_s: float | None
+    ) -> list[Sample]:
+        """Samples from one poll (``interval_s``: the poller's pause; ``None`` for a stream)."""
         if not isinstance(readings, Mapping):
-            out = [Sample(*s) for s in readings]
-            for s in out:
+            stamped = [Sample(*s) for s in readings]
+            for s in stamped:
                 if s.channel not in self._poll_channels:
                     raise PowerSourceError(self._undeclared(s.channel))
-            return out
-        out = []
+            return stamped
+        out: list[Sample] = []
         offset = None
         for name, value in readings.items():
             channel = self._poll_channels.get(name)
             if channel is None:
                 raise PowerSourceError(self._undeclared(name))
-            value = float(value)
             t, before = mid, prev_mid
             if channel.clock == ClockBase.WALL:
                 if offset is None:
                     offset = time.time() - time.monotonic()
                 t += offset
                 before = None if before is None else before + offset
-            policy = self._poll_policy[name]
+            self._poll_stamped[name] = interval_s
+            policy = _resolve(self._poll_policy[name], channel, interval_s)
             if policy is Dedup.KEEP:
-                out.append(Sample(name, t, value))
-                continue
-            last = self._poll_last.get(name)
-            if last is None:
-                self._poll_last[name] = (value, t)
-                if policy is Dedup.CHANGES:
-                    out.append(Sample(name, t, value))
-            elif value != last[0]:
-                # the change happened between the previous poll and this one
-                changed = (before + t) / 2 if before is not None else t
-                out.append(Sample(name, changed, value))
-                self._poll_last[name] = (value, changed)
-            elif policy is Dedup.CHANGES and t - last[1] >= channel.resolution_s:
-                out.append(Sample(name, t, value))  # unchanged: say so, or it looks like a gap
-                self._poll_last[name] = (value, t)
+                out.append(Sample(name, t, float(value)))
+            else:
+                out.extend(self._changes(channel, policy, float(value), t, before))
+        return out
+
+    def _changes(
+        self, channel: Channel, policy: Dedup, value: float, t: float, before: float | None
+    ) -> list[Sample]:
+        """CHANGES and TICKS: the samples one reading of ``channel`` adds."""
+        name, period = channel.name, channel.resolution_s
+        seen = self._poll_last.get(name)
+        if seen is None:
+            first = policy is Dedup.CHANGES
+            self._poll_last[name] = _Seen(value, t, t if first else None)
+            return [Sample(name, t, value)] if first else []
+        if value == seen.value:
+            # unchanged for a while: say so, or it looks like a gap. Stamped one period back: the
+            # update behind this reading is up to a period old, and the one after that instant
+            # surely showed the same value, so a change right after cannot bend the line
+            alive = t - period
+            due = seen.sampled_s is None or alive - seen.sampled_s >= KEEPALIVE_PERIODS * period
+            if policy is Dedup.CHANGES and due and alive > seen.since_s:
+                seen.sampled_s = alive
+                return [Sample(name, alive, value)]
+            return []
+        # the change happened between the previous poll and this one
+        changed = (before + t) / 2 if before is not None else t
+        out = []
+        held = changed - period
+        if (
+            policy is Dedup.CHANGES
+            and changed - seen.since_s > HOLD_AFTER_PERIODS * period
+            and (seen.sampled_s is None or held > seen.sampled_s)
+        ):
+            out.append(Sample(name, held, seen.value))  # the last update that still showed it
+        out.append(Sample(name, changed, value))
+        self._poll_last[name] = _Seen(value, changed, changed)
         return out
 
     def _undeclared(self, name: str) -> str:

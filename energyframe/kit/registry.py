@@ -20,7 +20,7 @@ from stevedore import DriverManager, ExtensionManager
 from stevedore.exception import NoMatches
 
 from ..errors import PluginLoadError, PluginNotFoundError, UsageError
-from ..options import Spec, parse_spec
+from ..options import Spec, parse_spec, resolve_options
 from ..plugin import Plugin, PowerSource, Reporter, Workload
 from ..results.provenance import _named_distribution, _packages_distributions, entry_point_distribution
 
@@ -203,7 +203,16 @@ def create(kind: str, spec: str | Spec | Plugin) -> Plugin:
     if isinstance(spec, str):
         spec = parse_spec(spec)
     cls = load(kind, spec.name)
-    return cls(name=spec.name.partition("@")[0], **dict(spec.options))
+    options = dict(spec.options)
+    short = spec.name.partition("@")[0]
+    if any(o.name == "name" for o in cls.OPTIONS):
+        raise PluginLoadError(
+            f"{LABELS[kind]} {short!r} declares an option called 'name', which is the plugin's own name "
+            "(the constructor's first argument): its package must rename the option"
+        )
+    if "name" in options:  # would collide with the constructor's name: refuse it as the unknown key it is
+        resolve_options(cls.OPTIONS, {"name": options["name"]}, f"{LABELS[kind]} {short!r}")
+    return cls(name=short, **options)
 
 
 def create_workload(spec: str | Spec | Workload) -> Workload:

@@ -8,10 +8,12 @@ protocol to a file that the parent parses in ``read()``. Writer and reader are s
     S,<channel index>,<time>,<value>               a sample (index into C's channels)
     W,<message>                                    a warning
     E,<message>                                    a failure; the child exits 1
+    T,<signal name>                                the child was told to stop by a signal
     Q,<json: info>                                 a clean stop; the child exits 0
 
 The child ignores SIGINT (the parent decides when sampling ends), stops cleanly on SIGTERM, and
-exits when its parent dies.
+exits when its parent dies. A clean stop the parent did not ask for (SIGTERM from a job
+scheduler, an administrator) fails the source with the signal named, not as a stall.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def reap(proc: subprocess.Popen | None, sig: int = signal.SIGTERM) -> None:
 
 #: how often the child hands its samples over and checks on its parent. Units: s.
 FLUSH_INTERVAL_S = 0.05
-#: the most the parent parses in one ``read()`` (the rest comes next time)
-MAX_CHUNK_BYTES = 16 << 20
+#: the most the parent parses in one ``read()`` (the rest comes next time): a few tenths of a
+#: second of parsing, well inside ``READ_BUDGET_S``
+MAX_CHUNK_BYTES = 4 << 20
 
 
 class LineWriter:
@@ -85,6 +88,9 @@ class LineWriter:
         self._put("E," + _one_line(message))
         self.close()
 
+    def signalled(self, name: str) -> None:
+        self._put("T," + name)
+
     def done(self, info: Mapping[str, Any]) -> None:
         self._put("Q," + json.dumps(dict(info)))
         self.close()
@@ -112,6 +118,7 @@ class LineReader:
         self.info: dict[str, Any] = {}
         self.warnings: list[str] = []
         self.error: str | None = None
+        self.signal: str | None = None
         self.done = False
 
     def parse_pending(self) -> bool:
@@ -141,6 +148,8 @@ class LineReader:
                 self.warnings.append(rest)
             elif kind == "E":
                 self.error = rest
+            elif kind == "T":
+                self.signal = rest
             elif kind == "Q":
                 self.done = True
                 if rest:
@@ -257,18 +266,10 @@ class Remote:
             self._parse()
             reader, source, proc = self.reader, self.source, self.proc
             assert proc is not None  # started together with the reader
-            if (
-                reader.error is None
-                and not reader.done
-                and not source.stopping
-                and proc.poll() is not None
-            ):
-                self._parse()  # what it wrote just before it died
-                if reader.error is None and not reader.done:
-                    source.fail(
-                        f"the {self.label} process died (exit code {proc.returncode})"
-                        + self._stderr_tail()
-                    )
+            if reader.error is None and not source.stopping and (reader.done or proc.poll() is not None):
+                self._parse()  # what it wrote just before it ended
+                if reader.error is None:
+                    source.fail(self._ended_message(proc))
             if reader.error is not None:
                 source.fail(reader.error)
 
@@ -283,6 +284,25 @@ class Remote:
                     self.source.fail(self.reader.error)
                 self._stopped = True
         self._remove_files()
+
+    def _ended_message(self, proc: subprocess.Popen) -> str:
+        """Why the child ended although the parent never asked it to."""
+        reader = self.reader
+        assert reader is not None
+        if reader.done:
+            by = reader.signal or "a signal"
+            return (
+                f"the {self.label} process (pid {proc.pid}) was stopped by {by} from outside energyframe "
+                "(a job scheduler, a memory limit, an administrator?): sampling ended"
+            )
+        code = proc.poll()
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                pass
+        return f"the {self.label} process died ({how})" + self._stderr_tail()
 
     def _remove_files(self) -> None:
         for path in self._files:
@@ -346,7 +366,13 @@ def main(argv: list[str] | None = None) -> int:
     out = LineWriter(argv[1])
     parent = os.getppid()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    received: list[str] = []
+
+    def on_term(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when sampling ends
     try:
         source = _rebuild(config)
@@ -380,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     if source._poll_error is not None:
         out.error(source._poll_error)
         return 1
+    if received:
+        out.signalled(received[0])
     out.done(source.describe())
     return 0
 

@@ -230,12 +230,10 @@ class Measurement:
         assert self.recorder is not None
         recorder = self.recorder
         missing = recorder.wait_for_samples(None, recorder.coverage_timeout_s() + 2.0)
-        if recorder.failure is not None:
-            raise recorder.failure
+        if recorder.failure is not None:  # said as run.json says it: the source named
+            raise PowerSourceError(describe_exception(recorder.failure, recorder)) from recorder.failure
         if missing:
-            raise PowerSourceError(
-                "no samples arrived from channel(s) " + ", ".join(missing) + " after the sources started"
-            )
+            raise PowerSourceError(recorder.no_samples_message(missing))
 
     def _abort(self, error: BaseException) -> None:
         """The run could not start: stop what started, and say why in run.json; if the sources

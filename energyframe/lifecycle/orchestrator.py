@@ -42,6 +42,7 @@ from ..results.result import COMPLETE, INCOMPLETE, RunResult
 from .config import RunConfig, RunSettings
 from .measurement import Measurement
 from .progress import RunProgress
+from .reporting import check_reporter_errors, run_reporters
 
 log = logging.getLogger("energyframe")
 
@@ -404,6 +405,7 @@ def run(
     progress: bool | None = None,
     dist_timeout_s: float | None = None,
     coordinator: Coordinator | str | None = "auto",
+    reporter_errors: str = "fail",
 ) -> RunResult:
     """Measure a workload: what ``energyframe run`` does.
 
@@ -423,6 +425,8 @@ def run(
             the others stop without it (default 1800 s). Units: s.
         coordinator: ``"auto"`` (the ranks a launcher started, else one process), ``None`` (one
             process), or a ``Coordinator``.
+        reporter_errors: ``"fail"``: a reporter that raises or hangs fails the run
+            (``ReporterError``, after the run was saved); ``"warn"``: it is only warned about.
 
     Under torchrun or srun every rank calls ``run`` with the same arguments: each measures its
     own GPU, the ranks agree every window edge, and rank 0 saves one run directory (its
@@ -432,6 +436,7 @@ def run(
         UsageError: a bad plugin name or option, before anything starts.
         RunInterrupted: SIGINT or SIGTERM; the run was saved with status ``incomplete``.
         EnergyFrameError: a source or the workload failed; the run was saved as incomplete.
+        ReporterError: a reporter failed (``reporter_errors="fail"``); the run was saved.
         Each raised error carries the saved ``RunResult`` as ``error.result``.
 
     Example::
@@ -443,6 +448,7 @@ def run(
     the_workload = registry.create(registry.WORKLOADS, workload)
     assert isinstance(the_workload, Workload)
     the_reporters = [r for r in registry.create_all(registry.REPORTERS, list(reporters)) if isinstance(r, Reporter)]
+    check_reporter_errors(reporter_errors)
     sources, notes = resolve_power(power)
     early_warnings: list[str] = []
     if config is not None:
@@ -485,12 +491,15 @@ def run(
             result = m.finish(status, reason)
         except KeyboardInterrupt:  # a second Ctrl-C while saving: stop trying to be neat
             raise RunInterrupted("interrupted by SIGINT while saving") from None
-        for reporter in the_reporters if root else ():
-            try:
-                reporter.report(result, m.out)
-            except Exception as e:
-                log.warning("warning: reporter %r failed: %s", reporter.name, e)
+        reporter_error: EnergyFrameError | None = None
+        try:
+            run_reporters(the_reporters if root else (), result, m.out, reporter_errors)
+        except EnergyFrameError as e:  # the run is saved; the run's own error comes first
+            reporter_error = e
     error = error or _late_error(m, signals.held, result)
+    if error is not None and reporter_error is not None:
+        log.warning("warning: %s", reporter_error)
+    error = error or reporter_error
     if error is not None:
         raise _as_run_error(error, result, m.source_failure) from error
     return result

@@ -1,14 +1,19 @@
 """``rapl``: CPU package and DRAM energy from Linux powercap (Intel RAPL; AMD exposes the same).
 
-Each zone's ``energy_uj`` is a cumulative counter in µJ that wraps at ``max_energy_range_uj``.
-The polling base (``energyframe.kit.polling``) reads every zone every ``interval_ms`` in a thread and
-stamps each reading at the middle of the poll; the wraps are undone here. energyframe
-interpolates the counter at window edges.
+Each zone's ``energy_uj`` is a cumulative counter in µJ that the CPU updates about once a
+millisecond (``update_ms``) and that wraps at ``max_energy_range_uj``. The counter's update
+period is the channels' ``resolution_s``; the polling base (``energyframe.plugin.PollingSource``)
+reads every zone every ``interval_ms``, faster than that, and stamps each tick midway between the
+poll that last saw the old value and the first that sees the new one (``Dedup.AUTO`` makes the
+channels ``TICKS``). The wraps are undone here; a counter that falls back far below the wrap
+range (a driver reload) is a reset, passed on as the decrease it is, so that energyframe flags
+the windows across it ``counter_reset`` instead of adding a wrap range of energy.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +29,7 @@ from energyframe.plugin import (
     Quantity,
     Scope,
     Timing,
+    mode_option,
 )
 
 DEFAULT_ROOT = Path("/sys/class/powercap")
@@ -32,6 +38,9 @@ _PERMISSION_HINT = (
     "since Linux 5.10 the RAPL counters are readable by root only; run as root, or grant read "
     "access with: sudo chmod o+r {root}/intel-rapl:*/energy_uj"
 )
+#: no RAPL zone draws this much: a counter that fell back so far that undoing a wrap would mean
+#: more than this since the last poll was reset (a driver reload), not wrapped. Units: W.
+MAX_ZONE_POWER_W = 10_000.0
 
 
 @dataclass
@@ -41,12 +50,21 @@ class _Zone:
     channel: Channel
     max_range_uj: int
     last_raw_uj: int | None = None
+    last_read_s: float = 0.0
     wraps: int = 0
+    resets: int = 0
 
-    def energy_j(self, raw_uj: int) -> float:
-        if self.last_raw_uj is not None and raw_uj < self.last_raw_uj:
-            self.wraps += 1  # the counter wrapped; a decrease is never negative energy
-        self.last_raw_uj = raw_uj
+    def energy_j(self, raw_uj: int, now_s: float) -> float:
+        """The counter in J since the source opened, wraps undone. A reset is passed on as the
+        decrease it is (energyframe flags the windows across it ``counter_reset``)."""
+        last = self.last_raw_uj
+        if last is not None and raw_uj < last:
+            wrapped_j = (raw_uj + self.max_range_uj - last) * 1e-6
+            if wrapped_j <= MAX_ZONE_POWER_W * max(now_s - self.last_read_s, 1e-3):
+                self.wraps += 1  # the counter wrapped; a decrease is never negative energy
+            else:
+                self.resets += 1
+        self.last_raw_uj, self.last_read_s = raw_uj, now_s
         return (raw_uj + self.wraps * self.max_range_uj) * 1e-6
 
 
@@ -118,7 +136,10 @@ class RAPLPowerSource(PollingSource):
     OPTIONS = (
         Option("root", "path", DEFAULT_ROOT, "powercap folder (a fake tree for tests)"),
         Option("zones", "list", None, "zone names to keep, e.g. package-0,dram (default: all)"),
-        Option("interval_ms", "float", 10.0, "polling period. Units: ms", minimum=1.0),
+        Option("update_ms", "float", 1.0, "how often the CPU updates the counters (about 1 ms). Units: ms",
+               minimum=0.1),
+        Option("interval_ms", "float", 0.5, "polling period, shorter than update_ms. Units: ms", minimum=0.05),
+        mode_option("process"),
     )
     AUTO_PRIORITY = 10
     AUTO_SCOPE = Scope.CPU
@@ -155,7 +176,12 @@ class RAPLPowerSource(PollingSource):
                     f"no RAPL zone named {unknown[0]!r}; zones here: {', '.join(sorted(names))}"
                 )
             zones = [z for z in zones if z[3] in wanted]
-        resolution_s = self.options["interval_ms"] / 1e3
+        if self.options["interval_ms"] >= self.options["update_ms"]:
+            raise PowerSourceError(
+                f"interval_ms={self.options['interval_ms']:g} does not poll faster than the counters update "
+                f"(update_ms={self.options['update_ms']:g}): their ticks would alias; give a smaller interval_ms"
+            )
+        resolution_s = self.options["update_ms"] / 1e3  # how often the counter changes, not how often it is read
         self._zones = [
             _Zone(
                 path,
@@ -170,12 +196,22 @@ class RAPLPowerSource(PollingSource):
 
     def poll(self) -> dict[str, float]:
         root = self.options["root"]
-        return {z.channel.name: z.energy_j(_read_int(z.path / "energy_uj", root)) for z in self._zones}
+        readings = {}
+        for zone in self._zones:
+            resets = zone.resets
+            readings[zone.channel.name] = zone.energy_j(_read_int(zone.path / "energy_uj", root), time.monotonic())
+            if zone.resets > resets:
+                self.warn(
+                    f"the RAPL counter of {zone.path.name} ({zone.name}) was reset (it fell back further than "
+                    "a wraparound allows): the windows across it are flagged counter_reset"
+                )
+        return readings
 
     def describe(self) -> Mapping[str, Any]:
         return {
             "root": str(self.options["root"]),
             "zones": {
-                z.channel.name: {"zone": z.path.name, "name": z.name, "wraps": z.wraps} for z in self._zones
+                z.channel.name: {"zone": z.path.name, "name": z.name, "wraps": z.wraps, "resets": z.resets}
+                for z in self._zones
             },
         }

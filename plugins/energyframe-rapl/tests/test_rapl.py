@@ -1,4 +1,5 @@
-"""The rapl source on a fake powercap tree, and a real pip install of the package."""
+"""The rapl source on a fake powercap tree: the plugin kit's conformance checks and accuracy harness,
+wraps and resets, errors, and a real pip install of the package."""
 
 import os
 import shutil
@@ -9,13 +10,14 @@ import time
 from pathlib import Path
 
 import energyframe_rapl
+import numpy as np
 import pytest
 from energyframe_rapl import RAPLPowerSource
 
 import energyframe
 import energyframe as ef
-from energyframe.errors import PowerSourceError
-from energyframe.plugin import Quantity, Scope, SourceContext
+from energyframe.plugin import PowerSourceError, Quantity, Scope, SourceContext
+from energyframe.testing import check_accuracy, check_power_source, steps
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
 
@@ -49,18 +51,22 @@ def tree(tmp_path):
 
 
 class Burner:
-    """Advances a zone's counter at ``watts``, wrapping at ``max_uj`` like the hardware."""
+    """Advances zones' counters at ``watts`` every ``update_s``, on schedule, wrapping at ``max_uj``
+    like the hardware (a fake CPU whose counters update every ``update_s``)."""
 
-    def __init__(self, zone: Path, watts: float, max_uj: int):
-        self.zone, self.watts, self.max_uj = zone, watts, max_uj
+    def __init__(self, zones, watts: float, max_uj: int = 262143328850, update_s: float = 0.02):
+        self.zones, self.watts, self.max_uj, self.update_s = list(zones), watts, max_uj, update_s
         self._stop = threading.Event()
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self):
-        while not self._stop.wait(0.002):
-            uj = int(self.watts * (time.monotonic() - self._t0) * 1e6) % self.max_uj
-            write_atomic(self.zone / "energy_uj", f"{uj}\n")
+        k = 0
+        while not self._stop.wait(max(0.0, self._t0 + k * self.update_s - time.monotonic())):
+            k = int((time.monotonic() - self._t0) / self.update_s) + 1
+            uj = int(self.watts * (k - 1) * self.update_s * 1e6) % self.max_uj
+            for zone in self.zones:
+                write_atomic(zone / "energy_uj", f"{uj}\n")
 
     def __enter__(self):
         self._thread.start()
@@ -69,6 +75,14 @@ class Burner:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+
+
+def zones_of(tree: Path) -> list[Path]:
+    return sorted(p for p in tree.iterdir() if (p / "energy_uj").exists())
+
+
+#: counters that update every 20 ms (the fake's), read every 4 ms: slow enough for a loaded test machine
+FAKE = {"update_ms": 20.0, "interval_ms": 4.0}
 
 
 def test_channels_follow_the_zones(tree):
@@ -80,25 +94,49 @@ def test_channels_follow_the_zones(tree):
     assert channels["cpu0"].scope == Scope.CPU and channels["cpu0"].primary
     assert channels["cpu0.dram"].scope == Scope.DRAM and channels["cpu0.dram"].primary
     assert not channels["cpu0.core"].primary  # part of the package: not added twice in tables
-    assert channels["cpu0"].resolution_s == pytest.approx(0.01)
+    # the counters' update period, not the polling period (0.5 ms)
+    assert channels["cpu0"].resolution_s == pytest.approx(0.001)
 
 
-def test_zone_filter(tree):
-    source = RAPLPowerSource(name="rapl", root=tree, zones="package-0,package-1")
-    assert [c.name for c in source.start(SourceContext())] == ["cpu0", "cpu1"]
-    source.stop()
-    with pytest.raises(
-        PowerSourceError, match="no RAPL zone named 'gpu'; zones here: core, dram, package-0, package-1"
-    ):
-        RAPLPowerSource(name="rapl", root=tree, zones="gpu").start(SourceContext())
+def test_polling_no_faster_than_the_counters_update_is_refused(tree):
+    with pytest.raises(PowerSourceError) as e:
+        RAPLPowerSource(name="rapl", root=tree, interval_ms=1.0, mode="thread").start(SourceContext())
+    assert str(e.value) == (
+        "interval_ms=1 does not poll faster than the counters update (update_ms=1): their ticks would alias; "
+        "give a smaller interval_ms"
+    )
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_the_source_keeps_the_plugin_contract(tree, mode):
+    with Burner(zones_of(tree), 40.0):
+        samples = check_power_source(RAPLPowerSource, {"root": tree, "mode": mode, **FAKE}, run_s=1.0)
+    ticks = [s.time_s for s in samples["cpu0"]]
+    assert 25 < len(ticks) < 60  # one sample per counter update (50 in 1 s), not per poll (250)
+
+
+def test_window_energy_against_a_known_load(tree):
+    zones = zones_of(tree)
+
+    def drive(truth):  # every zone of the fake tree shows the energy of the known load
+        for zone in zones:
+            write_atomic(zone / "energy_uj", f"{int(truth.energy_j * 1e6)}\n")
+
+    # the tolerance this package claims for 1-s windows of counters that update every 20 ms: a step
+    # inside the tick around an edge moves up to 0.4 J (of 40 J) at each edge
+    report = check_accuracy(RAPLPowerSource, {"root": tree, "mode": "thread", **FAKE}, drive,
+                            steps((20.0, 60.0), 0.35), tolerance=0.03, update_s=0.02, duration_s=4.0,
+                            window_s=1.0)
+    assert {w.channel for w in report.windows} == {"cpu0", "cpu0.dram", "cpu1", "cpu1.dram"}
+    assert abs(report.mean_error) < 0.01
 
 
 def test_window_energy_across_counter_wraps(tree):
     max_uj = 5_000_000  # 5 J: at 40 W the counter wraps every 125 ms
     zone = tree / "intel-rapl:0"
     write_atomic(zone / "max_energy_range_uj", f"{max_uj}\n")
-    source = RAPLPowerSource(name="rapl", root=tree, zones="package-0", interval_ms=5)
-    with Burner(zone, 40.0, max_uj):
+    source = RAPLPowerSource(name="rapl", root=tree, zones="package-0", **FAKE)
+    with Burner([zone], 40.0, max_uj):
         with ef.measure(power=[source]) as m:
             for _ in range(3):
                 with m.window("busy"):
@@ -109,7 +147,33 @@ def test_window_energy_across_counter_wraps(tree):
     # leaves room for the burner thread writing late on a loaded machine
     assert w["mean_power_w"].to_numpy() == pytest.approx(40.0, rel=0.1)
     assert (w["energy_j"] > 0).all()
-    assert m.result.meta["sources"][0]["info"]["zones"]["cpu0"]["wraps"] >= 10
+    info = m.result.meta["sources"][0]["info"]["zones"]["cpu0"]
+    assert info["wraps"] >= 10 and info["resets"] == 0
+
+
+def test_a_counter_reset_is_flagged_not_counted_as_a_wrap(tree):
+    # 100 W; then the driver reloads and the counter restarts from 0, far below where it was: read
+    # as a wrap, the window would hold 262 kJ (issue: 85.7 kW at a true 100 W)
+    zone = tree / "intel-rapl:0"
+    source = RAPLPowerSource(name="rapl", root=tree, zones="package-0", mode="thread", **FAKE)
+    burner = Burner([zone], 100.0)
+    burner._t0 -= 1500.0  # 150 kJ since boot
+    with burner:
+        with ef.measure(power=[source]) as m:
+            with m.window("before"):
+                time.sleep(0.3)
+            with m.window("across"):
+                time.sleep(0.15)
+                burner._t0 = time.monotonic()  # the reset
+                time.sleep(0.15)
+            with m.window("after"):
+                time.sleep(0.3)
+    w = m.result.windows.set_index("phase")
+    assert w.loc["before", "mean_power_w"] == pytest.approx(100.0, rel=0.1)
+    assert np.isnan(w.loc["across", "energy_j"]) and "counter_reset" in w.loc["across", "flags"]
+    assert w.loc["after", "mean_power_w"] == pytest.approx(100.0, rel=0.1)
+    assert any("RAPL counter of intel-rapl:0 (package-0) was reset" in x for x in m.result.warnings)
+    assert m.result.meta["sources"][0]["info"]["zones"]["cpu0"]["resets"] == 1
 
 
 def test_unreadable_counter_says_how_to_fix_it(tree, monkeypatch):
@@ -122,7 +186,7 @@ def test_unreadable_counter_says_how_to_fix_it(tree, monkeypatch):
 
     monkeypatch.setattr(Path, "read_text", deny)
     with pytest.raises(PowerSourceError) as e:
-        RAPLPowerSource(name="rapl", root=tree).start(SourceContext())
+        RAPLPowerSource(name="rapl", root=tree, mode="thread").start(SourceContext())
     assert str(e.value) == (
         f"cannot read {tree}/intel-rapl:0/energy_uj: permission denied; since Linux 5.10 the RAPL "
         f"counters are readable by root only; run as root, or grant read access with: "
@@ -229,7 +293,7 @@ def test_a_real_pip_install_makes_it_appear_in_energyframe_list(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join([str(target), env["PYTHONPATH"]])
     listing = _listing(env)
     assert "rapl  [energyframe-rapl 0.1.0]  CPU package and DRAM energy from Linux powercap (RAPL)" in listing
-    assert "interval_ms (float, default 10): polling period. Units: ms" in listing
+    assert "interval_ms (float, default 0.5): polling period, shorter than update_ms. Units: ms" in listing
     assert (
         str(target)
         in subprocess.run(
