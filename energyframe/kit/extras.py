@@ -21,6 +21,7 @@ log = logging.getLogger("energyframe")
 EXTRA_OF = {
     "torchvision": "models",
     "transformers": "models",
+    "timm": "models",
     "matplotlib": "plots",
     "plotly": "report",
     "jinja2": "report",

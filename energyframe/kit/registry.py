@@ -205,14 +205,11 @@ def create(kind: str, spec: str | Spec | Plugin) -> Plugin:
     cls = load(kind, spec.name)
     options = dict(spec.options)
     short = spec.name.partition("@")[0]
-    if any(o.name == "name" for o in cls.OPTIONS):
-        raise PluginLoadError(
-            f"{LABELS[kind]} {short!r} declares an option called 'name', which is the plugin's own name "
-            "(the constructor's first argument): its package must rename the option"
-        )
-    if "name" in options:  # would collide with the constructor's name: refuse it as the unknown key it is
+    if "name" in options and all(o.name != "name" for o in cls.OPTIONS):
+        # not an option of this plugin: refuse it as the unknown key it is (not taken as its name)
         resolve_options(cls.OPTIONS, {"name": options["name"]}, f"{LABELS[kind]} {short!r}")
-    return cls(name=short, **options)
+    # the name positionally: a plugin may declare an option called 'name' (torchvision:name=...)
+    return cls(short, **options)
 
 
 def create_workload(spec: str | Spec | Workload) -> Workload:

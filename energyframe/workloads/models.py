@@ -107,9 +107,11 @@ class ModelWorkload(Workload):
     OPTIONS: ClassVar[Sequence[Option]] = COMMON_OPTIONS
     #: the model can be decomposed into layers (the ``per-layer`` wrapper takes it)
     PER_LAYER: ClassVar[bool] = True
+    #: keys the model takes beyond ``OPTIONS`` (a transformers config's), checked by the model
+    ACCEPTS_OVERRIDES: ClassVar[bool] = False
 
-    def __init__(self, name: str | None = None, **options: Any) -> None:
-        super().__init__(name, **options)
+    def __init__(self, name: str | None = None, /, **options: Any) -> None:
+        super().__init__(name, **options)  # positional: a model may take a 'name' option
         for key, default in (
             ("per_layer", False),
             ("validate", False),
@@ -137,7 +139,7 @@ class ModelWorkload(Workload):
             )
             # the wrapper by its registered name, as the wrapper finds its model: it imports this module
             wrapper = registry.load(registry.WORKLOADS, PER_LAYER_WRAPPER)(
-                name=self.name,
+                self.name,
                 model=self,
                 **{k: self.options[k] for k in ("granularity", "validate", "l2", "unroll")},
             )
@@ -158,6 +160,15 @@ class ModelWorkload(Workload):
 
     def whole_note(self) -> str:
         return "the whole model"
+
+    def block_names(self) -> tuple[str, ...]:
+        """The module classes ``granularity=block`` measures whole (a named model's ``BLOCKS``;
+        found in the model for one by name or by code, once it is built)."""
+        return tuple(self.BLOCKS)
+
+    def blocks_note(self) -> str:
+        """Which blocks and how they were decided, for the per-layer tables."""
+        return "named: " + ", ".join(self.BLOCKS) if self.BLOCKS else "none"
 
     # -- workload -----------------------------------------------------------------------------
     def run_defaults(self) -> Mapping[str, Any]:
