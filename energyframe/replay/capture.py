@@ -42,6 +42,7 @@ def capture(spec: str | Workload, out_dir: Path | str, steps: int = 3, warmup: i
     ``spec`` is a workload spec or a workload made in Python (``ef.Model(module, inputs)``);
     the trace of one made in Python names no spec, so its replay measures the full model only
     when given it (``full=``)."""
+    extras.check("torch", "energyframe trace")
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 

@@ -103,6 +103,7 @@ class ReplayWorkload(Workload):
         if self.full_workload is not None:
             options = {**options, "full": f"(python) {self.full_workload.name}"}
         super().__init__(name, **options)
+        extras.check("torch", f"workload {self.name!r}")  # before anything starts
         trace: Path = rank_trace(self.options["trace"], self.world)
         self.trace_dir = trace
         self.meta = read_trace_meta(trace / "trace_meta.json")

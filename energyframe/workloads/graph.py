@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import OptionError, WorkloadError
+from ..kit import extras
 from ..model import DerivedTable, Phase, WorkloadContext
 from ..options import Option
 from ..plugin import Workload
@@ -386,6 +387,7 @@ class GraphKernelWorkload(Workload):
         **options: Any,
     ) -> None:
         super().__init__(name, **options)
+        extras.check("torch", f"workload {self.name!r}")  # before anything starts
         self._setup_fn = setup
         self._capture_fn = capture
         if type(self) is GraphKernelWorkload and (setup is None or capture is None):

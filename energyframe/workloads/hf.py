@@ -183,7 +183,6 @@ class HFModel(GenericModel):
         declared = {o.name for o in self.OPTIONS}
         given = {k: v for k, v in options.items() if k in declared or k == "name"}
         super().__init__(name, **given)
-        extras.check("transformers", f"workload {self.name!r}")
         o = self.options
         weights = o["weights"]
         checkpoint = weights is not None and Path(weights).is_dir()
@@ -202,6 +201,9 @@ class HFModel(GenericModel):
         if o["image_size"] is not None and hasattr(config_class(), "image_size"):
             overrides.setdefault("image_size", o["image_size"])  # a ViT's position embeddings
         self.overrides = config_overrides(config_class, overrides, f"workload {self.name!r}")
+
+    def required_modules(self) -> tuple[str, ...]:
+        return ("transformers", "torch")
 
     def _classes(self) -> tuple[Any, Any]:
         arch = self.options["arch"]

@@ -121,6 +121,8 @@ class ModelWorkload(Workload):
             ("unroll", 100),
         ):
             self.options.setdefault(key, default)  # models without a per-layer mode lack these
+        for module in self.required_modules():  # before anything starts: one line naming the extra
+            extras.check(module, f"workload {self.name!r}")
         if self.options["validate"] and not self.options["per_layer"]:
             raise OptionError(
                 f"{self.name}: validate compares a per-layer run with the whole model; "
@@ -147,6 +149,11 @@ class ModelWorkload(Workload):
             self.per_layer = wrapper
 
     # -- what subclasses provide --------------------------------------------------------------
+    def required_modules(self) -> tuple[str, ...]:
+        """Optional packages the model needs, checked when it is made (the library that builds
+        it first: its extra brings torch too)."""
+        return ("torch",)
+
     def build(self, device, dtype) -> tuple[Any, tuple, dict]:
         """The model (eval mode, on ``device``) and its example arguments."""
         raise NotImplementedError
@@ -267,11 +274,9 @@ class VisionModel(ModelWorkload):
     FACTORY_OPTIONS: ClassVar[tuple[str, ...]] = ()
     OPTIONS = COMMON_OPTIONS + VISION_OPTIONS
 
-    def __init__(self, name: str | None = None, **options: Any) -> None:
-        super().__init__(name, **options)
-        package = self._extra_package()
-        if package:  # before anything starts; the package is imported in setup
-            extras.check(package, f"workload {self.name!r}")
+    def required_modules(self) -> tuple[str, ...]:
+        package = self._extra_package()  # imported in setup
+        return (package, "torch") if package else ("torch",)
 
     def _extra_package(self) -> str | None:
         """The optional package ``FACTORY`` comes from (torchvision), if any."""

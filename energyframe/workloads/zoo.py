@@ -41,10 +41,12 @@ class ZooModel(GenericModel):
 
     def __init__(self, name: str | None = None, /, **options: Any) -> None:
         super().__init__(name, **options)
-        extras.check(self.LIBRARY, f"workload {self.name!r}")
         names = self.known_names()
         if self.options["name"] not in names:
             raise _unknown_name(self.LIBRARY, self.options["name"], names)
+
+    def required_modules(self) -> tuple[str, ...]:
+        return (self.LIBRARY, "torch")
 
     def known_names(self) -> list[str]:
         raise NotImplementedError
