@@ -41,6 +41,7 @@ from ..errors import (
     UsageError,
 )
 from ..model import Channel, WorkloadContext
+from ..live.listener import LiveListener
 from ..plugin import PowerSource, Workload
 from ..ranks.connect import connect
 from ..ranks.coordinator import Alone, Coordinator
@@ -130,8 +131,11 @@ class Measurement:
         workload: Workload | None = None,
         coordinator: Coordinator | str | None = "auto",
         dist_timeout_s: float | None = None,
+        listeners: Sequence[LiveListener] = (),
     ) -> None:
         self.sources = list(sources)
+        #: live subscribers (``energyframe.live``), handed to the recorder
+        self.listeners = list(listeners)
         self.out = out_path(out)  # "" is refused: it would be the current directory
         self._coordinator_arg = coordinator
         self.dist_timeout_s = dist_timeout_s
@@ -219,6 +223,7 @@ class Measurement:
             devices=rank_devices(self.coordinator.world),
             rank=self.coordinator.rank,
             local_rank=self.coordinator.local_rank,
+            listeners=self.listeners,
         )
         self.recorder.start()
         if self.writer is not None:  # the journal: enough to rebuild the run if this process dies
