@@ -40,8 +40,8 @@ from ..errors import (
     StoreError,
     UsageError,
 )
-from ..model import Channel, WorkloadContext
 from ..live.listener import LiveListener
+from ..model import Channel, WorkloadContext
 from ..plugin import PowerSource, Workload
 from ..ranks.connect import connect
 from ..ranks.coordinator import Alone, Coordinator

@@ -132,7 +132,7 @@ class PrometheusExporter:
         self.port = port
         self.address = address
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(tracker))  # type: ignore[arg-type]
+        self.registry.register(_Collector(tracker))
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
