@@ -64,7 +64,7 @@ def closure(spec: str, power, settings, extra: str) -> dict:
     """The per-layer run: Σ units against the whole model."""
     name, _, options = spec.partition(":")
     result = ef.run(
-        f"per-layer:model={name},{options},validate=true{extra}", power=power, reporters=[], config=settings
+        f"per-layer:model={name},{options},validate=true{extra}", power=power, reporters=[], settings=settings
     )
     s = result.derived_table("summary").rows[0]
     layers = result.derived_table("layers").rows
@@ -88,7 +88,7 @@ def replay(spec: str, power, settings, folder: Path, extra: str) -> dict:
     """Trace, then replay: Σ ops (+ launch gaps) against the full model as one CUDA graph."""
     traced = capture(spec, folder / "trace", steps=3, warmup=3)
     ef.run(
-        f"replay:trace={folder / 'trace'}{extra}", power=power, reporters=[], out=folder / "run", config=settings
+        f"replay:trace={folder / 'trace'}{extra}", power=power, reporters=[], out=folder / "run", settings=settings
     )
     report = json.loads((folder / "run" / "comparison_report.json").read_text())
 
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     models = TINY if args.dry_run else MODELS
-    power = None if args.dry_run or args.power == "none" else [args.power]
+    power = "none" if args.dry_run or args.power == "none" else [args.power]
     settings = ef.RunSettings(trials=1, min_window_s=0.01, idle_s=0.0) if args.dry_run else None
     closure_extra = ",unroll=2,whole_unroll=2" if args.dry_run else ""
     replay_extra = ",unroll=2,limit=6" if args.dry_run else ""
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     print(
         f"\nany model on {device}, {time.strftime('%Y-%m-%d')}: per-layer closure (target ±{CLOSURE_TARGET_PCT:g} %) "
-        f"and replay prediction (target ±{REPLAY_TARGET_PCT:g} %), {'timing only' if power is None else power[0]}\n"
+        f"and replay prediction (target ±{REPLAY_TARGET_PCT:g} %), {'timing only' if power == 'none' else power[0]}\n"
     )
     print(table(rows))
     return 1 if any("error" in r for r in rows) else 0

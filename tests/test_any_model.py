@@ -268,7 +268,7 @@ def test_the_new_models_have_a_per_layer_mode_and_take_their_options():
 
 def test_ef_model_is_a_workload_wherever_one_is_accepted():
     net, x = Net(), torch.randn(3, 8)
-    result = ef.run(ef.Model(net, x, name="net"), power=None, reporters=[], config=TINY)
+    result = ef.run(ef.Model(net, x, name="net"), power="none", reporters=[], settings=TINY)
     assert list(result.windows["phase"].unique()) == ["forward"]
     assert result.summary("forward").work == {"items": 3.0}
     info = result.meta["workload"]["info"]
@@ -286,10 +286,10 @@ def test_ef_model_per_layer_with_validation_and_asked_blocks(tmp_path):
     model = ef.Model(net, x, name="net", blocks=["Stage"], whole_unroll=2)
     result = ef.run(
         PerLayer(model=model, validate=True, granularity="block", unroll=2),
-        power=None,
+        power="none",
         reporters=[],
         out=tmp_path / "run",
-        config=TINY,
+        settings=TINY,
     )
     summary = result.derived_table("summary").rows[0]
     assert summary["blocks"] == "asked for: Stage x2" and summary["granularity"] == "block"
@@ -328,15 +328,15 @@ def test_trace_and_replay_of_a_model_made_in_python(tmp_path):
     assert meta["workload"] is None and meta["workload_name"] == "Net" and meta["unique_leaf_ops"] > 3
     result = ef.run(
         ReplayWorkload(trace=str(tmp_path / "trace"), full=ef.Model(net, x), unroll=2),
-        power=None,
+        power="none",
         reporters=[],
-        config=TINY,
+        settings=TINY,
     )
     comparison = result.derived_table("comparison").rows[0]
     assert comparison["workload"] == "(python) Net" and comparison["full_model_inference_us"] > 0
     assert comparison["replayed_ops"] == meta["unique_leaf_ops"] and comparison["not_rebuilt_ops"] == 0
     # without the model, the trace of one made in Python has no full model to measure
-    result = ef.run(f"replay:trace={tmp_path / 'trace'},unroll=2", power=None, reporters=[], config=TINY)
+    result = ef.run(f"replay:trace={tmp_path / 'trace'},unroll=2", power="none", reporters=[], settings=TINY)
     assert "(full model)" not in set(result.windows["phase"])
 
 
@@ -345,7 +345,7 @@ def test_trace_and_replay_of_an_hf_model_on_the_cli(tmp_path):
     r = CliRunner().invoke(main, ["trace", "--workload", TINY_LLAMA, "--out", str(tmp_path / "t"), "--steps", "2"])
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "t" / "trace_meta.json").read_text())["workload"] == TINY_LLAMA
-    result = ef.run(f"replay:trace={tmp_path / 't'},unroll=2,limit=5", power=None, reporters=[], config=TINY)
+    result = ef.run(f"replay:trace={tmp_path / 't'},unroll=2,limit=5", power="none", reporters=[], settings=TINY)
     comparison = result.derived_table("comparison").rows[0]
     assert comparison["workload"] == TINY_LLAMA and comparison["full_model_inference_us"] > 0
 
