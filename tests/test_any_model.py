@@ -160,13 +160,40 @@ def test_hf_builds_the_configured_model_with_its_inputs():
     w = make(TINY_LLAMA + ",batch=2")
     w.setup()
     assert w.model.config.hidden_size == 64 and w.model.config.num_hidden_layers == 2
-    assert w.args[0].shape == (2, 8) and w.kwargs == {"use_cache": False}
+    assert w.args[0].shape == (2, 8) and set(w.kwargs) == {"use_cache", "attention_mask"}
+    mask = w.kwargs["attention_mask"]
+    assert mask.shape == (2, 1, 8, 8) and torch.equal(mask[0, 0], torch.ones(8, 8, dtype=torch.bool).tril())
     assert w.work() == {"tokens": 16.0} and w.block_names() == ("LlamaDecoderLayer",)
     assert w.info()["config_overrides"]["num_key_value_heads"] == 2
     vit = make("hf:arch=ViTModel,hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,image_size=32,patch_size=8")
     vit.setup()  # image_size is the input's and the config's (its position embeddings)
     assert vit.args[0].shape == (1, 3, 32, 32) and vit.work() == {"images": 1.0}
     vit.model(*vit.args, **vit.kwargs)
+
+
+def test_a_causal_lm_gets_its_mask_so_its_forward_never_reads_the_host():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class HostReads(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, a=(), k=None):
+            if "_local_scalar_dense" in str(func):
+                self.ops.append(str(func))
+            return func(*a, **(k or {}))
+
+    w = make(TINY_LLAMA)
+    w.setup()
+    with torch.no_grad(), HostReads() as reads:
+        given = w.model(*w.args, **w.kwargs).logits
+    # the mask changes nothing: the same logits as transformers' own causal attention
+    without = w.model(*w.args, use_cache=False).logits
+    assert reads.ops == [] and torch.allclose(given, without, atol=1e-5)
+    with torch.no_grad(), HostReads() as reads:
+        w.model(*w.args, use_cache=False)
+    assert reads.ops  # what the mask avoids: transformers' host check in an eager forward
 
 
 def test_hf_weights_from_a_local_checkpoint(tmp_path):

@@ -156,6 +156,26 @@ def config_overrides(config_class: Any, given: Mapping[str, Any], owner: str) ->
     return out
 
 
+def _causal_sdpa(model) -> bool:
+    """Whether the model attends causally through SDPA: its attention modules say they are
+    causal (``is_causal``), and its config asks for SDPA."""
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return False
+    return any(getattr(m, "is_causal", False) is True for m in model.modules())
+
+
+def causal_mask(batch: int, length: int, device):
+    """The causal mask of ``length`` tokens, ``batch x 1 x length x length`` (True: attend).
+
+    Given to a causal LM explicitly, so that its eager forward, its trace, its units and its CUDA
+    graph run the same kernels: without one, transformers checks on the host (``.all()``) whether
+    it may leave causality to SDPA, which it then does in an eager forward, but it builds this
+    mask when a CUDA stream is capturing (no host reads there), and SDPA runs another kernel."""
+    import torch
+
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()[None, None].expand(batch, 1, length, length)
+
+
 @contextlib.contextmanager
 def _default_dtype(dtype) -> Iterator[None]:
     """Parameters made in this block are of ``dtype`` (no fp32 copy of a large model)."""
@@ -281,8 +301,11 @@ class HFModel(GenericModel):
                 f"{self.label()} takes {kind}, which hf: does not make up (it makes input_ids and "
                 "pixel_values); give the model and its inputs with torch:factory= or ef.Model"
             )
-        if o["mode"] == "prefill" and "use_cache" in inspect.signature(model.forward).parameters:
+        parameters = inspect.signature(model.forward).parameters
+        if o["mode"] == "prefill" and "use_cache" in parameters:
             kwargs["use_cache"] = False
+        if kind == TEXT and o["mode"] == "prefill" and "attention_mask" in parameters and _causal_sdpa(model):
+            kwargs["attention_mask"] = causal_mask(o["batch"], o["seq_len"], device)
         self.input_kind = kind
         return (ids,), kwargs
 
