@@ -1,11 +1,15 @@
 """The core without torch: ``pip install energyframe`` measures commands with NVML and nvidia-smi
 and runs analyze, compare, report and show; what needs torch says which extra, in one line.
 
-Each command runs in a child process whose ``import torch`` (and torchvision, transformers,
-timm) fails as on a machine where they are not installed (a ``sitecustomize`` import hook)."""
+Each command runs in a child process where the modules that only the extras install (torch,
+torchvision, transformers, timm, matplotlib, ...: read from energyframe's own package metadata)
+cannot be imported, as on a machine with ``pip install energyframe`` alone (a ``sitecustomize``
+import hook)."""
 
+import importlib.metadata as md
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -14,14 +18,18 @@ from pathlib import Path
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
+#: the extras whose packages a core install lacks (the test tools' extra is the runner's own)
+EXTRAS = ("torch", "models", "plots", "browser", "cuda12", "cuda13")
 BLOCKER = textwrap.dedent(
     """
     import sys
 
+    HIDDEN = {hidden!r}
+
     class _NotInstalled:
         def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("torch", "torchvision", "transformers", "timm"):
-                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            if name.split(".")[0] in HIDDEN:
+                raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
             return None
 
     sys.meta_path.insert(0, _NotInstalled())
@@ -29,12 +37,34 @@ BLOCKER = textwrap.dedent(
 )
 
 
+def _dist(requirement: str) -> str:
+    return re.split(r"[\s<>=!;\[~]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def extra_only_modules() -> set[str]:
+    """Top-level modules of the packages that only the extras bring, not the core."""
+    core, extras = set(), set()
+    for requirement in md.requires("energyframe") or []:
+        marker = re.search(r"extra\s*==\s*['\"]([^'\"]+)", requirement)
+        if marker is None:
+            core.add(_dist(requirement))
+        elif marker.group(1) in EXTRAS:
+            extras.add(_dist(requirement))
+    dists = extras - core - {"energyframe"}
+    hidden = {
+        module
+        for module, owners in md.packages_distributions().items()
+        if any(owner.lower().replace("_", "-") in dists for owner in owners)
+    }
+    return hidden | {d.replace("-", "_") for d in dists}
+
+
 @pytest.fixture
 def no_torch(tmp_path, monkeypatch):
     """Children of this test cannot import torch; returns a runner of ``energyframe ARGS``."""
     hook = tmp_path / "no-torch"
     hook.mkdir()
-    (hook / "sitecustomize.py").write_text(BLOCKER)
+    (hook / "sitecustomize.py").write_text(BLOCKER.format(hidden=sorted(extra_only_modules())))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]))
 
     def energyframe(*args: object) -> subprocess.CompletedProcess:
@@ -49,9 +79,12 @@ def no_torch(tmp_path, monkeypatch):
     return energyframe
 
 
-def test_the_hook_hides_torch(no_torch, tmp_path):
-    proc = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True)
-    assert proc.returncode == 1 and "No module named 'torch'" in proc.stderr
+def test_the_hook_hides_what_only_the_extras_install(no_torch, tmp_path):
+    assert {"torch", "torchvision", "transformers", "timm", "matplotlib"} <= extra_only_modules()
+    assert not {"pandas", "numpy", "plotly", "jinja2", "pynvml", "prometheus_client"} & extra_only_modules()
+    for module in ("torch", "matplotlib"):
+        proc = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True)
+        assert proc.returncode == 1 and f"No module named '{module}'" in proc.stderr
 
 
 @pytest.mark.slow
