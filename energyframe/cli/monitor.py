@@ -88,7 +88,7 @@ def monitor(power: tuple[str, ...], prometheus_port: int | None, duration: float
     from ..live.tracker import PowerTracker
 
     specs = power_from_cli(power)
-    if specs is None:
+    if specs == "none":
         raise UsageError("energyframe monitor needs a power source; 'none' measures nothing to show")
     sources, notes = resolve_power(specs)
     if not sources:
