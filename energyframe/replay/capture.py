@@ -71,7 +71,7 @@ def capture(spec: str | Workload, out_dir: Path | str, steps: int = 3, warmup: i
         sync()
         # under torchrun a step that failed on one rank would leave its peers waiting in a
         # collective: the ranks' replays rotate every input instead
-        memory, ran_ops = (None, True) if w.distributed else _traceable(spec, phase)
+        memory, ran_ops = (None, True) if w.distributed else _traceable(spec if isinstance(spec, str) else workload.name, phase)
         sync()
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
