@@ -60,13 +60,18 @@ def with_batch(spec: str, batch: int) -> str:
     return f"{spec},batch={batch}"
 
 
+def num(value):
+    """A figure the run did not measure (None, as timing-only runs leave energy) as NaN."""
+    return math.nan if value is None else value
+
+
 def closure(spec: str, power, settings, extra: str) -> dict:
     """The per-layer run: Σ units against the whole model."""
     name, _, options = spec.partition(":")
     result = ef.run(
         f"per-layer:model={name},{options},validate=true{extra}", power=power, reporters=[], settings=settings
     )
-    s = result.derived_table("summary").rows[0]
+    s = {k: num(v) for k, v in result.derived_table("summary").rows[0].items()}
     layers = result.derived_table("layers").rows
     return {
         "units": s["unique_units"],
@@ -92,19 +97,18 @@ def replay(spec: str, power, settings, folder: Path, extra: str) -> dict:
     )
     report = json.loads((folder / "run" / "comparison_report.json").read_text())
 
-    def num(key: str) -> float:
-        value = report.get(key)
-        return math.nan if value is None else float(value)
+    def figure(key: str) -> float:
+        return float(num(report.get(key)))
 
-    on_graph = math.isfinite(num("full_model_graph_inference_us"))
+    on_graph = math.isfinite(figure("full_model_graph_inference_us"))
     return {
         "unique_leaf_ops": traced["unique_leaf_ops"],
         "graph_execution": report.get("full_model_graph_execution"),
-        "coverage_pct": num("coverage_percent_of_gpu_time"),
+        "coverage_pct": figure("coverage_percent_of_gpu_time"),
         "not_rebuilt": len(report.get("not_rebuilt") or []),
         # against the graph with the launch gaps where there is one (a GPU), else the eager model
-        "replay_latency_pct": num("kernel_gap_error_percent") if on_graph else num("error_percent"),
-        "replay_energy_pct": num("kernel_gap_energy_error_percent") if on_graph else num("energy_error_percent"),
+        "replay_latency_pct": figure("kernel_gap_error_percent") if on_graph else figure("error_percent"),
+        "replay_energy_pct": figure("kernel_gap_energy_error_percent") if on_graph else figure("energy_error_percent"),
         "replay_against": "graph + launch gaps" if on_graph else "eager",
         "replay_dir": str(folder / "run"),
     }
