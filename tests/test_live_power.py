@@ -187,6 +187,27 @@ def test_run_serves_live_power_while_it_goes(power_csv, tmp_path):
 
 
 @pytest.mark.slow
+def test_each_windows_energy_reaches_the_exporter_while_the_run_goes(power_csv):
+    tracker = PowerTracker(rank=0, host="node7")
+    result = ef.run(
+        "sleep:seconds=0.5",
+        power=[f"replay:file={power_csv},scope=gpu,prefix=gpu0."],
+        reporters=[],
+        settings=ef.RunSettings(trials=2, idle_s=0.0, warmup_s=0.0),
+        listeners=[tracker],
+    )
+    windows = tracker.windows()  # the last window of each phase, per channel
+    assert [(w.phase, w.channel, w.trial) for w in windows] == [("sleep", "gpu0.replay", 1)]
+    final = result.windows[(result.windows["phase"] == "sleep") & (result.windows["trial"] == 1)]
+    (w,) = windows
+    # the live number is the run's own (the same pipeline, on the samples around the window)
+    assert w.energy_j == pytest.approx(float(final["energy_j"].iloc[0]), rel=1e-6)
+    assert w.energy_j == pytest.approx(250.0 * w.duration_s, rel=0.01)
+    (sample,) = families(PrometheusExporter(tracker, 0).render())["energyframe_window_energy_joules"].samples
+    assert sample.labels["phase"] == "sleep" and sample.labels["gpu"] == "0" and sample.value == w.energy_j
+
+
+@pytest.mark.slow
 def test_monitor_shows_each_channel_and_serves_it(power_csv):
     port = free_port()
     r = CliRunner().invoke(

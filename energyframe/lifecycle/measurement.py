@@ -167,6 +167,8 @@ class Measurement:
         self.timings = Timings()
         #: closed windows' energy while the run goes (``live.py``)
         self.live = LiveWindows(self._live_recording, self._live_wait, self._primary_channels, self.warn)
+        if self.listeners:  # live subscribers (an exporter's window gauge) hear every window's energy
+            self.live.subscribe(self._to_listeners)
 
     # -- lifecycle -------------------------------------------------------------------------
     def warn(self, message: str) -> None:
@@ -416,6 +418,10 @@ class Measurement:
             self._open[name].remove(handle)  # a window whose work failed measures nothing
             raise
         self.end_window(name)
+
+    def _to_listeners(self, energy: LiveEnergy) -> None:
+        if self.recorder is not None:
+            self.recorder.live.window_rows(energy.record.phase, energy.record.trial, energy.rows.to_dict("records"))
 
     def on_window_energy(self, callback: Callable[[LiveEnergy], None]) -> None:
         """Call ``callback(LiveEnergy)`` with each window's energy as soon as it is known (on a

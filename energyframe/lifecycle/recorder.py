@@ -30,8 +30,8 @@ from ..core.clock import ClockModel
 from ..core.samples import PARTIAL_NAME, SampleStore
 from ..errors import PowerSourceError
 from ..kit.calls import BoundedCall, CallTimeout, PluginCallError, describe
-from ..model import Channel, Quantity, SourceContext, Timing
 from ..live.listener import Fanout, LiveListener
+from ..model import Channel, Quantity, SourceContext, Timing
 from ..plugin import PowerSource
 
 DRAIN_INTERVAL_S = 1.0

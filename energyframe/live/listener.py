@@ -81,6 +81,14 @@ class Fanout:
     def window(self, window: WindowEnergy) -> None:
         self._each("on_window", window)
 
+    def window_rows(self, phase: str, trial: int, rows: Iterable[Mapping[str, Any]]) -> None:
+        """A closed window's energy on each channel, from its rows (windows.csv's columns:
+        ``channel``, ``energy_j``, ``duration_s``); a channel of no energy (a state) is left out."""
+        for row in rows:
+            energy = float(row.get("energy_j", float("nan")))
+            if energy == energy:  # NaN: no energy on that channel (or none known)
+                self.window(WindowEnergy(phase, int(trial), str(row["channel"]), energy, float(row["duration_s"])))
+
     def _each(self, method: str, *args: Any) -> None:
         for listener in list(self.listeners):
             try:
