@@ -9,6 +9,7 @@ Here so tests can override: a test may install a package or put a ``*.dist-info`
 from __future__ import annotations
 
 import importlib.metadata as md
+import inspect
 import logging
 import re
 import warnings
@@ -205,11 +206,27 @@ def create(kind: str, spec: str | Spec | Plugin) -> Plugin:
     cls = load(kind, spec.name)
     options = dict(spec.options)
     short = spec.name.partition("@")[0]
-    if "name" in options and all(o.name != "name" for o in cls.OPTIONS):
+    if any(o.name == "name" for o in cls.OPTIONS):
+        _check_name_option(cls, f"{LABELS[kind]} {short!r}")
+    elif "name" in options:
         # not an option of this plugin: refuse it as the unknown key it is (not taken as its name)
         resolve_options(cls.OPTIONS, {"name": options["name"]}, f"{LABELS[kind]} {short!r}")
     # the name positionally: a plugin may declare an option called 'name' (torchvision:name=...)
     return cls(short, **options)
+
+
+def _check_name_option(cls: type, owner: str) -> None:
+    """A plugin that declares an option called ``name`` must take its own name positionally
+    (``def __init__(self, name=None, /, **options)``), or the option would collide with it."""
+    try:
+        parameter = inspect.signature(cls).parameters.get("name")
+    except (TypeError, ValueError):  # no signature to read: let the call say what is wrong
+        return
+    if parameter is not None and parameter.kind != parameter.POSITIONAL_ONLY:
+        raise PluginLoadError(
+            f"{owner} declares an option called 'name', but its constructor takes its own name by keyword: "
+            "its package must take it positionally (def __init__(self, name=None, /, **options)) or rename the option"
+        )
 
 
 def create_workload(spec: str | Spec | Workload) -> Workload:
