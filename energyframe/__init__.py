@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from .sweeps.api import sweep
     from .sweeps.kernel import load_kernel
     from .sweeps.results import KernelResult, SweepResult
+    from .workloads.anymodel import Model
     from .workloads.graph import GraphKernel
     from .workloads.perlayer import PerLayer
     from .workloads.pipeline import Pipeline, Stage

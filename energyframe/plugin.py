@@ -104,7 +104,9 @@ class Plugin:
     #: the options the plugin accepts
     OPTIONS: ClassVar[Sequence[Option]] = ()
 
-    def __init__(self, name: str | None = None, **options: Any) -> None:
+    def __init__(self, name: str | None = None, /, **options: Any) -> None:
+        if "name" in options and all(o.name != "name" for o in self.OPTIONS):
+            name = options.pop("name")  # the plugin's name given by keyword; 'name' is no option of it
         self.name = name or type(self).__name__
         self.options: dict[str, Any] = resolve_options(
             self.OPTIONS, options, f"{_kind_label(type(self))} {self.name!r}"

@@ -18,6 +18,7 @@ LAYERS = [
     {"results"},
     {"ranks"},
     {"plugin", "kit"},
+    {"live"},
     {"lifecycle"},
     {"offline"},
     {"compare"},

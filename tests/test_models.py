@@ -121,8 +121,9 @@ def test_per_layer_flags_on_the_cli(tmp_path):
     runner = CliRunner()
     r = runner.invoke(main, ["run", "--power", "none", "--workload", "matmul", "--per-layer"])
     assert r.exit_code == 2 and r.output.endswith(
-        "Error: workload 'matmul' has no per-layer mode. Models that have one: efficientnet_b0, "
-        "mobilenet_v3_small, opt-66b-decode, opt-66b-prefill, replknet31b, resnet18, resnet50, vit_b_16\n"
+        "Error: workload 'matmul' has no per-layer mode. Models that have one: efficientnet_b0, hf, "
+        "mobilenet_v3_small, opt-66b-decode, opt-66b-prefill, replknet31b, resnet18, resnet50, timm, torch, "
+        "torchvision, vit_b_16\n"
     )
     r = runner.invoke(main, ["run", "--power", "none", "--workload", "resnet18", "--validate"])
     assert r.exit_code == 2 and "add --per-layer" in r.output

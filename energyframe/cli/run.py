@@ -138,6 +138,14 @@ def reporter_specs(given: tuple[str, ...], quiet: bool, grid_g_per_kwh: float | 
     "without it and rank 0 saves what was measured. Default 1800 s.",
 )
 @grid_intensity_option
+@click.option(
+    "--prometheus-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    metavar="PORT",
+    help="While the run goes, serve live power and energy in the Prometheus format at "
+    "http://HOST:PORT/metrics (under torchrun: PORT + LOCAL_RANK). docs/live.md.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run(
@@ -152,6 +160,7 @@ def run(
     validate: bool,
     grid_intensity: float | None,
     dist_timeout: float | None,
+    prometheus_port: int | None,
     command: tuple[str, ...],
     **settings: Any,
 ) -> None:
@@ -167,11 +176,13 @@ def run(
     """
     from ..kit.registry import power_from_cli
     from ..lifecycle import orchestrator
+    from ..live.prometheus import serving
     from ..ranks.world import export_launcher_env
     from ..results.store import default_run_dir
     from ..workloads.command import CommandWorkload
 
-    rank = export_launcher_env().rank
+    world = export_launcher_env()
+    rank = world.rank
     if rank != 0:  # every rank runs this command; only rank 0 speaks, other ranks only fail
         logging.getLogger("energyframe").setLevel(logging.ERROR)
 
@@ -187,17 +198,19 @@ def run(
         workload = per_layer_spec(workload, validate)
     the_workload: str | CommandWorkload = CommandWorkload(name="command", argv=list(command)) if command else str(workload)
     name = "command" if command else run_name(str(workload))
-    result = orchestrator.run(
-        the_workload,
-        power=power_from_cli(power),
-        reporters=reporter_specs(reporters, bool(ctx.obj and ctx.obj.get("quiet")), grid_intensity),
-        # rank 0 names the run directory and tells the other ranks
-        out=out or (default_run_dir(name) if rank == 0 else None),
-        settings=RunSettings(**{k: v for k, v in settings.items() if v is not None}),
-        align=not no_align,
-        dist_timeout_s=dist_timeout,
-        reporter_errors=reporter_errors,
-    )
+    with serving(prometheus_port, world.rank, world.local_rank) as listeners:
+        result = orchestrator.run(
+            the_workload,
+            power=power_from_cli(power),
+            reporters=reporter_specs(reporters, bool(ctx.obj and ctx.obj.get("quiet")), grid_intensity),
+            # rank 0 names the run directory and tells the other ranks
+            out=out or (default_run_dir(name) if rank == 0 else None),
+            settings=RunSettings(**{k: v for k, v in settings.items() if v is not None}),
+            align=not no_align,
+            dist_timeout_s=dist_timeout,
+            reporter_errors=reporter_errors,
+            listeners=listeners,
+        )
     code = result.run_meta.exit_code
     if code:
         sys.exit(code)

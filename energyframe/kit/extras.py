@@ -1,7 +1,8 @@
 """Optional dependencies: the packages behind the ``models`` and ``plots`` extras.
 
-``pip install energyframe`` brings what measures (torch included); named models need
-``energyframe[models]`` (torchvision, transformers), PNGs need ``energyframe[plots]``
+``pip install energyframe`` brings what measures commands and power (no torch); GPU kernels,
+traces and models built here need ``energyframe[torch]``, the models by name
+``energyframe[models]`` (torch, torchvision, transformers, timm), PNGs need ``energyframe[plots]``
 (matplotlib), the HTML report ``energyframe[report]`` (plotly, jinja2). Code that needs one of them asks here, so a missing package is one line that
 names the extra to install, never a traceback.
 """
@@ -19,8 +20,10 @@ log = logging.getLogger("energyframe")
 
 #: the extra that installs each optional module
 EXTRA_OF = {
+    "torch": "torch",
     "torchvision": "models",
     "transformers": "models",
+    "timm": "models",
     "matplotlib": "plots",
     "plotly": "report",
     "jinja2": "report",

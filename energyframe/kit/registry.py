@@ -9,6 +9,7 @@ Here so tests can override: a test may install a package or put a ``*.dist-info`
 from __future__ import annotations
 
 import importlib.metadata as md
+import inspect
 import logging
 import re
 import warnings
@@ -206,13 +207,26 @@ def create(kind: str, spec: str | Spec | Plugin) -> Plugin:
     options = dict(spec.options)
     short = spec.name.partition("@")[0]
     if any(o.name == "name" for o in cls.OPTIONS):
-        raise PluginLoadError(
-            f"{LABELS[kind]} {short!r} declares an option called 'name', which is the plugin's own name "
-            "(the constructor's first argument): its package must rename the option"
-        )
-    if "name" in options:  # would collide with the constructor's name: refuse it as the unknown key it is
+        _check_name_option(cls, f"{LABELS[kind]} {short!r}")
+    elif "name" in options:
+        # not an option of this plugin: refuse it as the unknown key it is (not taken as its name)
         resolve_options(cls.OPTIONS, {"name": options["name"]}, f"{LABELS[kind]} {short!r}")
-    return cls(name=short, **options)
+    # the name positionally: a plugin may declare an option called 'name' (torchvision:name=...)
+    return cls(short, **options)
+
+
+def _check_name_option(cls: type, owner: str) -> None:
+    """A plugin that declares an option called ``name`` must take its own name positionally
+    (``def __init__(self, name=None, /, **options)``), or the option would collide with it."""
+    try:
+        parameter = inspect.signature(cls).parameters.get("name")
+    except (TypeError, ValueError):  # no signature to read: let the call say what is wrong
+        return
+    if parameter is not None and parameter.kind != parameter.POSITIONAL_ONLY:
+        raise PluginLoadError(
+            f"{owner} declares an option called 'name', but its constructor takes its own name by keyword: "
+            "its package must take it positionally (def __init__(self, name=None, /, **options)) or rename the option"
+        )
 
 
 def create_workload(spec: str | Spec | Workload) -> Workload:

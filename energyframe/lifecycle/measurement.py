@@ -40,6 +40,7 @@ from ..errors import (
     StoreError,
     UsageError,
 )
+from ..live.listener import LiveListener
 from ..model import Channel, WorkloadContext
 from ..plugin import PowerSource, Workload
 from ..ranks.connect import connect
@@ -130,8 +131,11 @@ class Measurement:
         workload: Workload | None = None,
         coordinator: Coordinator | str | None = "auto",
         dist_timeout_s: float | None = None,
+        listeners: Sequence[LiveListener] = (),
     ) -> None:
         self.sources = list(sources)
+        #: live subscribers (``energyframe.live``), handed to the recorder
+        self.listeners = list(listeners)
         self.out = out_path(out)  # "" is refused: it would be the current directory
         self._coordinator_arg = coordinator
         self.dist_timeout_s = dist_timeout_s
@@ -163,6 +167,8 @@ class Measurement:
         self.timings = Timings()
         #: closed windows' energy while the run goes (``live.py``)
         self.live = LiveWindows(self._live_recording, self._live_wait, self._primary_channels, self.warn)
+        if self.listeners:  # live subscribers (an exporter's window gauge) hear every window's energy
+            self.live.subscribe(self._to_listeners)
 
     # -- lifecycle -------------------------------------------------------------------------
     def warn(self, message: str) -> None:
@@ -219,6 +225,7 @@ class Measurement:
             devices=rank_devices(self.coordinator.world),
             rank=self.coordinator.rank,
             local_rank=self.coordinator.local_rank,
+            listeners=self.listeners,
         )
         self.recorder.start()
         if self.writer is not None:  # the journal: enough to rebuild the run if this process dies
@@ -411,6 +418,10 @@ class Measurement:
             self._open[name].remove(handle)  # a window whose work failed measures nothing
             raise
         self.end_window(name)
+
+    def _to_listeners(self, energy: LiveEnergy) -> None:
+        if self.recorder is not None:
+            self.recorder.live.window_rows(energy.record.phase, energy.record.trial, energy.rows.to_dict("records"))
 
     def on_window_energy(self, callback: Callable[[LiveEnergy], None]) -> None:
         """Call ``callback(LiveEnergy)`` with each window's energy as soon as it is known (on a

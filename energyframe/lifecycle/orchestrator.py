@@ -32,6 +32,7 @@ from ..core.windows import WindowRecord
 from ..errors import EnergyFrameError, PowerSourceError, RunInterrupted, WorkloadError
 from ..kit import registry
 from ..kit.registry import PowerArg, resolve_power
+from ..live.listener import LiveListener
 from ..model import Phase
 from ..options import Spec
 from ..plugin import Reporter, Workload
@@ -406,6 +407,7 @@ def run(
     dist_timeout_s: float | None = None,
     coordinator: Coordinator | str | None = "auto",
     reporter_errors: str = "fail",
+    listeners: Sequence[LiveListener] = (),
 ) -> RunResult:
     """Measure a workload: what ``energyframe run`` does.
 
@@ -427,6 +429,8 @@ def run(
             process), or a ``Coordinator``.
         reporter_errors: ``"fail"``: a reporter that raises or hangs fails the run
             (``ReporterError``, after the run was saved); ``"warn"``: it is only warned about.
+        listeners: live subscribers (``energyframe.live``: the Prometheus exporter's tracker),
+            given every reading while the run goes.
 
     Under torchrun or srun every rank calls ``run`` with the same arguments: each measures its
     own GPU, the ranks agree every window edge, and rank 0 saves one run directory (its
@@ -469,6 +473,7 @@ def run(
         workload=the_workload,
         coordinator=coordinator,
         dist_timeout_s=dist_timeout_s,
+        listeners=listeners,
     )
     for warning in early_warnings:
         m.warn(warning)

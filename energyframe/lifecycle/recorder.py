@@ -30,6 +30,7 @@ from ..core.clock import ClockModel
 from ..core.samples import PARTIAL_NAME, SampleStore
 from ..errors import PowerSourceError
 from ..kit.calls import BoundedCall, CallTimeout, PluginCallError, describe
+from ..live.listener import Fanout, LiveListener
 from ..model import Channel, Quantity, SourceContext, Timing
 from ..plugin import PowerSource
 
@@ -74,6 +75,7 @@ class Recorder:
         now: the monotonic clock (injected by tests of the stall watchdog).
         devices, rank, local_rank: what the sources are told about this process under a launcher
             (``SourceContext``): the GPUs it uses and its rank.
+        listeners: told each source's channels and every drained reading (``live.listener``).
     """
 
     def __init__(
@@ -86,8 +88,10 @@ class Recorder:
         devices: Sequence[str] | None = None,
         rank: int = 0,
         local_rank: int = 0,
+        listeners: Sequence[LiveListener] = (),
     ) -> None:
         self.sources = list(sources)
+        self.live = Fanout(listeners, warn)
         self.clock = clock
         self.run_dir = run_dir
         self.warn = warn
@@ -140,6 +144,7 @@ class Recorder:
                 self.store.close()
                 raise
             self.source_channels[source.name] = channels
+            self.live.channels(source.name, channels)
         self._thread = threading.Thread(target=self._drain_loop, name="energyframe-drain", daemon=True)
         self._thread.start()
 
@@ -178,6 +183,7 @@ class Recorder:
                     if batch:
                         self.store.add(source.name, batch)
                         self._note_arrivals(batch, now)
+                        self.live.samples(source.name, batch, self.store.channels, self.clock)
                 except PowerSourceError as e:
                     self._fail(source.name, e)
                 except OSError as e:  # the partial log could not be written (disk full)

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..kit import extras, registry
 from ..options import parse_spec
+from ..plugin import Workload
 from ..workloads import distributed
 from . import kineto
 from .memory_inputs import MEMORY_INPUTS, record_memory_inputs, write_memory_inputs
@@ -33,24 +34,29 @@ def trace_dir(out_dir: Path | str) -> Path:
     return out_dir / distributed.rank_dir_name(w.rank) if w.distributed else out_dir
 
 
-def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> dict:
+def capture(spec: str | Workload, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> dict:
     """Profile ``steps`` iterations of the workload's first phase after ``warmup``; write the raw
     Kineto trace (trace.json.gz), kernels.jsonl, ops.jsonl, collectives.jsonl, trace_meta.json,
-    memory_inputs.json (one more step, under a dispatch mode) and timeline.png; under torchrun into ``out_dir/rank<RANK>`` (``trace_dir``)."""
+    memory_inputs.json (one more step, under a dispatch mode) and timeline.png; under torchrun into ``out_dir/rank<RANK>`` (``trace_dir``).
+
+    ``spec`` is a workload spec or a workload made in Python (``ef.Model(module, inputs)``);
+    the trace of one made in Python names no spec, so its replay measures the full model only
+    when given it (``full=``)."""
+    extras.check("torch", "energyframe trace")
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
     w = distributed.world()
     out_dir = trace_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    workload = registry.create_workload(parse_spec(spec))
+    workload = registry.create_workload(parse_spec(spec) if isinstance(spec, str) else spec)
     workload.setup()
     try:
         # the first phase only: a workload that prepares each phase as it is asked for (a
         # generator) prepares no more than that
         phase = next(iter(workload.phases()), None)
         if phase is None:
-            raise UsageError(f"workload {spec!r} has no phase to trace")
+            raise UsageError(f"workload {workload.name!r} has no phase to trace")
         if phase.setup is not None:
             phase.setup()
         sync = phase.sync
@@ -65,7 +71,7 @@ def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> 
         sync()
         # under torchrun a step that failed on one rank would leave its peers waiting in a
         # collective: the ranks' replays rotate every input instead
-        memory, ran_ops = (None, True) if w.distributed else _traceable(spec, phase)
+        memory, ran_ops = (None, True) if w.distributed else _traceable(spec if isinstance(spec, str) else workload.name, phase)
         sync()
         activities = [ProfilerActivity.CPU]
         if torch.cuda.is_available():
@@ -80,7 +86,8 @@ def capture(spec: str, out_dir: Path | str, steps: int = 3, warmup: int = 3) -> 
         if phase.teardown is not None:
             phase.teardown()
         info = {
-            "workload": str(spec),
+            "workload": spec if isinstance(spec, str) else None,
+            "workload_name": workload.name,
             "phase": phase.name,
             "iterations_per_step": phase.iterations_per_step,
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",

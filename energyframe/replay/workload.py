@@ -11,6 +11,7 @@ its collectives as real collectives on the process group (tier ``communication``
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -97,7 +98,12 @@ class ReplayWorkload(Workload):
     )
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
+        #: the full model as a workload made in Python (``full=ef.Model(...)``), which has no spec
+        self.full_workload = options.get("full") if isinstance(options.get("full"), Workload) else None
+        if self.full_workload is not None:
+            options = {**options, "full": f"(python) {self.full_workload.name}"}
         super().__init__(name, **options)
+        extras.check("torch", f"workload {self.name!r}")  # before anything starts
         trace: Path = rank_trace(self.options["trace"], self.world)
         self.trace_dir = trace
         self.meta = read_trace_meta(trace / "trace_meta.json")
@@ -180,7 +186,9 @@ class ReplayWorkload(Workload):
         if self.options["comm"]:
             self._rebuild_collectives(total_us)
         self._check_rebuilt(records)
-        if self.full_spec:
+        if self.full_workload is not None:
+            self._set_up_full_workload(self.full_workload)
+        elif self.full_spec:
             spec = parse_spec(self.full_spec)
             self.full = registry.create_workload(spec)
             self.full.setup()
@@ -291,6 +299,20 @@ class ReplayWorkload(Workload):
                     f"the ranks' traces hold different collectives ({counts} unique); replay traces "
                     "written together by one energyframe trace under torchrun"
                 )
+
+    def _set_up_full_workload(self, full: Workload) -> None:
+        """The full model made in Python, and its twin with ``execution=graph`` where it has one."""
+        assert self.device is not None  # set by setup
+        execution = full.options.get("execution")
+        if self.options["graph_full"] and self.device.type == "cuda" and execution not in (None, "graph"):
+            twin = copy.copy(full)  # not set up yet: its own options, the same module
+            twin.options = {**full.options, "execution": "graph"}
+            self.full_graph_spec = f"{self.full_spec}, execution=graph"
+            self.full_graph = twin
+        self.full = full
+        full.setup()
+        if self.full_graph is not None:
+            self.full_graph.setup()
 
     def _graph_spec(self, spec):
         """The full model's spec with ``execution=graph``, where that means something new."""

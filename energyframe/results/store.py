@@ -9,8 +9,10 @@ flushed as they come, which the readers fall back to.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import errno
+import io
 import json
 import math
 import os
@@ -431,6 +433,13 @@ def read_windows(directory: Path) -> pd.DataFrame:
     return frame
 
 
+def read_parquet(source: Path | IO[bytes]) -> pd.DataFrame:
+    """``pd.read_parquet``, without what fastparquet prints to stdout about a damaged file
+    ("Corrupted thrift data at ..."): the caller's one-line error says it."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return pd.read_parquet(source)
+
+
 def read_samples(directory: Path) -> tuple[pd.DataFrame, str]:
     """The run's samples and where they came from (parquet, or the partial log of a crash)."""
     directory = Path(directory)
@@ -442,8 +451,8 @@ def read_samples(directory: Path) -> tuple[pd.DataFrame, str]:
         except OSError as e:
             raise StoreError(f"cannot read {parquet}: {e.strerror or e}") from e
         try:
-            frame = pd.read_parquet(parquet)
-        except Exception as e:  # pyarrow raises many types for a damaged file
+            frame = read_parquet(parquet)
+        except Exception as e:  # the parquet engines raise many types for a damaged file
             raise StoreError(
                 f"{_damaged(parquet, e)}: it is truncated or corrupt; restore it, or delete it to see the run "
                 f"without its samples"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import WorkloadError
+from ..kit import extras
 from ..model import DerivedTable, Phase, ReportFigure
 from ..plugin import Workload
 from ..workloads.graph import Captured, torch_device
@@ -113,6 +114,7 @@ class SweepWorkload(Workload):
         **options: Any,
     ) -> None:
         super().__init__(name, **options)
+        extras.check("torch", f"workload {self.name!r}")  # before anything starts
         self.configs = list(configs)
         self.reference = reference
         self.check = check

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import OptionError, WorkloadError
+from ..kit import extras
 from ..model import DerivedTable, Phase, WorkloadContext
 from ..options import Option
 from ..plugin import Workload
@@ -225,6 +226,10 @@ class Captured:
         device: a torch device.
         before_each: optional call captured before each call (an L2 flush).
         warmup_calls: eager calls before capture (cuBLAS/cuDNN pick and cache their kernels).
+        check_sync: look for a host synchronisation in an eager call before capturing (and run
+            eagerly if there is one). ``False`` for code that synchronises only when it is not
+            being captured (transformers checks its masks on the host unless a stream captures):
+            the capture is tried, and a failed one falls back as well.
     """
 
     def __init__(
@@ -235,8 +240,10 @@ class Captured:
         device,
         before_each: Callable[[], None] | None = None,
         warmup_calls: int = 3,
+        check_sync: bool = True,
     ) -> None:
         self.make_state = make_state
+        self.check_sync = check_sync
         self.call = call
         self.unroll = unroll
         self.device = device
@@ -272,7 +279,7 @@ class Captured:
             with torch.cuda.stream(stream):
                 for _ in range(self.warmup_calls):
                     once()
-                syncs = host_sync(once)
+                syncs = host_sync(once) if self.check_sync else None
             torch.cuda.current_stream(self.device).wait_stream(stream)
             torch.cuda.synchronize(self.device)
             if syncs:  # a capture would fail, and a failed capture harms later CUDA random numbers
@@ -380,6 +387,7 @@ class GraphKernelWorkload(Workload):
         **options: Any,
     ) -> None:
         super().__init__(name, **options)
+        extras.check("torch", f"workload {self.name!r}")  # before anything starts
         self._setup_fn = setup
         self._capture_fn = capture
         if type(self) is GraphKernelWorkload and (setup is None or capture is None):

@@ -99,7 +99,8 @@ class VicunaTP(Workload):
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
-        extras.check("transformers", f"workload {self.name!r}")  # before anything starts
+        for module in ("transformers", "torch"):  # before anything starts
+            extras.check(module, f"workload {self.name!r}")
         self.tp = int(self.options["tp"])
         self.sizes = self._sizes()
         self._check_split()

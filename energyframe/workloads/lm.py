@@ -72,9 +72,8 @@ class LanguageModel(ModelWorkload):
     OPTIONS = LM_OPTIONS
     PER_LAYER = False
 
-    def __init__(self, name: str | None = None, **options: Any) -> None:
-        super().__init__(name, **options)
-        extras.check("transformers", f"workload {self.name!r}")  # before anything starts
+    def required_modules(self) -> tuple[str, ...]:
+        return ("transformers", "torch")
 
     def _transformers(self):
         """The transformers module, or a ``WorkloadError`` naming the extra."""

@@ -107,9 +107,11 @@ class ModelWorkload(Workload):
     OPTIONS: ClassVar[Sequence[Option]] = COMMON_OPTIONS
     #: the model can be decomposed into layers (the ``per-layer`` wrapper takes it)
     PER_LAYER: ClassVar[bool] = True
+    #: keys the model takes beyond ``OPTIONS`` (a transformers config's), checked by the model
+    ACCEPTS_OVERRIDES: ClassVar[bool] = False
 
-    def __init__(self, name: str | None = None, **options: Any) -> None:
-        super().__init__(name, **options)
+    def __init__(self, name: str | None = None, /, **options: Any) -> None:
+        super().__init__(name, **options)  # positional: a model may take a 'name' option
         for key, default in (
             ("per_layer", False),
             ("validate", False),
@@ -119,6 +121,8 @@ class ModelWorkload(Workload):
             ("unroll", 100),
         ):
             self.options.setdefault(key, default)  # models without a per-layer mode lack these
+        for module in self.required_modules():  # before anything starts: one line naming the extra
+            extras.check(module, f"workload {self.name!r}")
         if self.options["validate"] and not self.options["per_layer"]:
             raise OptionError(
                 f"{self.name}: validate compares a per-layer run with the whole model; "
@@ -137,7 +141,7 @@ class ModelWorkload(Workload):
             )
             # the wrapper by its registered name, as the wrapper finds its model: it imports this module
             wrapper = registry.load(registry.WORKLOADS, PER_LAYER_WRAPPER)(
-                name=self.name,
+                self.name,
                 model=self,
                 **{k: self.options[k] for k in ("granularity", "validate", "l2", "unroll")},
             )
@@ -145,6 +149,11 @@ class ModelWorkload(Workload):
             self.per_layer = wrapper
 
     # -- what subclasses provide --------------------------------------------------------------
+    def required_modules(self) -> tuple[str, ...]:
+        """Optional packages the model needs, checked when it is made (the library that builds
+        it first: its extra brings torch too)."""
+        return ("torch",)
+
     def build(self, device, dtype) -> tuple[Any, tuple, dict]:
         """The model (eval mode, on ``device``) and its example arguments."""
         raise NotImplementedError
@@ -158,6 +167,15 @@ class ModelWorkload(Workload):
 
     def whole_note(self) -> str:
         return "the whole model"
+
+    def block_names(self) -> tuple[str, ...]:
+        """The module classes ``granularity=block`` measures whole (a named model's ``BLOCKS``;
+        found in the model for one by name or by code, once it is built)."""
+        return tuple(self.BLOCKS)
+
+    def blocks_note(self) -> str:
+        """Which blocks and how they were decided, for the per-layer tables."""
+        return "named: " + ", ".join(self.BLOCKS) if self.BLOCKS else "none"
 
     # -- workload -----------------------------------------------------------------------------
     def run_defaults(self) -> Mapping[str, Any]:
@@ -256,11 +274,9 @@ class VisionModel(ModelWorkload):
     FACTORY_OPTIONS: ClassVar[tuple[str, ...]] = ()
     OPTIONS = COMMON_OPTIONS + VISION_OPTIONS
 
-    def __init__(self, name: str | None = None, **options: Any) -> None:
-        super().__init__(name, **options)
-        package = self._extra_package()
-        if package:  # before anything starts; the package is imported in setup
-            extras.check(package, f"workload {self.name!r}")
+    def required_modules(self) -> tuple[str, ...]:
+        package = self._extra_package()  # imported in setup
+        return (package, "torch") if package else ("torch",)
 
     def _extra_package(self) -> str | None:
         """The optional package ``FACTORY`` comes from (torchvision), if any."""

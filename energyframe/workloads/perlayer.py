@@ -174,7 +174,7 @@ class PerLayerWorkload(Workload):
     )
     OPTIONS = OWN_OPTIONS
 
-    def __init__(self, name: str | None = None, model: Any = None, **options: Any) -> None:
+    def __init__(self, name: str | None = None, /, model: Any = None, **options: Any) -> None:
         from .models import ModelWorkload
 
         own = {k: v for k, v in options.items() if k in {o.name for o in OWN_OPTIONS}}
@@ -193,7 +193,7 @@ class PerLayerWorkload(Workload):
             model_name = self.options["model"]
             cls = _model_class(model_name)
             self._check_passed(model_name, cls, passed)
-            self.model = cls(name=model_name, **passed)
+            self.model = cls(model_name, **passed)  # positional: a model may take a 'name' option
         self._check_combinations()
         self.decomposition: Decomposition | None = None
         #: the granularity and why, once set up
@@ -207,7 +207,9 @@ class PerLayerWorkload(Workload):
     @staticmethod
     def _check_passed(model_name: str, cls: type[ModelWorkload], passed: Mapping[str, Any]) -> None:
         allowed = sorted(o.name for o in cls.OPTIONS if o.name not in NOT_PASSED)
-        unknown = [k for k in passed if k not in allowed]
+        declared = {o.name for o in cls.OPTIONS}
+        # a model that takes undeclared keys (a transformers config's) checks those itself
+        unknown = [k for k in passed if k not in allowed and (k in declared or not cls.ACCEPTS_OVERRIDES)]
         if unknown:
             own = ", ".join(o.name for o in OWN_OPTIONS)
             raise OptionError(
@@ -249,7 +251,7 @@ class PerLayerWorkload(Workload):
         if granularity == "auto":
             decomposition, choice = self._decompose_auto()
         else:
-            decomposition = decompose(model.model, model.args, model.kwargs, granularity, model.BLOCKS)
+            decomposition = decompose(model.model, model.args, model.kwargs, granularity, model.block_names())
             choice = GranularityChoice(granularity, f"{granularity} (asked for)")
         self.decomposition, self.granularity_choice = decomposition, choice
         model.finish_decomposition(decomposition)
@@ -265,8 +267,9 @@ class PerLayerWorkload(Workload):
         from .unitplan import GranularityChoice, choose_granularity, probe_step_s
 
         model = self.model
-        leaf = decompose(model.model, model.args, model.kwargs, "leaf", model.BLOCKS)
-        if not model.BLOCKS:
+        blocks = model.block_names()
+        leaf = decompose(model.model, model.args, model.kwargs, "leaf", blocks)
+        if not blocks:
             return leaf, choose_granularity(leaf.single_kernel_calls, math.nan, False)
         plan = self._whole_plan()
         self._build(plan)
@@ -283,11 +286,9 @@ class PerLayerWorkload(Workload):
         choice = choose_granularity(leaf.single_kernel_calls, whole_s, True)
         if choice.granularity == "leaf":
             return leaf, choice
-        block = decompose(model.model, model.args, model.kwargs, "block", model.BLOCKS)
-        if not any(u.type_name in model.BLOCKS for u in block.units):
-            return leaf, GranularityChoice(
-                "leaf", f"auto: leaf (none of the model's blocks {', '.join(model.BLOCKS)} ran)"
-            )
+        block = decompose(model.model, model.args, model.kwargs, "block", blocks)
+        if not any(u.type_name in blocks for u in block.units):
+            return leaf, GranularityChoice("leaf", f"auto: leaf (none of the model's blocks {', '.join(blocks)} ran)")
         return block, choice
 
     def teardown(self) -> None:
@@ -461,6 +462,7 @@ class PerLayerWorkload(Workload):
         extra: dict[str, Any] = {
             "granularity": self.decomposition.granularity,
             "granularity_choice": choice.reason if choice else self.decomposition.granularity,
+            "blocks": model.blocks_note(),
             "unique_units": len(self.decomposition.units),
             "deduplicated_calls": self.decomposition.deduplicated,
             "l2": self.options["l2"],

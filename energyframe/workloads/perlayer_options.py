@@ -75,7 +75,7 @@ OWN_OPTIONS = (
         "model",
         "str",
         required=True,
-        help="a named model workload (resnet50, vit_b_16, opt-66b-prefill ...); its own options "
+        help="a model workload (resnet50, vit_b_16, torchvision, timm, hf, torch ...); its own options "
         "(batch, dtype ...) go beside this one",
     ),
     GRANULARITY,

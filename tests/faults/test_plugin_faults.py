@@ -202,9 +202,13 @@ def test_an_option_called_name_declared_by_the_plugin(install_plugin):
     with pytest.raises(PluginLoadError) as e:
         registry.create(registry.POWER, "named:name=y")
     assert one_line(e.value) == (
-        "power source 'named' declares an option called 'name', which is the plugin's own name (the "
-        "constructor's first argument): its package must rename the option"
+        "power source 'named' declares an option called 'name', but its constructor takes its own name by "
+        "keyword: its package must take it positionally (def __init__(self, name=None, /, **options)) or "
+        "rename the option"
     )
+    # one whose constructors take the name positionally has both (torchvision:name=convnext_tiny)
+    model = registry.create(registry.WORKLOADS, "torchvision:name=convnext_tiny")
+    assert model.name == "torchvision" and model.options["name"] == "convnext_tiny"
 
 
 def test_sigterm_to_the_sampler_process_is_named():

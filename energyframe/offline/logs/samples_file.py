@@ -24,9 +24,11 @@ def read_parquet(path: Path, data: bytes | bytearray) -> PowerLog:
     """A ``samples.parquet`` (its bytes read already: an error here is about its content)."""
     import pandas as pd
 
+    from ...results.store import read_parquet as read_frame
+
     try:
-        frame = pd.read_parquet(io.BytesIO(data))
-    except Exception as e:  # pyarrow raises many types for a damaged file
+        frame = read_frame(io.BytesIO(data))
+    except Exception as e:  # the parquet engines raise many types for a damaged file
         raise UsageError(
             f"{path} is not a readable parquet file ({first_line(e)}): it is truncated or corrupt; "
             "write it again (or read samples.partial.csv beside it, if the run left one)"

@@ -1,0 +1,126 @@
+"""``energyframe monitor``: each channel's power, live in the terminal, and optionally served to
+Prometheus; nothing is measured into a run directory."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import click
+
+from ..errors import PowerSourceError, UsageError
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+def readings_table(readings, elapsed_s: float):
+    """The live view: one row per power or energy channel, primary channels first."""
+    from rich.table import Table
+
+    table = Table(title=f"energyframe monitor: live power ({elapsed_s:.0f} s)", title_justify="left")
+    for column, justify in (
+        ("channel", "left"),
+        ("source", "left"),
+        ("scope", "left"),
+        ("power", "right"),
+        ("energy since start", "right"),
+        ("readings", "right"),
+    ):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for r in readings:
+        power = f"{r.power_w:.1f} W" if math.isfinite(r.power_w) else "-"
+        table.add_row(
+            r.channel if r.primary else f"[dim]{r.channel}[/dim]",
+            r.source,
+            r.scope,
+            power,
+            f"{r.energy_j:.1f} J",
+            str(r.samples),
+        )
+    return table
+
+
+@click.command(context_settings=CONTEXT)
+@click.option(
+    "--power",
+    "power",
+    multiple=True,
+    metavar="SPEC",
+    help="Power source spec, repeatable (nvml, nvidia-smi, wattsup:ports=/dev/ttyUSB0). Omitted: auto-detect.",
+)
+@click.option(
+    "--prometheus-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    metavar="PORT",
+    help="Also serve the figures in the Prometheus format at http://HOST:PORT/metrics.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Stop after this long. Default: until Ctrl-C.",
+)
+@click.option(
+    "--refresh",
+    type=click.FloatRange(min=0.1),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How often the table is redrawn.",
+)
+def monitor(power: tuple[str, ...], prometheus_port: int | None, duration: float | None, refresh: float) -> None:
+    """Show each channel's power live (the mean over its last second of readings) and its energy
+    since the start; Ctrl-C stops.
+
+    \b
+    energyframe monitor --power nvml
+    energyframe monitor --power nvml --prometheus-port 9464
+    """
+    from rich.console import Console
+    from rich.live import Live
+
+    from ..core.clock import ClockModel
+    from ..kit.registry import power_from_cli, resolve_power
+    from ..lifecycle.recorder import Recorder
+    from ..live.prometheus import serving
+    from ..live.tracker import PowerTracker
+
+    specs = power_from_cli(power)
+    if specs == "none":
+        raise UsageError("energyframe monitor needs a power source; 'none' measures nothing to show")
+    sources, notes = resolve_power(specs)
+    if not sources:
+        found = "; ".join(notes[1:]) or "none installed"
+        raise UsageError(f"energyframe monitor found no power source here ({found}); name one with --power")
+    console = Console()
+    with serving(prometheus_port) as served:
+        tracker = served[0] if served else PowerTracker()
+        recorder = Recorder(sources, ClockModel(), None, warn=lambda m: console.print(f"warning: {m}"), listeners=[tracker])
+        _watch(recorder, tracker, console, duration, refresh, Live)
+
+
+def _watch(recorder, tracker, console, duration: float | None, refresh: float, live_cls) -> None:
+    """Start the sources, redraw until the duration ends or Ctrl-C, stop the sources."""
+    recorder.start()
+    started = time.monotonic()
+    try:
+        with live_cls(readings_table(tracker.readings(), 0.0), console=console, auto_refresh=False) as live:
+            while duration is None or time.monotonic() - started < duration:
+                time.sleep(refresh if duration is None else min(refresh, max(0.0, started + duration - time.monotonic())))
+                recorder.drain()
+                if recorder.failure is not None:
+                    raise PowerSourceError(str(recorder.failure))
+                live.update(readings_table(tracker.readings(), time.monotonic() - started), refresh=True)
+        if not console.is_terminal:  # the last table printed as is ends without a newline
+            console.line()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        recorder.stop()
+
+
+def register_commands(cli: click.Group) -> None:
+    """The ``energyframe.commands`` hook."""
+    cli.add_command(monitor)
