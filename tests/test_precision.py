@@ -21,12 +21,14 @@ def test_the_relative_interval_of_a_median():
     assert relative_ci_pct([0.9, 1.0, 1.1] * 10) < wide / 4
 
 
-def test_a_reachable_precision_stops_at_the_minimum_trials():
+def test_a_reachable_precision_stops_at_or_near_the_minimum_trials():
     settings = RunSettings(trials=3, warmup_s=0.0, precision_pct=1000.0, max_time_s=30.0)
     phase = busy_phase("steady", seconds=0.002, iterations=20)
     result = ef.run(ListWorkload([phase]), power=[SignalSource(name="gpu")], reporters=[], settings=settings)
     summary = result.summary("steady", "gpu")
-    assert summary.trials == 3
+    # 3 where the last energy comes within a window's length (here at once); a loaded machine's
+    # live thread may lag past that, and the phase then runs a window or two more
+    assert 3 <= summary.trials <= 5
     assert set(summary.precision_pct) == {"time", "energy"}
     (line,) = precision_lines([summary], 1000.0)
     assert line.startswith("steady [gpu]: precision time ±") and line.endswith("(reached: ±1000 %)")
@@ -70,3 +72,26 @@ def test_a_bad_percentage_is_one_line_naming_it():
     assert result.exit_code == 2
     assert "Invalid value for '--precision': 'lots' is not a percentage (e.g. 1% or 0.5)" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_the_precision_check_waits_for_a_window_energy_at_most_a_window(monkeypatch):
+    """Each check takes the energies known so far; one still being computed is waited for at
+    most as long as another window would take (waiting for each cost up to half a second)."""
+    from energyframe.lifecycle.measurement import Measurement
+
+    waits = []
+    real = Measurement.window_energy
+
+    def spy(self, record, wait=True, timeout_s=None):
+        waits.append((wait, timeout_s))
+        return real(self, record, wait=wait, timeout_s=timeout_s)
+
+    monkeypatch.setattr(Measurement, "window_energy", spy)
+    settings = RunSettings(trials=3, warmup_s=0.0, precision_pct=1000.0, max_time_s=30.0)
+    phase = busy_phase("steady", seconds=0.002, iterations=20)
+    result = ef.run(ListWorkload([phase]), power=[SignalSource(name="gpu")], reporters=[], settings=settings)
+    # never an unbounded wait: each at most one window's length
+    assert waits and all(not wait or (timeout_s is not None and timeout_s <= 1.0) for wait, timeout_s in waits)
+    # the energies came in all the same: the phase stopped once they said it was precise
+    summary = result.summary("steady", "gpu")
+    assert summary.trials >= 3 and summary.precision_pct["energy"] <= 1000.0

@@ -428,9 +428,12 @@ class Measurement:
         thread of the measurement's own, in the order windows close): for live output."""
         self.live.subscribe(callback)
 
-    def window_energy(self, record: WindowRecord, wait: bool = True) -> LiveEnergy | None:
-        """A closed window's energy while the run goes (``end_window``'s record)."""
-        return self.live.submit(record).result(wait)
+    def window_energy(
+        self, record: WindowRecord, wait: bool = True, timeout_s: float | None = None
+    ) -> LiveEnergy | None:
+        """A closed window's energy while the run goes (``end_window``'s record); ``None`` while
+        it is computed (``wait=False``, or past ``timeout_s``)."""
+        return self.live.submit(record).result(wait, timeout_s)
 
     def _live_recording(self, since_s: float) -> Recording:
         """The recording from ``since_s`` on (monotonic), without the raw record."""
