@@ -42,7 +42,10 @@ def test_bloom_560m_trace_replay_and_report(tmp_path):
     model = report["kernel_gap_model"]
     print("kernel gap model:", model)
     assert model["kernels_counted_in"] == "graph" and model["kernels_per_inference"] > 24 * 8
-    assert 0 < model["graph_kernel_busy_us"] < report["full_model_graph_inference_us"]
+    # busy time from the profiled replays, the graph's time from the windows: other clocks may
+    # put busy above it (then the profiled span gives the gap, "profiled span")
+    assert 0 < model["graph_kernel_busy_us"] < 1.1 * report["full_model_graph_inference_us"]
+    assert model["gap_source"] in ("graph", "profiled span")
     assert 0 < model["measured_gap_per_kernel_us"] < 20
     assert report["predicted_with_kernel_gaps_us"] > report["predicted_from_kernels_us"]
     assert (tmp_path / "run" / "prediction.png").read_bytes()[:4] == b"\x89PNG"

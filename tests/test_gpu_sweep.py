@@ -98,10 +98,12 @@ def test_planted_bug_is_caught_and_half_precision_runs(tmp_path):
 
 
 def test_a_failing_configuration_is_recorded_and_the_sweep_goes_on(tmp_path):
-    # 2048 threads per block is over every GPU's limit: a launch error, not a lost context
-    ok = ef.load_kernel(BUG, "add_ok", block=[(2048, 1, 1), (256, 1, 1)])
-    result = ef.sweep(ok, n=[1 << 16], power=None, out=tmp_path, settings=FAST, reporters=[])
-    bad, good = result.results
+    # 1 MiB of dynamic shared memory per block is over every GPU's limit: a launch error, not a
+    # lost context (a block of 2048 threads, used here before, is refused when the kernel loads)
+    ok = ef.load_kernel(BUG, "add_ok", block=256, shared_mem=lambda n: (1 << 20) if n == 1 << 16 else 0)
+    result = ef.sweep(ok, n=[1 << 16, 1 << 17], power="none", out=tmp_path, settings=FAST, reporters=[])
+    by_n = {r.parameters["n"]: r for r in result.results}
+    bad, good = by_n[1 << 16], by_n[1 << 17]
     assert bad.status == "error" and "INVALID_VALUE" in bad.error
     assert good.status == "ok" and good.latency_s > 0
 

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..workloads.closure import gap_from_span
 from .comm import TIER_COMMUNICATION
 
 
@@ -36,12 +37,14 @@ def _with_gaps(energy_j: float, busy_s: float, latency_s: float, idle_power_w: f
     return energy_j + max(0.0, latency_s - busy_s) * idle_power_w
 
 
-def kernel_gap_s(graph_latency_s: float, graph_busy_s: float, kernels: float) -> float:
+def kernel_gap_s(
+    graph_latency_s: float, graph_busy_s: float, kernels: float, graph_span_s: float = math.nan
+) -> float:
     """The launch gap per kernel in a CUDA graph: the graph's time less its kernels' busy time,
-    over its kernels. Units: s (NaN when any input is unknown)."""
-    if not (math.isfinite(graph_latency_s) and math.isfinite(graph_busy_s) and kernels and kernels > 0):
-        return math.nan
-    return (graph_latency_s - graph_busy_s) / kernels
+    over its kernels; where the busy time is not below the graph's time (the profile ran at other
+    clocks than the windows), the profiled replays' span less their busy time. Units: s (NaN when
+    neither is known: never a negative gap)."""
+    return gap_from_span(graph_latency_s, graph_busy_s, graph_span_s, kernels)[0]
 
 
 def with_kernel_gaps(
@@ -76,6 +79,7 @@ def prediction(
     graph_kernels: float = math.nan,
     graph_busy_s: float = math.nan,
     kernel_gap_option_s: float | None = None,
+    graph_span_s: float = math.nan,
     collectives: Sequence[OpFigures] = (),
 ) -> dict:
     """Everything comparison_report.json holds (the earlier tool's fields, then more).
@@ -125,7 +129,7 @@ def prediction(
     idle_s = gaps.get("idle_us", math.nan) * 1e-6 / per_step
     busy_s = gaps.get("busy_us", math.nan) * 1e-6 / per_step
     span_s = gaps.get("span_us", math.nan) * 1e-6 / per_step
-    measured_gap_s = kernel_gap_s(graph_latency_s, graph_busy_s, graph_kernels)
+    measured_gap_s, measured_from = gap_from_span(graph_latency_s, graph_busy_s, graph_span_s, graph_kernels)
     gap_s = kernel_gap_option_s if kernel_gap_option_s is not None else measured_gap_s
     graph_counted = math.isfinite(graph_kernels) and graph_kernels > 0
     launches = graph_kernels if graph_counted else meta.get("kernel_launches", 0) / iterations / per_step
@@ -156,7 +160,7 @@ def prediction(
             "graph_kernel_busy_us": graph_busy_s * 1e6,
             "measured_gap_per_kernel_us": measured_gap_s * 1e6,
             "gap_per_kernel_us": gap_s * 1e6,
-            "gap_source": "option" if kernel_gap_option_s is not None else "graph",
+            "gap_source": "option" if kernel_gap_option_s is not None else (measured_from or "graph"),
             "kernel_gaps_us": gapped["gaps_s"] * 1e6,
             "sum_vs_graph_kernels_percent": _pct(predicted_s, graph_busy_s),
             "kernel_gaps_energy_at_idle_j": gapped["kernel_gaps_energy_at_idle_j"],

@@ -423,6 +423,7 @@ class ReplayWorkload(Workload):
             graph_execution=(captured.fallback or "cuda graph") if captured is not None else None,
             graph_kernels=gk.kernels / self.graph_iterations if gk is not None else math.nan,
             graph_busy_s=gk.busy_s / self.graph_iterations if gk is not None else math.nan,
+            graph_span_s=gk.span_s / self.graph_iterations if gk is not None else math.nan,
             kernel_gap_option_s=gap_us * 1e-6 if gap_us is not None else None,
             collectives=collectives,
         )

@@ -62,15 +62,28 @@ class WholeFigures:
     energy_j: float
     kernels: float = math.nan
     busy_s: float = math.nan
+    span_s: float = math.nan
+
+
+def gap_from_span(latency_s: float, busy_s: float, span_s: float, kernels: float) -> tuple[float, str]:
+    """The launch gap per kernel of a CUDA graph and where it came from: ``(T - B) / K`` with T
+    the graph's time from the windows (``"graph"``), or, where the profiled kernels' busy time B is
+    not below T (the profile ran at other clocks than the windows), ``(span - B) / K`` of the
+    profiled replays alone (``"profiled span"``). Units: s; NaN and ``""`` when neither is known,
+    never a negative gap (replay/graphgap.py)."""
+    if not (kernels and kernels > 0 and math.isfinite(busy_s)):
+        return math.nan, ""
+    if math.isfinite(latency_s) and latency_s > busy_s:
+        return (latency_s - busy_s) / kernels, "graph"
+    if math.isfinite(span_s) and span_s > busy_s:
+        return (span_s - busy_s) / kernels, "profiled span"
+    return math.nan, ""
 
 
 def gap_per_kernel_s(whole: WholeFigures) -> float:
-    """``(T - B) / K`` of the whole model's graph. Units: s (NaN when not profiled)."""
-    if not (
-        math.isfinite(whole.latency_s) and math.isfinite(whole.busy_s) and whole.kernels and whole.kernels > 0
-    ):
-        return math.nan
-    return (whole.latency_s - whole.busy_s) / whole.kernels
+    """The launch gap per kernel of the whole model's graph (``gap_from_span``). Units: s (NaN
+    when not profiled)."""
+    return gap_from_span(whole.latency_s, whole.busy_s, whole.span_s, whole.kernels)[0]
 
 
 def unit_gap_s(unit: UnitFigures, gap_s: float) -> float:

@@ -212,6 +212,9 @@ class Decomposition:
     units: list[Unit]
     granularity: str
     without_kernels: list[str] = field(default_factory=list)  # calls that launched nothing
+    #: ops between units whose results only the host read (``.item()``, ``bool(t)``): checks a
+    #: model makes in eager mode and skips under a CUDA graph's capture (transformers does), left out
+    host_checks: list[str] = field(default_factory=list)
 
     @property
     def calls(self) -> int:
@@ -282,31 +285,37 @@ def decompose(  # noqa: C901 (counts its nested hooks and dispatch mode, which s
     open_unit: list[Unit] = []
     handles = []
 
+    muted = [False]  # while a hook reads its arguments (encode: min, max, sum): not the model's ops
+
     def pre(module, a, k):
         stack.append(all_paths[id(module)])
         if id(module) in unit_paths:
             if inside_unit[0] == 0:
-                params = list(module.parameters()) + list(module.buffers())
-                key = (
-                    "module",
-                    type(module).__name__,
-                    module.extra_repr(),
-                    tuple((tuple(p.shape), str(p.dtype)) for p in params),
-                    _freeze(encode(a)),
-                    _freeze(encode(k)),
-                )
-                calls.append(
-                    Unit(
-                        path=all_paths[id(module)],
-                        kind="module",
-                        type_name=type(module).__name__,
-                        args=encode(a),
-                        kwargs=encode(k),
-                        key=key,
-                        module=module,
-                        params_bytes=sum(p.numel() * p.element_size() for p in params),
+                muted[0] = True
+                try:
+                    params = list(module.parameters()) + list(module.buffers())
+                    key = (
+                        "module",
+                        type(module).__name__,
+                        module.extra_repr(),
+                        tuple((tuple(p.shape), str(p.dtype)) for p in params),
+                        _freeze(encode(a)),
+                        _freeze(encode(k)),
                     )
-                )
+                    calls.append(
+                        Unit(
+                            path=all_paths[id(module)],
+                            kind="module",
+                            type_name=type(module).__name__,
+                            args=encode(a),
+                            kwargs=encode(k),
+                            key=key,
+                            module=module,
+                            params_bytes=sum(p.numel() * p.element_size() for p in params),
+                        )
+                    )
+                finally:
+                    muted[0] = False
                 open_unit.append(calls[-1])
             inside_unit[0] += 1
 
@@ -321,15 +330,25 @@ def decompose(  # noqa: C901 (counts its nested hooks and dispatch mode, which s
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(module.register_forward_hook(post, with_kwargs=True))
 
+    uses = _GlueUses()
+
     class Glue(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, a=(), k=None):
             k = k or {}
             out = func(*a, **k)
+            if muted[0]:
+                return out
             name = str(func.overloadpacket)
             free = is_free(name) or getattr(func, "is_view", False)
             if inside_unit[0] and not free:
                 open_unit[-1].kernels += 1
-            if inside_unit[0] == 0 and not free:
+            if name in HOST_READS:
+                uses.consumed(a, k, HOST)
+            elif free:
+                uses.aliased(a, k, out)  # a view or a no-op conversion of a result is that result
+            elif inside_unit[0]:
+                uses.consumed(a, k, DEVICE)
+            else:
                 parent = stack[-1] if stack else type(model).__name__
                 encoded_a, encoded_k = encode(a), encode(k)
                 calls.append(
@@ -344,22 +363,103 @@ def decompose(  # noqa: C901 (counts its nested hooks and dispatch mode, which s
                         kernels=1,
                     )
                 )
+                uses.consumed(a, k, calls[-1])
+                uses.produced(out, calls[-1])
             return out
 
     try:
         with torch.no_grad(), Glue():
-            model(*args, **(kwargs or {}))
+            output = model(*args, **(kwargs or {}))
+        uses.consumed((output,), {}, DEVICE)
     finally:
         for handle in handles:
             handle.remove()
 
+    host_checks = uses.host_only()
     units: dict[Any, Unit] = {}
     skipped = [c for c in calls if c.kernels == 0]
     for call in calls:
         if call.kernels == 0:  # runs no kernel (Dropout and Identity in eval): nothing to measure
             continue
+        if id(call) in host_checks:
+            continue
         unit = units.get(call.key)
         if unit is None:
             units[call.key] = unit = call
         unit.paths.append(call.path)
-    return Decomposition(list(units.values()), granularity, sorted({c.path for c in skipped}))
+    checks = [c.path for c in calls if id(c) in host_checks]
+    return Decomposition(list(units.values()), granularity, sorted({c.path for c in skipped}), checks)
+
+
+#: ops through which the host reads a tensor's value (``.item()``, ``bool(t)``, ``torch.equal``)
+HOST_READS = frozenset({"aten._local_scalar_dense", "aten.is_nonzero", "aten.equal"})
+
+
+def _tensors(value: Any) -> list:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    out = []
+    for attribute in ("logits", "last_hidden_state"):  # a model's output object
+        v = getattr(value, attribute, None)
+        if v is not None:
+            out += _tensors(v)
+    if hasattr(value, "to_tuple"):
+        out += _tensors(value.to_tuple())
+    return out
+
+
+#: who used a result of an op between units, besides another such op
+HOST, DEVICE = "host", "device"
+
+
+class _GlueUses:
+    """Who used each result of an op between units: a later op between units, an op inside a
+    unit or the model's output (the device), or the host (a value read). Tensors are held weakly:
+    an id is checked against its tensor, so a freed tensor's reused id is not taken for it."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[Any, Unit]] = {}  # id(tensor) -> (weakref, producing call)
+        self._users: dict[int, list[Any]] = {}  # id(call) -> [a later call, HOST or DEVICE]
+        self._order: list[Unit] = []
+
+    def produced(self, out: Any, call: Unit) -> None:
+        self._users.setdefault(id(call), [])
+        self._order.append(call)
+        self._remember(out, call)
+
+    def aliased(self, a: Sequence[Any], k: dict, out: Any) -> None:
+        sources = [c for c in (self._call_of(t) for t in _tensors(list(a)) + _tensors(k)) if c is not None]
+        if sources:
+            self._remember(out, sources[0])
+
+    def consumed(self, a: Sequence[Any], k: dict, user: Any) -> None:
+        for t in _tensors(list(a)) + _tensors(k):
+            call = self._call_of(t)
+            if call is not None and call is not user:
+                self._users[id(call)].append(user)
+
+    def host_only(self) -> set[int]:
+        """ids of the calls whose results reached the host only (read there), directly or
+        through other such calls."""
+        only: set[int] = set()
+        for call in reversed(self._order):  # users come after the calls they use
+            users = self._users[id(call)]
+            if users and all(u == HOST or (isinstance(u, Unit) and id(u) in only) for u in users):
+                only.add(id(call))
+        return only
+
+    def _remember(self, out: Any, call: Unit) -> None:
+        import weakref
+
+        for t in _tensors(out):
+            self._made[id(t)] = (weakref.ref(t), call)
+
+    def _call_of(self, t: Any) -> Unit | None:
+        entry = self._made.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None

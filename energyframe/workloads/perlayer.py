@@ -545,11 +545,11 @@ class PerLayerWorkload(Workload):
 
         units = self._unit_figures(result, pairs, in_forward)
         whole_fig, whole_summary = stage_figures(result, WHOLE_MODEL)
-        kernels = busy = math.nan
+        kernels = busy = span = math.nan
         gk = self._whole_kernels
         if gk is not None and self._whole is not None:
             per = self._whole.captured.unroll
-            kernels, busy = gk.kernels / per, gk.busy_s / per
+            kernels, busy, span = gk.kernels / per, gk.busy_s / per, gk.span_s / per
         cvs = []
         for _, name in pairs:
             summary = stage_figures(result, name)[1]
@@ -577,7 +577,7 @@ class PerLayerWorkload(Workload):
             how = "eagerly, on the CPU"
         reference = f"the forward, {self.model.options['whole_unroll']} per replay, {how}"
         return close(
-            units, WholeFigures(whole_fig.latency_s, whole_fig.energy_j, kernels, busy), ctx, reference
+            units, WholeFigures(whole_fig.latency_s, whole_fig.energy_j, kernels, busy, span), ctx, reference
         )
 
     def _weights_bytes(self) -> int:
@@ -599,6 +599,7 @@ class PerLayerWorkload(Workload):
             out["calls"] = self.decomposition.calls
             out["deduplicated_calls"] = self.decomposition.deduplicated
             out["calls_without_kernels"] = self.decomposition.without_kernels
+            out["host_checks_left_out"] = self.decomposition.host_checks
             out["granularity"] = self.decomposition.granularity
         if self.granularity_choice is not None:
             out["granularity_choice"] = self.granularity_choice.reason
