@@ -143,7 +143,7 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="tiny models, timing only, on the CPU")
-    ap.add_argument("--power", default="nvml:gpus=0", help="power spec (none: timing only)")
+    ap.add_argument("--power", default="nvml", help="power spec (default nvml: the GPUs CUDA_VISIBLE_DEVICES shows; none: timing only)")
     ap.add_argument("--only", type=int, action="append", help="index of a model to run (0, 1, 2); repeatable")
     ap.add_argument("--json", help="write every figure here (after each model)")
     args = ap.parse_args(argv)

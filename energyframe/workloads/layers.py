@@ -293,27 +293,7 @@ def decompose(  # noqa: C901 (counts its nested hooks and dispatch mode, which s
             if inside_unit[0] == 0:
                 muted[0] = True
                 try:
-                    params = list(module.parameters()) + list(module.buffers())
-                    key = (
-                        "module",
-                        type(module).__name__,
-                        module.extra_repr(),
-                        tuple((tuple(p.shape), str(p.dtype)) for p in params),
-                        _freeze(encode(a)),
-                        _freeze(encode(k)),
-                    )
-                    calls.append(
-                        Unit(
-                            path=all_paths[id(module)],
-                            kind="module",
-                            type_name=type(module).__name__,
-                            args=encode(a),
-                            kwargs=encode(k),
-                            key=key,
-                            module=module,
-                            params_bytes=sum(p.numel() * p.element_size() for p in params),
-                        )
-                    )
+                    calls.append(_module_call(module, all_paths[id(module)], a, k))
                 finally:
                     muted[0] = False
                 open_unit.append(calls[-1])
@@ -350,19 +330,7 @@ def decompose(  # noqa: C901 (counts its nested hooks and dispatch mode, which s
                 uses.consumed(a, k, DEVICE)
             else:
                 parent = stack[-1] if stack else type(model).__name__
-                encoded_a, encoded_k = encode(a), encode(k)
-                calls.append(
-                    Unit(
-                        path=f"{parent}.({name.removeprefix('aten.')})",
-                        kind="op",
-                        type_name=name,
-                        args=encoded_a,
-                        kwargs=encoded_k,
-                        key=("op", str(func), _freeze(encoded_a), _freeze(encoded_k)),
-                        op=func,
-                        kernels=1,
-                    )
-                )
+                calls.append(_op_call(func, name, parent, a, k))
                 uses.consumed(a, k, calls[-1])
                 uses.produced(out, calls[-1])
             return out
@@ -375,20 +343,61 @@ def decompose(  # noqa: C901 (counts its nested hooks and dispatch mode, which s
         for handle in handles:
             handle.remove()
 
-    host_checks = uses.host_only()
+    return _deduplicated(calls, uses.host_only(), granularity)
+
+
+def _deduplicated(calls: list[Unit], host_checks: set[int], granularity: str) -> Decomposition:
+    """The calls as units: identical ones counted once, calls that launched no kernel and host
+    checks (ids in ``host_checks``) left out and listed."""
     units: dict[Any, Unit] = {}
-    skipped = [c for c in calls if c.kernels == 0]
     for call in calls:
-        if call.kernels == 0:  # runs no kernel (Dropout and Identity in eval): nothing to measure
-            continue
-        if id(call) in host_checks:
+        if call.kernels == 0 or id(call) in host_checks:  # Dropout in eval: nothing to measure
             continue
         unit = units.get(call.key)
         if unit is None:
             units[call.key] = unit = call
         unit.paths.append(call.path)
+    skipped = sorted({c.path for c in calls if c.kernels == 0})
     checks = [c.path for c in calls if id(c) in host_checks]
-    return Decomposition(list(units.values()), granularity, sorted({c.path for c in skipped}), checks)
+    return Decomposition(list(units.values()), granularity, skipped, checks)
+
+
+def _module_call(module, path: str, a: Any, k: Any) -> Unit:
+    """A call of a unit module with its exact inputs (encoding reads integer and boolean ones)."""
+    params = list(module.parameters()) + list(module.buffers())
+    key = (
+        "module",
+        type(module).__name__,
+        module.extra_repr(),
+        tuple((tuple(p.shape), str(p.dtype)) for p in params),
+        _freeze(encode(a)),
+        _freeze(encode(k)),
+    )
+    return Unit(
+        path=path,
+        kind="module",
+        type_name=type(module).__name__,
+        args=encode(a),
+        kwargs=encode(k),
+        key=key,
+        module=module,
+        params_bytes=sum(p.numel() * p.element_size() for p in params),
+    )
+
+
+def _op_call(func: Any, name: str, parent: str, a: Any, k: Any) -> Unit:
+    """A call of an op between units with its exact inputs."""
+    encoded_a, encoded_k = encode(a), encode(k)
+    return Unit(
+        path=f"{parent}.({name.removeprefix('aten.')})",
+        kind="op",
+        type_name=name,
+        args=encoded_a,
+        kwargs=encoded_k,
+        key=("op", str(func), _freeze(encoded_a), _freeze(encoded_k)),
+        op=func,
+        kernels=1,
+    )
 
 
 #: ops through which the host reads a tensor's value (``.item()``, ``bool(t)``, ``torch.equal``)
