@@ -27,14 +27,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .energy import SHORT_WINDOW, WindowEnergy, counter_energy, power_energy
 from .fusion import FusionResult
 from .samples import SampleSeries
+from .stats import Z95
+from .ticks import COUNTER, FUSED, STAMP_SD_S, Edge, counter_edge, interval, stamp_sd
 
-#: a tick is stamped within ± this of the counter's change: the poller stamps a change midway
-#: between two reads, and a read of NVML's counter blocks ~3-4 ms (PHYSICS.md). Units: s.
-STAMP_S = 0.002
-#: standard deviation of a stamp error uniform within ±STAMP_S. Units: s.
-STAMP_SD_S = STAMP_S / math.sqrt(3.0)
+__all__ = [
+    "COUNTER",
+    "FUSED",
+    "Z95",
+    "Edge",
+    "Evidence",
+    "counter_edge",
+    "evidence_window",
+    "fused_edge",
+    "fused_window",
+]
+
 #: an edge takes the fused estimator where |D| exceeds this many times its noise
 STEP_SIGMAS = 3.0
 #: how far a step the samples show may still be misplaced inside a tick interval, 1 sigma: the
@@ -46,64 +56,11 @@ PLACEMENT_SHARE = 0.6
 #: under a load without steps, the share of the samples' noise that the interpolation's own error
 #: may hide from |D| (calibrated on the steady simulation, tests/test_edges.py)
 UNSEEN_SHARE = 0.6
-#: the 95 % two-sided quantile of a normal error
-Z95 = 1.959963984540054
-
-COUNTER = "counter"
-FUSED = "fused"
-
-
-@dataclass(frozen=True)
-class Edge:
-    """One window edge: the estimator it took and how far the energy up to it may be off.
-
-    Args:
-        estimator: ``counter`` or ``fused``.
-        correction_j: what the estimator adds to the interpolated counter at this edge (D where
-            ``fused``, 0 where ``counter``). Units: J.
-        sd_j: one standard deviation of the error of the energy up to this edge. Units: J.
-        step: whether the samples show a step inside the edge's tick interval.
-        evidence: whether fine samples shaped the edge's tick interval at all.
-    """
-
-    estimator: str
-    correction_j: float
-    sd_j: float
-    step: bool
-    evidence: bool
-
-
-def _interval(ticks: np.ndarray, t: float) -> int:
-    """The tick interval that holds ``t`` (the one it starts, at a tick)."""
-    return int(np.clip(np.searchsorted(ticks, t, side="right") - 1, 0, ticks.size - 2))
 
 
 def _fused_share(fused: SampleSeries, t0: float, t: float) -> float:
     """The fused power's integral over [t0, t] (power knots at every tick)."""
-    from .energy import power_energy
-
     return power_energy(fused.times_s, fused.values, t0, t).energy_j if t > t0 else 0.0
-
-
-def _stamp_sd(x: float, p0_w: float, p1_w: float) -> float:
-    """The energy error at an edge from the two ticks' stamps: the share of each tick's error
-    that the interpolation carries to the edge, at the power around that tick. Units: J."""
-    return STAMP_SD_S * math.hypot((1.0 - x) * p0_w, x * p1_w)
-
-
-def counter_edge(ticks_s: np.ndarray, counter_j: np.ndarray, t: float) -> Edge:
-    """An edge of a counter with no fine samples beside it: linear interpolation, with the
-    stamps' uncertainty and, since nothing shows the load inside the interval, the quarter of
-    the interval's energy a step would misplace at worst."""
-    i = _interval(ticks_s, t)
-    span = ticks_s[i + 1] - ticks_s[i]
-    increment = counter_j[i + 1] - counter_j[i]
-    x = float(np.clip((t - ticks_s[i]) / span, 0.0, 1.0))
-    power = increment / span
-    # without evidence a step cannot be excluded: its worst case, x (1 - x) of the increment,
-    # taken as a uniform spread (sd = bound / sqrt 3)
-    unseen = x * (1.0 - x) * increment / math.sqrt(3.0)
-    return Edge(COUNTER, 0.0, math.hypot(_stamp_sd(x, power, power), unseen), False, False)
 
 
 @dataclass(frozen=True)
@@ -153,7 +110,7 @@ def fused_edge(evidence: Evidence, t: float) -> Edge:
     in the edge's tick interval, ``counter`` otherwise."""
     result = evidence.fusion
     ticks, counter = result.ticks_s, result.counter_j
-    i = _interval(ticks, t)
+    i = interval(ticks, t)
     mismatch = float(result.mismatch_j[i]) if i < result.mismatch_j.size else math.nan
     if not math.isfinite(mismatch):
         return counter_edge(ticks, counter, t)
@@ -172,11 +129,11 @@ def fused_edge(evidence: Evidence, t: float) -> Edge:
     if abs(d) <= STEP_SIGMAS * noise:
         # what the samples say the interpolation misses here (|D|) is the counter's own error
         # at this edge, if the samples are right; otherwise it overstates it
-        sd = math.sqrt(_stamp_sd(x, p0, p1) ** 2 + d**2 + (UNSEEN_SHARE * noise) ** 2)
+        sd = math.sqrt(stamp_sd(x, p0, p1) ** 2 + d**2 + (UNSEEN_SHARE * noise) ** 2)
         return Edge(COUNTER, 0.0, sd, False, True)
     f = float(np.clip(shares / increment, 0.0, 1.0)) if increment > 0 else x
     placement = evidence.jump_w[i] * evidence.placement_sd_s
-    sd = math.hypot(_stamp_sd(f, p0, p1), placement)
+    sd = math.hypot(stamp_sd(f, p0, p1), placement)
     return Edge(FUSED, d, sd, True, True)
 
 
@@ -195,7 +152,12 @@ def estimator_name(start: Edge, end: Edge) -> str:
 
 
 def evidence_window(
-    evidence: Evidence, times_s: np.ndarray, counter_j: np.ndarray, start_s: float, end_s: float, resolution_s: float
+    evidence: Evidence,
+    times_s: np.ndarray,
+    counter_j: np.ndarray,
+    start_s: float,
+    end_s: float,
+    resolution_s: float,
 ):
     """A counter window with each edge's estimator chosen by the fine samples around it.
 
@@ -203,8 +165,6 @@ def evidence_window(
     correction; the random bound from both edges. ``short_window`` stays only where a window
     shorter than two update periods has a step at an edge, or no samples to tell.
     """
-    from .energy import SHORT_WINDOW, WindowEnergy, counter_energy
-
     base = counter_energy(times_s, counter_j, start_s, end_s, resolution_s)
     if not math.isfinite(base.energy_j) or evidence.fusion.ticks_s.size < 2:
         return base

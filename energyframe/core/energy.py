@@ -26,6 +26,9 @@ import numpy as np
 
 from ..model import Quantity
 from .samples import MAX_POWER_W
+from .stats import Z95
+from .ticks import counter_edge
+from .uncertainty import sample_coverage_j
 
 # numpy 2 renamed trapz; keep working with numpy 1.24+
 _trapezoid = getattr(np, "trapezoid", None) or getattr(np, "trapz")  # noqa: B009
@@ -120,8 +123,6 @@ def counter_energy(
     v = segment_v - segment_v[0]
     e0 = float(np.interp(0.0, t, v))
     e1 = float(np.interp(end_s - start_s, t, v))
-    from .edges import Z95, counter_edge  # edges builds on this module
-
     sd = math.hypot(counter_edge(t, v, 0.0).sd_j, counter_edge(t, v, end_s - start_s).sd_j)
     return WindowEnergy(e1 - e0, tuple(flags), COUNTER_ESTIMATOR, Z95 * sd)
 
@@ -168,8 +169,6 @@ def power_energy(
     inside = (t > 0.0) & (t < duration)
     ts = np.concatenate(([0.0], t[inside], [duration]))
     ps = np.concatenate(([_value_at(t, p, 0.0)], p[inside], [_value_at(t, p, duration)]))
-    from .uncertainty import sample_coverage_j  # uncertainty builds on this module
-
     random = sample_coverage_j(t, p, 0.0, duration)
     return WindowEnergy(float(_trapezoid(ps, ts)), tuple(flags), POWER_ESTIMATOR, random)
 

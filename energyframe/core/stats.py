@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+#: the 95 % two-sided quantile of a normal error
+Z95 = 1.959963984540054
 #: torch.utils.benchmark warns from this IQR/median on; so do we
 NOISY_IQR_RATIO = 0.10
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model import Channel
-from .edges import Z95
+from .stats import Z95
 
 #: Student's t, 97.5 % quantile, by degrees of freedom 1..30 (then the normal's 1.96)
 _T975 = (

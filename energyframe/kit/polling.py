@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 from ..errors import PowerSourceError
 from ..model import Channel, ClockBase, Quantity, Sample, SourceContext
 from ..options import Option
-from ..plugin import PowerSource
+from .contract import PowerSource
 from .sampler import Remote, reap
 
 #: what ``poll`` returns: ``{channel: value}``, stamped by the base at the middle of the poll on

@@ -22,8 +22,8 @@ from stevedore.exception import NoMatches
 
 from ..errors import PluginLoadError, PluginNotFoundError, UsageError
 from ..options import Spec, parse_spec, resolve_options
-from ..plugin import Plugin, PowerSource, Reporter, Workload
 from ..results.provenance import _named_distribution, _packages_distributions, entry_point_distribution
+from .contract import Plugin, PowerSource, Reporter, Workload
 
 log = logging.getLogger("energyframe")
 
