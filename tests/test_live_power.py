@@ -266,8 +266,9 @@ def test_a_real_prometheus_server_scrapes_a_run(power_csv, tmp_path):
 
         def measure():
             try:
+                # one 12-s window: long enough for the server to start and scrape a few times
                 ef.run("sleep:seconds=12", power=[f"replay:file={power_csv},scope=gpu,prefix=gpu0."], reporters=[],
-                       listeners=[tracker])
+                       listeners=[tracker], settings=ef.RunSettings(trials=1, warmup_s=0.0))
             finally:
                 done.set()
 
