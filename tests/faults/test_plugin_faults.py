@@ -30,6 +30,7 @@ from energyframe.plugin import Option, Reporter
 from tests.fakes import SignalSource
 
 GATE = threading.Event()
+RETURNED = threading.Event()  # a blocked read() returned
 
 
 class Misbehaving(SignalSource):
@@ -45,6 +46,7 @@ class Misbehaving(SignalSource):
             return super().read()
         if fault == "block":
             GATE.wait(60)
+            RETURNED.set()
         if fault == "exit":
             sys.exit(9)
         if fault == "interrupt":
@@ -93,11 +95,11 @@ def status(out):
 )
 def test_a_read_that_blocks_exits_or_interrupts_fails_the_run_naming_the_call(misbehaving, tmp_path, fault, message):
     # the source misbehaves 1.5 s into a run of 30 windows of 0.1 s: it stops there, saved
-    started = time.monotonic()
     result, out = run_cli(tmp_path, "--power", f"misbehaving:fault={fault},period_s=0.01,after_s=1.5",
                           "--trials", "30", "--warmup-s", "0", workload="sleep:seconds=0.1")
-    assert time.monotonic() - started < 30
     assert result.exit_code == 1, result.output
+    if fault == "block":  # the run ended while the read was still blocked, not when it returned
+        assert not sys.modules["ef_misbehaving"].RETURNED.is_set()
     assert result.stderr.strip().splitlines()[-1] == f"Error: power source 'misbehaving' failed: {message}"
     assert status(out) == ("incomplete", f"power source 'misbehaving' failed: {message}")
 
@@ -133,15 +135,27 @@ def test_a_reporter_error_is_refused_as_an_unknown_mode():
 
 
 class BlockingStart(SignalSource):
+    """``open`` blocks until the test releases it; ``returned`` says whether it ever did."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.release, self.returned = threading.Event(), threading.Event()
+
     def open(self):
-        time.sleep(30)
+        self.release.wait(60)
+        self.returned.set()
         return super().open()
 
 
 class BlockingStop(SignalSource):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.release, self.returned = threading.Event(), threading.Event()
+
     def stop(self):
         super().stop()
-        time.sleep(30)
+        self.release.wait(60)
+        self.returned.set()
 
 
 def test_a_start_that_blocks_fails_the_run_naming_it(tmp_path, monkeypatch):
@@ -155,9 +169,10 @@ def test_a_start_that_blocks_fails_the_run_naming_it(tmp_path, monkeypatch):
 
 def test_a_stop_that_blocks_is_left_behind_with_a_warning(monkeypatch):
     monkeypatch.setattr(recorder, "STOP_BUDGET_S", 0.5)
-    started = time.monotonic()
-    result = ef.run(ListWorkload([busy_phase()]), power=[BlockingStop(name="sticky")], reporters=[], settings=QUICK)
-    assert time.monotonic() - started < 20
+    sticky = BlockingStop(name="sticky")
+    result = ef.run(ListWorkload([busy_phase()]), power=[sticky], reporters=[], settings=QUICK)
+    assert not sticky.returned.is_set()  # the run ended without waiting for the blocked stop()
+    sticky.release.set()
     assert result.complete and result.windows["energy_j"].notna().all()
     assert ("power source 'sticky': stop() did not return within 0.5 s; the run went on without it (samples it "
             "still held are lost)") in result.warnings
@@ -165,12 +180,12 @@ def test_a_stop_that_blocks_is_left_behind_with_a_warning(monkeypatch):
 
 def test_ctrl_c_ends_a_start_that_blocks(tmp_path):
     timer = threading.Timer(0.5, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
-    started = time.monotonic()
+    slow = BlockingStart(name="slow")
     timer.start()
     with pytest.raises(ef.RunInterrupted):
-        ef.run(ListWorkload([busy_phase()]), power=[BlockingStart(name="slow")], reporters=[], out=tmp_path / "r",
-               settings=QUICK)
-    assert time.monotonic() - started < 10  # not the start budget
+        ef.run(ListWorkload([busy_phase()]), power=[slow], reporters=[], out=tmp_path / "r", settings=QUICK)
+    assert not slow.returned.is_set()  # Ctrl-C ended the run while start() still blocked
+    slow.release.set()
 
 
 class WrongChannels(SignalSource):
