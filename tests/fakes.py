@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from types import SimpleNamespace
 
 from energyframe.errors import PowerSourceError
 from energyframe.kit.polling import PollingSource, mode_option
 from energyframe.options import Option
-from energyframe.plugin import Channel, ClockBase, Phase, Quantity, Sample, Scope, WindowAnnotation, Workload
+from energyframe.plugin import (
+    Channel,
+    ClockBase,
+    Phase,
+    PowerSource,
+    Quantity,
+    Sample,
+    Scope,
+    WindowAnnotation,
+    Workload,
+)
 
 
 class SignalSource(PollingSource):
@@ -148,3 +159,38 @@ def one_line(error: BaseException) -> str:
     text = str(error)
     assert "\n" not in text and "Traceback" not in text
     return text
+
+
+class ScriptedSource(PowerSource):
+    """Readings every 10 ms from a thread; ``value(t)`` gives the reading t seconds after the start
+    (``t0``), so a test can plant negative, NaN or infinite powers, or a counter's jump or freeze."""
+
+    DESCRIPTION = "test"
+
+    def __init__(self, value, name="scripted", quantity=Quantity.POWER, scope=Scope.GPU):
+        super().__init__(name)
+        self.value, self.quantity, self.scope = value, quantity, scope
+
+    def start(self, context):
+        self.t0 = time.monotonic()
+        self._pending: list[Sample] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return [Channel(self.name, self.quantity, self.scope, 0.01, ClockBase.MONOTONIC)]
+
+    def _loop(self):
+        while not self._stop.wait(0.01):
+            now = time.monotonic()
+            with self._lock:
+                self._pending.append(Sample(self.name, now, self.value(now - self.t0)))
+
+    def read(self):
+        with self._lock:
+            out, self._pending = self._pending, []
+        return out
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()

@@ -262,18 +262,13 @@ class PluginRecord(_Section):
 
 
 @dataclass(frozen=True)
-class SourceRecord(_Section):
-    """A power source as the run used it, with its channels (and, with several ranks, its rank)."""
+class SourceRecord(PluginRecord):
+    """A power source as the run used it, with its channels (and, with several ranks, its rank);
+    its ``info`` is always written."""
 
-    name: str = _field(_string, "")
-    class_name: str | None = _field(_OPT_STRING, key="class", omit_none=True)
-    distribution: str | None = _field(_OPT_STRING, omit_none=True)
-    version: str | None = _field(_OPT_STRING, omit_none=True)
-    options: Mapping[str, Any] = _field(_object, factory=dict)
     info: Mapping[str, Any] = _field(_object, factory=dict)
     channels: tuple[Channel, ...] = _field(_list_of(_channel), factory=tuple)
     rank: int | None = _field(_OPT_WHOLE, omit_none=True)
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: Any, where: str = ""):

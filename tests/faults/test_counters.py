@@ -5,7 +5,6 @@ samples keep coming but never change stops the run as a stall would."""
 from __future__ import annotations
 
 import math
-import threading
 import time
 
 import pytest
@@ -16,42 +15,12 @@ from energyframe.errors import PowerSourceError
 from energyframe.lifecycle.recorder import Recorder
 from energyframe.model import Channel, ClockBase, Quantity, Sample, Scope
 from energyframe.plugin import PowerSource
-from tests.fakes import ListWorkload, busy_phase
+from tests.fakes import ListWorkload, ScriptedSource, busy_phase
 
 
-class CounterSource(PowerSource):
-    """A counter read every 10 ms from a thread (100 W); ``energy(t)`` gives its value t seconds
-    after the start, so a test can plant a jump or a freeze."""
-
-    DESCRIPTION = "test"
-
-    def __init__(self, energy, name="cpu0"):
-        super().__init__(name)
-        self.energy = energy
-
-    def start(self, context):
-        self.t0 = time.monotonic()
-        self._pending: list[Sample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return [Channel(self.name, Quantity.ENERGY, Scope.CPU, 0.01, ClockBase.MONOTONIC)]
-
-    def _loop(self):
-        while not self._stop.wait(0.01):
-            now = time.monotonic()
-            with self._lock:
-                self._pending.append(Sample(self.name, now, self.energy(now - self.t0)))
-
-    def read(self):
-        with self._lock:
-            out, self._pending = self._pending, []
-        return out
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join()
+def counter_source(energy, name="cpu0"):
+    """A CPU energy counter read every 10 ms (``energy(t)``: its value t s after the start)."""
+    return ScriptedSource(energy, name, Quantity.ENERGY, Scope.CPU)
 
 
 def measure(source, pause_s: float = 0.0):
@@ -66,7 +35,7 @@ def measure(source, pause_s: float = 0.0):
 
 def test_a_reset_counted_as_a_wraparound_is_flagged_not_257_kilojoules():
     # the reader added the 262-kJ wrap range when the counter restarted from 0, 0.45 s in (in b)
-    source = CounterSource(lambda t: 100.0 * t + (262_143.0 if t > 0.45 else 0.0))
+    source = counter_source(lambda t: 100.0 * t + (262_143.0 if t > 0.45 else 0.0))
     windows = measure(source)
     assert windows.loc["a", "mean_power_w"] == pytest.approx(100.0, rel=0.05)
     assert math.isnan(windows.loc["b", "energy_j"]) and "counter_reset" in windows.loc["b", "flags"]
@@ -82,7 +51,7 @@ def test_a_counter_frozen_under_load_is_stuck_not_0_joules():
             t = state["since"]
         return 100.0 * (t - state["lost_s"])
 
-    source = CounterSource(energy)
+    source = counter_source(energy)
     with ef.measure(power=[source], sync=None) as m:
         with m.window("a"):
             time.sleep(0.3)
@@ -145,7 +114,7 @@ def test_the_watchdog_stops_a_run_whose_counter_is_stuck():
 
 
 def test_a_run_with_a_counter_that_freezes_ends_incomplete(tmp_path):
-    source = CounterSource(lambda t: 100.0 * min(t, 0.5))
+    source = counter_source(lambda t: 100.0 * min(t, 0.5))
     with pytest.raises(PowerSourceError, match="the counter is stuck"):
         ef.run(ListWorkload([busy_phase(seconds=0.01)]), power=[source], reporters=[], out=tmp_path / "r",
                settings=ef.RunSettings(trials=60, min_window_s=0.1, warmup_s=0.0))

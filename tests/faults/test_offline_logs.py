@@ -348,18 +348,15 @@ def big_log(path: Path, rows: int) -> Path:
     return path
 
 
+def analyze_argv(path: Path, out: Path) -> list[str]:
+    """analyze of one second of ``path`` into ``out``."""
+    return ["analyze", "--power-log", str(path), "--window", f"{unix(1)},{unix(2)}", "--out", str(out)]
+
+
 @pytest.mark.slow
 def test_a_log_larger_than_the_memory_left_is_one_line(tmp_path):
     path = big_log(tmp_path / "big.csv", 2_000_000)
-    argv = [
-        "analyze",
-        "--power-log",
-        str(path),
-        "--window",
-        f"{unix(1)},{unix(2)}",
-        "--out",
-        str(tmp_path / "o"),
-    ]
+    argv = analyze_argv(path, tmp_path / "o")
     # room for the interpreter and its libraries, not for a log of 2,000,000 rows
     proc = run_with_limits(argv, limit_bytes=1_000 * 2**20)
     _out, err = proc.communicate(timeout=300)
@@ -373,15 +370,7 @@ def test_a_log_larger_than_the_memory_left_is_one_line(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_while_a_long_log_is_read_ends_it_with_130(tmp_path):
     path = big_log(tmp_path / "big.csv", 2_000_000)
-    argv = [
-        "analyze",
-        "--power-log",
-        str(path),
-        "--window",
-        f"{unix(1)},{unix(2)}",
-        "--out",
-        str(tmp_path / "o"),
-    ]
+    argv = analyze_argv(path, tmp_path / "o")
     proc = run_with_limits(argv)
     deadline = time.monotonic() + 120  # a bound for a stuck child, not a measure of speed
     while time.monotonic() < deadline and proc.poll() is None and resident_mib(proc.pid) < 400:

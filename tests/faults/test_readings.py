@@ -16,44 +16,9 @@ from energyframe.errors import PowerSourceError
 from energyframe.lifecycle.recorder import Recorder, stall_after_s
 from energyframe.model import Channel, ClockBase, Quantity, Sample, Scope
 from energyframe.plugin import PowerSource
-from tests.fakes import ListWorkload, busy_phase
+from tests.fakes import ListWorkload, ScriptedSource, busy_phase
 
 FAST = ef.RunSettings(trials=3, min_window_s=0.2, warmup_s=0.0)
-
-
-class ScriptedSource(PowerSource):
-    """Power samples every 10 ms from a thread; ``value(t)`` gives the reading at t seconds
-    after the start (so a test can plant negative, NaN or infinite readings)."""
-
-    DESCRIPTION = "test"
-
-    def __init__(self, value, name="scripted"):
-        super().__init__(name)
-        self.value = value
-
-    def start(self, context):
-        self._t0 = time.monotonic()
-        self._pending: list[Sample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return [Channel(self.name, Quantity.POWER, Scope.GPU, 0.01, ClockBase.MONOTONIC)]
-
-    def _loop(self):
-        while not self._stop.wait(0.01):
-            now = time.monotonic()
-            with self._lock:
-                self._pending.append(Sample(self.name, now, self.value(now - self._t0)))
-
-    def read(self):
-        with self._lock:
-            out, self._pending = self._pending, []
-        return out
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join()
 
 
 @pytest.mark.parametrize("bad,flag,reason", [(-100.0, "negative_power", "negative"),
