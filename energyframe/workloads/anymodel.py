@@ -29,7 +29,7 @@ from typing import Any
 from ..errors import OptionError, WorkloadError
 from ..options import Option
 from .graph import dtype_name, torch_device, torch_dtype
-from .models import ModelWorkload
+from .models import DEVICE, EXECUTION, WHOLE_UNROLL, ModelWorkload
 
 #: the whole-model and per-layer options every model by name or code takes
 BLOCKS_OPTION = Option(
@@ -46,20 +46,7 @@ KEEP_DTYPE_OPTION = Option(
     "element type: keep (as the model was made), auto (fp16 on a GPU, fp32 on the CPU), fp16, bf16, fp32",
     choices=("keep", "auto", "fp16", "bf16", "fp32"),
 )
-WHOLE_OPTIONS = (
-    Option(
-        "whole_unroll", "int", 10, "forward passes captured per CUDA graph for the whole model", minimum=1
-    ),
-    Option(
-        "execution",
-        "choice",
-        "eager",
-        "whole model: eager, a CUDA graph of the forward, or torch.compile",
-        choices=("eager", "graph", "compile"),
-    ),
-    Option("device", "str", "auto", "cuda, cuda:N, cpu or auto"),
-    BLOCKS_OPTION,
-)
+WHOLE_OPTIONS = (WHOLE_UNROLL, EXECUTION, DEVICE, BLOCKS_OPTION)
 
 
 def _moved(value: Any, device, dtype) -> Any:

@@ -29,6 +29,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("energyframe")
 
+#: how the whole model runs: shared by the named models and those named by their library
+WHOLE_UNROLL = Option(
+    "whole_unroll", "int", 10, "forward passes captured per CUDA graph for the whole model", minimum=1
+)
+EXECUTION = Option(
+    "execution",
+    "choice",
+    "eager",
+    "whole model: eager, a CUDA graph of the forward, or torch.compile",
+    choices=("eager", "graph", "compile"),
+)
+DEVICE = Option("device", "str", "auto", "cuda, cuda:N, cpu or auto")
+
 COMMON_OPTIONS = (
     Option("batch", "int", 1, "batch size", minimum=1),
     DTYPE_OPTION,
@@ -42,18 +55,10 @@ COMMON_OPTIONS = (
     VALIDATE,
     L2,
     UNROLL,
-    Option(
-        "whole_unroll", "int", 10, "forward passes captured per CUDA graph for the whole model", minimum=1
-    ),
-    Option(
-        "execution",
-        "choice",
-        "eager",
-        "whole model: eager, a CUDA graph of the forward, or torch.compile",
-        choices=("eager", "graph", "compile"),
-    ),
+    WHOLE_UNROLL,
+    EXECUTION,
     Option("weights", "path", None, "a local state dict to load (default: random weights)"),
-    Option("device", "str", "auto", "cuda, cuda:N, cpu or auto"),
+    DEVICE,
 )
 
 VISION_OPTIONS = (
