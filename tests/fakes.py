@@ -167,9 +167,13 @@ class ScriptedSource(PowerSource):
 
     DESCRIPTION = "test"
 
-    def __init__(self, value, name="scripted", quantity=Quantity.POWER, scope=Scope.GPU):
+    def __init__(self, value, name="scripted", quantity=Quantity.POWER, scope=Scope.GPU, unit=None):
         super().__init__(name)
-        self.value, self.quantity, self.scope = value, quantity, scope
+        self.value, self.quantity, self.scope, self.unit = value, quantity, scope, unit
+
+    def readings(self, t: float) -> list[float]:
+        """The readings stamped at ``t`` s after the start (one, unless a test plants more)."""
+        return [self.value(t)]
 
     def start(self, context):
         self.t0 = time.monotonic()
@@ -178,13 +182,14 @@ class ScriptedSource(PowerSource):
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
-        return [Channel(self.name, self.quantity, self.scope, 0.01, ClockBase.MONOTONIC)]
+        unit = {"unit": self.unit} if self.unit else {}
+        return [Channel(self.name, self.quantity, self.scope, 0.01, ClockBase.MONOTONIC, **unit)]
 
     def _loop(self):
         while not self._stop.wait(0.01):
             now = time.monotonic()
             with self._lock:
-                self._pending.append(Sample(self.name, now, self.value(now - self.t0)))
+                self._pending += [Sample(self.name, now, v) for v in self.readings(now - self.t0)]
 
     def read(self):
         with self._lock:
@@ -194,3 +199,24 @@ class ScriptedSource(PowerSource):
     def stop(self):
         self._stop.set()
         self._thread.join()
+
+
+def invoke_within(argv: list[str], seconds: int, hang_message: str):
+    """``energyframe ARGV`` through click's runner, failing with ``TimeoutError(hang_message)`` if it
+    has not answered within ``seconds`` (SIGALRM: a hang ends the test, not the suite)."""
+    import signal
+
+    from click.testing import CliRunner
+
+    from energyframe.cli import main
+
+    def alarm(signum, frame):
+        raise TimeoutError(hang_message)
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        return CliRunner().invoke(main, argv)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

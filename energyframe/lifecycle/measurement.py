@@ -437,16 +437,10 @@ class Measurement:
 
     def _live_recording(self, since_s: float) -> Recording:
         """The recording from ``since_s`` on (monotonic), without the raw record."""
-        assert self.recorder is not None and self.clock is not None
+        assert self.recorder is not None
         store = self.recorder.store
-        return Recording(
-            clock=self.clock,
-            channels=dict(store.channels),
-            channel_source=dict(store.channel_source),
-            series={n: s.between(since_s, math.inf) for n, s in store.all_series().items()},
-            samples=store.to_frame().iloc[0:0],
-            sources=list(self.sources),
-        )
+        series = {n: s.between(since_s, math.inf) for n, s in store.all_series().items()}
+        return self._recording_of(series, store.to_frame().iloc[0:0])
 
     def _live_wait(self, end_s: float) -> list[str]:
         assert self.recorder is not None
@@ -578,21 +572,31 @@ class Measurement:
 
     def recording(self) -> Recording:
         """Everything the run recorded, for ``assemble``."""
+        assert self.recorder is not None
+        store = self.recorder.store
+        return self._recording_of(
+            store.all_series(),
+            store.to_frame(),
+            rejected=store.rejected_times(),
+            rejected_counts=store.rejected_json(),
+            records=list(self.records),
+            idle_window=self._idle_window,
+            work=dict(self.work),
+            interrupted=frozenset(self._interrupted),
+        )
+
+    def _recording_of(self, series, samples, **more: Any) -> Recording:
+        """A recording of these series and samples, with the run's clock, channels and sources."""
         assert self.recorder is not None and self.clock is not None
         store = self.recorder.store
         return Recording(
             clock=self.clock,
             channels=dict(store.channels),
             channel_source=dict(store.channel_source),
-            series=store.all_series(),
-            samples=store.to_frame(),
-            rejected=store.rejected_times(),
-            rejected_counts=store.rejected_json(),
-            records=list(self.records),
-            idle_window=self._idle_window,
-            work=dict(self.work),
+            series=series,
+            samples=samples,
             sources=list(self.sources),
-            interrupted=frozenset(self._interrupted),
+            **more,
         )
 
     def _meta(self, status: str, reason: str | None, ended: bool = False) -> dict[str, Any]:

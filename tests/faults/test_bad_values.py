@@ -8,15 +8,13 @@ Each case runs the real command line (click's CliRunner) from a scratch director
 from __future__ import annotations
 
 import json
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import energyframe as ef
-from energyframe.cli import main
+from tests.fakes import invoke_within
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SHARD_0 = FIXTURES / "sweep" / "shard-0-of-2.json"
@@ -140,10 +138,6 @@ CASES = [
 ]
 
 
-def _alarm(signum, frame):
-    raise TimeoutError(f"the command did not answer within {HANG_S} s")
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_a_bad_value_is_one_line_naming_it(case: Case, saved: Path, tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -151,13 +145,7 @@ def test_a_bad_value_is_one_line_naming_it(case: Case, saved: Path, tmp_path: Pa
     names = {"run": str(saved), "tmp": str(tmp_path), "crafted": str(crafted)}
     argv = [a.format(**names) for a in case.argv]
     before = sorted(p.name for p in tmp_path.iterdir())
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(HANG_S)
-    try:
-        result = CliRunner().invoke(main, argv)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    result = invoke_within(argv, HANG_S, f"the command did not answer within {HANG_S} s")
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert "Traceback" not in result.output
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]

@@ -10,17 +10,14 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import energyframe as ef
-from energyframe.cli import main
-from tests.fakes import ListWorkload, SignalSource, busy_phase
+from tests.fakes import ListWorkload, SignalSource, busy_phase, invoke_within
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 #: no command may take longer than this on a malformed file. Units: s.
@@ -424,22 +421,12 @@ CASES = [
 ]
 
 
-def _alarm(signum, frame):
-    raise TimeoutError(f"the command ran longer than {HANG_S} s on a malformed file")
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_a_malformed_file_is_a_one_line_error(case: Case, template: Path, tmp_path: Path):
     run = tmp_path / "run"
     shutil.copytree(template, run)
     argv, bad_file, outputs = case.damage(run, tmp_path)
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(HANG_S)
-    try:
-        result = CliRunner().invoke(main, argv)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    result = invoke_within(argv, HANG_S, f"the command ran longer than {HANG_S} s on a malformed file")
     assert isinstance(result.exception, SystemExit), f"{type(result.exception).__name__}: {result.exception}"
     assert result.exit_code == case.code, result.output
     assert "Traceback" not in result.output

@@ -3,9 +3,6 @@ channel at one instant, and a channel declared in a unit that is not W or J."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import numpy as np
 import pytest
 
@@ -14,44 +11,21 @@ from energyframe.core.clock import ClockModel, ClockPair
 from energyframe.core.samples import SampleStore
 from energyframe.errors import PowerSourceError
 from energyframe.model import Channel, ClockBase, Quantity, Sample, Scope
-from energyframe.plugin import PowerSource
-from tests.fakes import ListWorkload, busy_phase
+from tests.fakes import ListWorkload, ScriptedSource, busy_phase
 
 FAST = ef.RunSettings(trials=6, min_window_s=0.1, warmup_s=0.0)
 
 
-class PairedSource(PowerSource):
+class PairedSource(ScriptedSource):
     """Every 10 ms, ``values`` readings of one channel stamped at the same instant (two sensors
     behind one channel, or a plugin that emits a reading twice)."""
 
-    DESCRIPTION = "test"
-
     def __init__(self, values, unit="W", name="paired"):
-        super().__init__(name)
-        self.values, self.unit = values, unit
+        super().__init__(None, name, unit=unit)
+        self.values = values
 
-    def start(self, context):
-        self._pending: list[Sample] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return [Channel(self.name, Quantity.POWER, Scope.GPU, 0.01, ClockBase.MONOTONIC, unit=self.unit)]
-
-    def _loop(self):
-        while not self._stop.wait(0.01):
-            now = time.monotonic()
-            with self._lock:
-                self._pending += [Sample(self.name, now, v) for v in self.values]
-
-    def read(self):
-        with self._lock:
-            out, self._pending = self._pending, []
-        return out
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join()
+    def readings(self, t):
+        return list(self.values)
 
 
 def test_readings_of_one_instant_are_flagged_and_said(tmp_path):
@@ -134,7 +108,7 @@ def test_a_dead_runs_journal_goes_through_the_live_rule_when_it_is_rebuilt():
     import pandas as pd
 
     from energyframe.core.clock import ClockModel
-    from energyframe.model import Channel, ClockBase, Quantity, Scope
+    from energyframe.model import Channel, Quantity, Scope
     from energyframe.results.load import _series
 
     clock = ClockModel()
