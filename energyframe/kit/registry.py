@@ -208,20 +208,12 @@ def create(kind: str, spec: str | Spec | Plugin) -> Plugin:
     short = spec.name.partition("@")[0]
     if any(o.name == "name" for o in cls.OPTIONS):
         _check_name_option(cls, f"{LABELS[kind]} {short!r}")
-    elif "name" in options and not _takes_name_positionally(cls):
-        # not an option of this plugin, and its constructor would take it as the plugin's own name:
-        # refuse it as the unknown key it is (per-layer takes it positionally and hands it to its model)
+    elif "name" in options and not getattr(cls, "FORWARDS_OPTIONS", False):
+        # not an option of this plugin: refuse it as the unknown key it is (not taken as its name);
+        # a plugin that hands undeclared options on (per-layer, to its model) checks them there
         resolve_options(cls.OPTIONS, {"name": options["name"]}, f"{LABELS[kind]} {short!r}")
     # the name positionally: a plugin may declare an option called 'name' (torchvision:name=...)
     return cls(short, **options)
-
-
-def _takes_name_positionally(cls: type) -> bool:
-    try:
-        parameter = inspect.signature(cls).parameters.get("name")
-    except (TypeError, ValueError):
-        return False
-    return parameter is not None and parameter.kind == parameter.POSITIONAL_ONLY
 
 
 def _check_name_option(cls: type, owner: str) -> None:

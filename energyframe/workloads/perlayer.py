@@ -173,6 +173,9 @@ class PerLayerWorkload(Workload):
         "the model's own options (batch, dtype ...) pass through"
     )
     OPTIONS = OWN_OPTIONS
+    #: options it does not declare are the model's, handed on and checked there (the registry lets
+    #: even a "name" through: per-layer:model=torchvision,name=convnext_tiny)
+    FORWARDS_OPTIONS = True
 
     def __init__(self, name: str | None = None, /, model: Any = None, **options: Any) -> None:
         from .models import ModelWorkload

@@ -269,3 +269,8 @@ def test_the_library_raises_the_reporter_error_with_the_saved_result(tmp_path):
         f"the run is saved in {tmp_path / 'r'}"
     )
     assert e.value.result.complete and e.value.exit_code == 1
+
+
+def test_name_is_an_unknown_option_of_a_plugin_that_does_not_declare_it():
+    with pytest.raises(OptionError, match="^unknown option 'name' for workload 'sleep'"):
+        registry.create(registry.WORKLOADS, "sleep:name=x")
