@@ -110,3 +110,22 @@ def test_a_number_the_whole_run_changed_is_recorded_with_why():
     (change,) = revised["revised"]
     assert change["live_energy_j"] == first.energy_j and change["energy_j"] == first.energy_j + 1.0
     assert change["why"] == "samples of gpu0 arrived after the live number"
+
+
+def test_a_live_window_reads_only_the_recent_readings_and_the_same_ones():
+    """``series_since``: what ``series`` gives from that time on (readings out of order and of one
+    instant included), read from the recent end of the store."""
+    from energyframe.core.samples import SampleStore
+    from energyframe.model import Sample
+
+    store = SampleStore(ClockModel())
+    store.register("src", [Channel("gpu0", Quantity.POWER, Scope.GPU, 0.02, ClockBase.MONOTONIC)])
+    rng = np.random.default_rng(3)
+    times = np.arange(0.0, 100.0, 0.02)
+    times[500:510] = times[500:510][::-1]  # delivered out of order
+    store.add("src", [Sample("gpu0", float(t), float(p)) for t, p in zip(times, 100 + rng.normal(0, 5, times.size))])
+    store.add("src", [Sample("gpu0", 99.0, 300.0)])  # a second reading of one instant, a second late
+    for since in (0.0, 9.99, 60.0, 99.0, 99.9, 200.0):
+        whole = store.series("gpu0").between(since, math.inf)
+        recent = store.series_since("gpu0", since)
+        assert np.array_equal(recent.times_s, whole.times_s) and np.array_equal(recent.values, whole.values)

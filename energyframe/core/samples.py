@@ -31,6 +31,9 @@ from ..model import Channel, Quantity, Sample
 from .clock import ChannelTimeMap, ClockModel
 
 PARTIAL_NAME = "samples.partial.csv"
+#: how far out of time order a reading may arrive and still be found by ``series_since``: a
+#: stalled source is failed after a few seconds, long before this. Units: s.
+LATE_SLACK_S = 30.0
 SAMPLE_COLUMNS = ["source", "channel", "time_s", "value", "unit"]
 
 
@@ -217,6 +220,11 @@ def accept(channel: Channel, times: np.ndarray, values: np.ndarray) -> tuple[Sam
     return SampleSeries(kept_t, kept_v), rejected
 
 
+def empty_samples_frame() -> pd.DataFrame:
+    """A samples table with no row (``SAMPLE_COLUMNS``, typed)."""
+    return pd.DataFrame({c: pd.Series(dtype=float if c in ("time_s", "value") else object) for c in SAMPLE_COLUMNS})
+
+
 class SampleStore:
     """Per-channel sample lists, thread-safe, with an optional append-only log on disk."""
 
@@ -337,6 +345,21 @@ class SampleStore:
     def all_series(self) -> Mapping[str, SampleSeries]:
         return {name: self.series(name) for name in self.channels}
 
+    def series_since(self, channel: str, since_s: float) -> SampleSeries:
+        """``series(channel)`` from ``since_s`` on, reading only the recent readings (those
+        delivered up to ``LATE_SLACK_S`` out of order included): the live number of a window
+        costs its own samples, not the whole run's so far."""
+        with self._lock:
+            times, values = self._times[channel], self._values[channel]
+            i = len(times)
+            while i > 0 and times[i - 1] >= since_s - LATE_SLACK_S:
+                i -= 1
+            t = np.asarray(times[i:], dtype=float)
+            v = np.asarray(values[i:], dtype=float)
+        order = np.argsort(t, kind="stable")
+        merged_t, merged_v, _ = merge_duplicates(t[order], v[order])
+        return SampleSeries(merged_t, merged_v).between(since_s, math.inf)
+
     def _all_rejected(self) -> dict[str, Rejected]:
         """Every channel's rejected readings, and the readings merged into another of their instant."""
         with self._lock:
@@ -385,9 +408,7 @@ class SampleStore:
                 )
             )
         if not frames:
-            return pd.DataFrame(
-                {c: pd.Series(dtype=float if c in ("time_s", "value") else object) for c in SAMPLE_COLUMNS}
-            )
+            return empty_samples_frame()
         return pd.concat(frames, ignore_index=True)
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..core.clock import ClockModel
 from ..core.pipeline import Recording, TimeAligner
+from ..core.samples import empty_samples_frame
 from ..core.windows import WindowRecord
 from ..errors import (
     DistributedError,
@@ -439,8 +440,8 @@ class Measurement:
         """The recording from ``since_s`` on (monotonic), without the raw record."""
         assert self.recorder is not None
         store = self.recorder.store
-        series = {n: s.between(since_s, math.inf) for n, s in store.all_series().items()}
-        return self._recording_of(series, store.to_frame().iloc[0:0])
+        series = {n: store.series_since(n, since_s) for n in store.channels}
+        return self._recording_of(series, empty_samples_frame())  # not every sample so far, per window
 
     def _live_wait(self, end_s: float) -> list[str]:
         assert self.recorder is not None
