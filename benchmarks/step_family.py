@@ -12,7 +12,7 @@ also an inner energyframe window ``on``, which gives the cycle's edges.
 The truth of a step window is the cycle truth (``cycle_truth.py``, docs/measurement.md): the
 counter between the ticks inside the window, plus the mean cycle profile's share of each edge's
 tick interval. The steady windows (200 ms and 1 s, ±10 %, inside back-to-back GEMMs) have the
-truth of their GEMM count times the energy per GEMM of a reference window.
+truth of the steady power (the counter over the whole 20-40 s of GEMMs) times their duration.
 
 Per configuration: median / max |error| and bias of energyframe's default number (``gpu0``, the
 estimator chosen per edge), of ``gpu0.fused`` and of the interpolated counter, and of Zeus; the
@@ -306,11 +306,15 @@ def record_steady(window_s: float, count: int, step, sync, zeus, run_dir: Path, 
                         step()
                 continue
             sync()
+            t0 = time.monotonic()
             zeus.begin_window("steady", sync_execution=False)
+            t1 = time.monotonic()
             for _ in range(n):
                 step()
             sync()
-            zeus_windows.append((n, zeus.end_window("steady", sync_execution=False).gpu_energy[0]))
+            t2 = time.monotonic()
+            energy = zeus.end_window("steady", sync_execution=False).gpu_energy[0]
+            zeus_windows.append(((t0 + t1) / 2, (t2 + time.monotonic()) / 2, energy, n))
         run_for(step, sync, 0.3)
     return {"run_dir": str(run_dir), "zeus": zeus_windows}
 
@@ -351,25 +355,58 @@ def analyse_steps(run_dir: Path, zeus_windows, off_s: float) -> dict:
 
 
 def analyse_steady(run_dir: Path, zeus_windows) -> dict:
+    """Every method on the steady windows. The truth of a window is the steady power times its
+    duration; the steady power is the counter's energy over the whole steady section (the
+    reference window's start to the last window's end, 20-40 s of back-to-back GEMMs) over its
+    duration, as in window_accuracy.py. At the power cap the power holds while the clocks move,
+    so the energy per GEMM drifts and a GEMM count is no truth."""
     from energyframe.results.result import RunResult
 
     result = RunResult.load(run_dir)
     run = load_run(run_dir)
     reference = channel_rows(result, "reference", "gpu0").iloc[0]
-    per_step = reference["energy_j"] / reference["iterations"]
     gpu = channel_rows(result, "steady", "gpu0")
     fused = channel_rows(result, "steady", "gpu0.fused")
-    truth = gpu["iterations"].to_numpy(float) * per_step
     interpolate = counter_energy_of(run.series["gpu0"])
+    clock = ClockModel.from_json(result.meta["clock"])
+    spans = gpu[["start_s", "end_s"]].to_numpy(float)
+    first, last = float(reference["start_s"]), float(spans[:, 1].max())
+    if zeus_windows:
+        last = max(last, max(clock.to_unix(w[1]) for w in zeus_windows))
+    power_w = interpolate(first, last) / (last - first)
+    truth = power_w * (spans[:, 1] - spans[:, 0])
+    fused_spans = fused[["start_s", "end_s"]].to_numpy(float)
     out = {
         DEFAULT: (truth, gpu["energy_j"].to_numpy(float), gpu["energy_random_j"].to_numpy(float), list(gpu["estimator"])),
-        FUSED: (fused["iterations"].to_numpy(float) * per_step, fused["energy_j"].to_numpy(float)),
-        COUNTER: (truth, np.array([interpolate(a, b) for a, b in gpu[["start_s", "end_s"]].to_numpy(float)])),
+        FUSED: (power_w * (fused_spans[:, 1] - fused_spans[:, 0]), fused["energy_j"].to_numpy(float)),
+        COUNTER: (truth, np.array([interpolate(a, b) for a, b in spans])),
     }
     if zeus_windows:
-        z = np.array(zeus_windows, dtype=float)
-        out[ZEUS] = (z[:, 0] * per_step, z[:, 1])
+        z = np.array([(w[0], w[1], w[2]) for w in zeus_windows], dtype=float)
+        out[ZEUS] = (power_w * (z[:, 1] - z[:, 0]), z[:, 2])
     return out
+
+
+def analyse(name: str, rec: dict) -> dict:
+    """One recorded configuration's table row."""
+    run_dir = Path(rec["run_dir"])
+    if name.startswith("steady"):
+        return table_row(name, analyse_steady(run_dir, rec["zeus"]))
+    off_s = next(cfg.off_s for cfg in FAMILY if cfg.name == name)
+    return table_row(name, analyse_steps(run_dir, rec["zeus"], off_s))
+
+
+def reanalyse(path: Path, run_root: Path | None) -> tuple[list[dict], dict, str]:
+    """The table of an earlier GPU run, from its JSON and its saved run directories (moved
+    under ``run_root`` if given)."""
+    earlier = json.loads(path.read_text())
+    recorded = earlier["recorded"]
+    rows = []
+    for name, rec in recorded.items():
+        if run_root is not None:
+            rec = {**rec, "run_dir": str(run_root / Path(rec["run_dir"]).name)}
+        rows.append(analyse(name, rec))
+    return rows, recorded, earlier["title"] + " (analysed again)"
 
 
 def record_all(args) -> tuple[list[dict], dict]:
@@ -386,14 +423,22 @@ def record_all(args) -> tuple[list[dict], dict]:
         periods = max(8, int(cfg.periods * args.scale))
         rec = record_steps(Config(cfg.on_s, cfg.off_s, cfg.work, periods), steps[cfg.work], sync, zeus, root / cfg.name.replace("/", "-").replace(" ", "_"), rng)
         recorded[cfg.name] = rec
-        rows.append(table_row(cfg.name, analyse_steps(Path(rec["run_dir"]), rec["zeus"], cfg.off_s)))
+        keep(args, recorded)
+        rows.append(analyse(cfg.name, rec))
         print_table(rows[-1:], f"{cfg.name}: done")
     for window_s, count in STEADY_WINDOWS.items():
         name = f"steady {window_s * 1e3:.0f} ms cap"
         rec = record_steady(window_s, max(6, int(count * args.scale)), steps["cap"], sync, zeus, root / name.replace(" ", "_"), rng)
         recorded[name] = rec
-        rows.append(table_row(name, analyse_steady(Path(rec["run_dir"]), rec["zeus"])))
+        keep(args, recorded)
+        rows.append(analyse(name, rec))
     return rows, recorded
+
+
+def keep(args, recorded: dict) -> None:
+    """What is recorded so far, so that an analysis that fails loses nothing (``--analyse``)."""
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(json_safe({"title": "step family (recorded)", "rows": [], "recorded": recorded}), indent=1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -404,9 +449,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", default="step-family-runs", help="where the GPU runs are saved")
     ap.add_argument("--scale", type=float, default=1.0, help="periods and windows, times this")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--analyse", type=Path, help="the table again from this earlier --out JSON and its run directories")
+    ap.add_argument("--run-root", type=Path, help="with --analyse: the run directories are now under this folder")
     args = ap.parse_args(argv)
     started = time.monotonic()
-    if args.simulate:
+    if args.analyse:
+        rows, recorded, title = reanalyse(args.analyse, args.run_root)
+    elif args.simulate:
         rows, recorded, title = simulate(args.seeds), {}, "simulated step family (benchmarks/step_sim.py)"
     else:
         rows, recorded = record_all(args)

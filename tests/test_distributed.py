@@ -175,20 +175,20 @@ def fake_clock(monkeypatch):
 def test_calibration_alone_times_growing_batches(fake_clock):
     phase = Phase("p", step=fake_clock.step)
     steps, per_step = orchestrator.calibrate(phase, 1.0, 10**9)
-    # 1 step (15.6 ms), then ceil(0.55 x 64) = 36 steps (0.5625 s, past half the window); a
-    # window of 1.15 x 1 s is ceil(1.15 x 64) = 74 steps
-    assert fake_clock.steps == 1 + 36
-    assert (steps, per_step) == (74, 1 / 64)
+    # 1 step (15.6 ms), then ceil(1.1 x 0.15 x 64) = 11 steps (0.172 s, past 0.15 of the
+    # window); a window of 1.08 x 1 s is ceil(1.08 x 64) = 70 steps
+    assert fake_clock.steps == 1 + 11
+    assert (steps, per_step) == (70, 1 / 64)
 
 
 def test_calibration_of_several_ranks_follows_the_slowest(fake_clock):
     phase = Phase("p", step=fake_clock.step)
     peer = SlowerPeer(factor=2.0)
     steps, per_step = orchestrator.calibrate(phase, 1.0, 10**9, peer)
-    # the peer's batches take twice as long: 1 step is 1/32 s, then ceil(0.55 x 32) = 18 steps
-    # (0.5625 s on the peer); its 1/32 s per step fills 1.15 s with ceil(1.15 x 32) = 37 steps
-    assert fake_clock.steps == 1 + 18
-    assert (steps, per_step) == (37, 1 / 32)
+    # the peer's batches take twice as long: 1 step is 1/32 s, then ceil(1.1 x 0.15 x 32) = 6
+    # steps (0.1875 s on the peer); its 1/32 s per step fills 1.08 s with ceil(1.08 x 32) = 35 steps
+    assert fake_clock.steps == 1 + 6
+    assert (steps, per_step) == (35, 1 / 32)
     # every batch started together and its time was agreed
     assert peer.said == ["time a calibration batch", "agree on a calibration batch's time"] * 2
 

@@ -213,3 +213,52 @@ def test_reading_a_units_arguments_is_not_taken_for_the_models_ops():
     (block,) = [u for u in d.units if u.type_name == "_MaskedBlock"]
     positions_meta = tensor_metas(block.args)[1]
     assert (positions_meta.low, positions_meta.high) == (0.0, 1.0)  # still recorded
+
+
+# -- the copies that rotate a unit's weights -------------------------------------------------------
+def test_a_cloned_module_computes_the_same_from_storage_of_its_own():
+    from energyframe.workloads.layers import clone_module
+
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1)).eval()
+    block[1].running_mean.uniform_()
+    copy_ = clone_module(block)
+    x = torch.randn(2, 3, 9, 9)
+    with torch.no_grad():
+        assert torch.equal(block(x), copy_(x))
+    original = {t.data_ptr() for t in [*block.parameters(), *block.buffers()]}
+    assert not original & {t.data_ptr() for t in [*copy_.parameters(), *copy_.buffers()]}
+    assert [n for n, _ in copy_.named_modules()] == [n for n, _ in block.named_modules()]
+    assert all(type(p) is nn.Parameter for p in copy_.parameters())
+    with torch.no_grad():  # the copy's weights are its own: changing them leaves the original
+        copy_[0].weight.zero_()
+    assert block[0].weight.abs().sum() > 0
+    copy_.register_forward_hook(lambda *a: None)  # and so are its hooks
+    assert not block._forward_hooks
+
+
+def test_tied_weights_and_a_shared_module_stay_shared_in_the_clone():
+    from energyframe.workloads.layers import clone_module
+
+    shared = nn.Linear(4, 4)
+    net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), shared, shared)
+    net[1].weight = net[0].weight
+    copy_ = clone_module(net)
+    assert copy_[0].weight is copy_[1].weight and copy_[0].weight is not net[0].weight
+    assert copy_[2] is copy_[3] and copy_[2] is not shared
+
+
+def test_a_module_with_a_tensor_outside_its_parameters_is_deep_copied():
+    from energyframe.workloads.layers import clone_module
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.ones(3)  # neither a parameter nor a buffer
+
+        def forward(self, x):
+            return x * self.scale
+
+    module = nn.Sequential(Scaled())
+    copy_ = clone_module(module)
+    assert copy_[0].scale is not module[0].scale and torch.equal(copy_[0].scale, module[0].scale)

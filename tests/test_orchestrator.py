@@ -155,7 +155,7 @@ def test_calibration_reaches_the_minimum_window(step_clock):
     phase = Phase("p", step=lambda: step_clock.advance(0.0002), sync=lambda: syncs.append(step_clock.now_s))
     n, per_iter = calibrate(phase, 0.2, 10**9)
     assert per_iter == pytest.approx(0.0002, rel=1e-9)
-    target = CALIBRATION_MARGIN * 0.2  # the window is aimed 15 % above the minimum
+    target = CALIBRATION_MARGIN * 0.2  # the window is aimed 8 % above the minimum
     assert n * per_iter >= target and (n - 1) * per_iter < target  # and no further
     assert len(syncs) >= 4 and len(syncs) % 2 == 0  # each timed batch is synced at both ends
 

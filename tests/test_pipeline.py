@@ -80,4 +80,4 @@ def test_pipeline_run_defaults_apply_unless_the_user_says_otherwise():
     pipe = ef.Pipeline("p", [("mm", MatmulKernel(M=8, K=8, N=8, dtype="fp32", unroll=2))])
     resolved = ef.RunSettings(trials=4).resolve(pipe.run_defaults())
     assert resolved.trials == 4  # the user's
-    assert resolved.min_window_periods == 2.0 and resolved.idle_s == 2.0  # the pipeline's
+    assert resolved.min_window_periods == 2.0 and resolved.idle_s == 1.0  # the pipeline's

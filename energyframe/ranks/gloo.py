@@ -97,6 +97,18 @@ _STORES: dict[tuple[str, int], Any] = {}
 _GROUPS = itertools.count()
 
 
+def _rendezvous_address(w: World) -> tuple[str, str]:
+    """MASTER_ADDR and MASTER_PORT, or the one line that says they are missing."""
+    addr, port_text = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if not addr or not port_text:
+        raise UsageError(
+            f"{w.world_size} ranks were started ({w.launcher}), but MASTER_ADDR and MASTER_PORT are not set: "
+            "export them (the address of the first task's machine and a free port) before starting "
+            "the ranks (docs/distributed.md has a Slurm batch script)"
+        )
+    return addr, port_text
+
+
 def _our_store(w: World, timeout: _dt.timedelta):
     """The rendezvous store when nobody has initialised torch.distributed: torchrun's agent store
     (``TORCHELASTIC_USE_AGENT_STORE``), else one hosted by rank 0 on ``ENERGYFRAME_PORT`` (default
@@ -104,13 +116,7 @@ def _our_store(w: World, timeout: _dt.timedelta):
     import torch.distributed as dist
 
     env = os.environ
-    addr, port_text = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
-    if not addr or not port_text:
-        raise UsageError(
-            f"{w.world_size} ranks were started ({w.launcher}), but MASTER_ADDR and MASTER_PORT are not set: "
-            "export them (the address of the first task's machine and a free port) before starting "
-            "the ranks (docs/distributed.md has a Slurm batch script)"
-        )
+    addr, port_text = _rendezvous_address(w)
     try:
         port = int(port_text)
         agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
@@ -224,6 +230,8 @@ class TorchCoordinator(Coordinator):
         wait (gloo's rendezvous blocks in C++, where no signal handler runs, so it waits in a
         thread of its own while this one stays interruptible)."""
         if self.world_size > 1:
+            if not _torch_group_ready():
+                _rendezvous_address(self.world)  # refused in one line before any wait is announced
             env = os.environ
             where = f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}"
             log.warning(
@@ -570,3 +578,11 @@ class TorchCoordinator(Coordinator):
                     except Exception as e:
                         self._lose(r, e)
 
+
+def _torch_group_ready() -> bool:
+    """Whether the workload initialised torch.distributed already (then no address is needed)."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return False
+    return bool(dist.is_available() and dist.is_initialized())

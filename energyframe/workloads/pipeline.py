@@ -23,8 +23,9 @@ from ..model import DerivedTable, Phase
 from ..plugin import Workload
 
 #: what a pipeline of many short phases asks of a run unless the user says otherwise
-#: (calibration runs each phase for a third of a window first, which warms it up)
-PIPELINE_RUN_DEFAULTS = {"min_window_periods": 2.0, "trials": 3, "warmup_s": 0.0, "idle_s": 2.0}
+#: (calibration runs each phase for 0.15 of a window first, which warms it up; a 1-s idle
+#: baseline holds 10 counter ticks and 50 of the 20-ms samples)
+PIPELINE_RUN_DEFAULTS = {"min_window_periods": 2.0, "trials": 3, "warmup_s": 0.0, "idle_s": 1.0}
 
 
 @dataclass(frozen=True)

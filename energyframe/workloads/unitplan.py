@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 #: windows counted from a probe aim this much above the asked length (the orchestrator's
 #: calibration margin: replays later in a run are often a little faster than when probed)
-WINDOW_MARGIN = 1.15
+WINDOW_MARGIN = 1.08
 #: a unit's replays are timed until one timed batch lasts this long. Units: s.
 PROBE_S = 0.005
 

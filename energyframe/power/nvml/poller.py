@@ -28,8 +28,11 @@ AVERAGE_WINDOW_S = 1.0
 #: NVIDIA states the board's power readings accurate to within ±5 W (nvidia-smi
 #: --help-query-gpu, power.draw*); the counter integrates the same sensor. Units: W.
 BOARD_ACCURACY_W = 5.0
-#: the buffer holds ~2.4 s; reading every 0.5 s keeps a wide margin. Units: s.
-BUFFER_INTERVAL_S = 0.5
+#: the buffer holds ~2.4 s; it is read every 0.1 s (about five new samples a read), so that a
+#: window's 20-ms samples past its end arrive within about one counter period of its close:
+#: the window's energy (``m.window(...).energy_j``, ``--precision``) and the end of a run wait
+#: for them, up to the whole interval. Units: s.
+BUFFER_INTERVAL_S = 0.1
 
 CHANNEL_KINDS = ("energy", "instant", "average", "samples", "state")
 
