@@ -123,8 +123,13 @@ def table_row(name: str, windows: dict) -> dict:
         if method in windows:
             truth, energy = windows[method][:2]
             row["methods"][method] = method_stats(truth, energy)
-    truth, energy, bound, estimators = windows[DEFAULT]
+    truth, energy, bound, estimators, flags = windows[DEFAULT]
     row["bound"] = bound_stats(truth, energy, bound)
+    # windows flagged short_window (under two update periods with a step at an edge) are not
+    # printed as confident; the targets judge the others
+    short = np.array(["short_window" in str(f).split(";") for f in flags], dtype=bool)
+    row["short_windows"] = int(short.sum())
+    row["confident"] = method_stats(np.asarray(truth)[~short], np.asarray(energy)[~short])
     names, counts = np.unique(np.asarray(estimators, dtype=str), return_counts=True)
     row["estimators"] = {str(k): int(v) for k, v in zip(names, counts)}
     return row
@@ -132,7 +137,10 @@ def table_row(name: str, windows: dict) -> dict:
 
 def print_table(rows: list[dict], title: str) -> None:
     print(f"\n{title}\nmedian / max |error| %, bias %; bound: windows inside it, median bound / median error")
-    header = f"{'configuration':22s}" + "".join(f"{m:>30s}" for m in METHODS) + f"{'inside bound':>14s}{'ratio':>7s}"
+    header = (
+        f"{'configuration':22s}" + "".join(f"{m:>30s}" for m in METHODS)
+        + f"{'inside bound':>14s}{'ratio':>7s}{'short':>7s}{'max unflagged':>15s}"
+    )
     print(header)
     for row in rows:
         cells = []
@@ -143,7 +151,19 @@ def print_table(rows: list[dict], title: str) -> None:
                 continue
             cells.append(f"{s['median_abs_pct']:9.2f} /{s['max_abs_pct']:7.2f}, {s['bias_pct']:+6.2f}")
         b = row["bound"]
-        print(f"{row['config']:22s}" + "".join(f"{c:>30s}" for c in cells) + f"{100 * b['coverage']:13.1f}%{b['ratio']:7.2f}")
+        confident = row.get("confident", {}).get("max_abs_pct", math.nan)
+        print(
+            f"{row['config']:22s}" + "".join(f"{c:>30s}" for c in cells)
+            + f"{100 * b['coverage']:13.1f}%{b['ratio']:7.2f}{row.get('short_windows', 0):7d}{confident:15.2f}"
+        )
+    for row in rows:
+        if "gemm_truth" in row:
+            g = row["gemm_truth"]
+            print(
+                f"{row['config']} against GEMM count x energy per GEMM of the reference window: default "
+                f"{g[DEFAULT]['median_abs_pct']:.2f} / {g[DEFAULT]['max_abs_pct']:.2f} %, counter interpolated "
+                f"{g[COUNTER]['median_abs_pct']:.2f} / {g[COUNTER]['max_abs_pct']:.2f} %"
+            )
     print("estimators of the default:", "; ".join(f"{r['config']}: {r['estimators']}" for r in rows))
 
 
@@ -179,7 +199,7 @@ def simulated(load, seed: int) -> dict:
         for r in load.records
     ]
     return {
-        DEFAULT: (truth, gpu["energy_j"].to_numpy(float), gpu["energy_random_j"].to_numpy(float), list(gpu["estimator"])),
+        DEFAULT: (truth, gpu["energy_j"].to_numpy(float), gpu["energy_random_j"].to_numpy(float), list(gpu["estimator"]), list(gpu["flags"].fillna(""))),
         FUSED: (truth, fused["energy_j"].to_numpy(float)),
         COUNTER: (truth, np.array([counter(r.start_s, r.end_s) for r in load.records])),
         ZEUS: (truth, np.array(zeus)),
@@ -343,7 +363,7 @@ def analyse_steps(run_dir: Path, zeus_windows, off_s: float) -> dict:
     truth = window_truth(profile, ticks, counter, segments, spans)
     interpolate = counter_energy_of(run.series["gpu0"])
     out = {
-        DEFAULT: (truth, gpu["energy_j"].to_numpy(float), gpu["energy_random_j"].to_numpy(float), list(gpu["estimator"])),
+        DEFAULT: (truth, gpu["energy_j"].to_numpy(float), gpu["energy_random_j"].to_numpy(float), list(gpu["estimator"]), list(gpu["flags"].fillna(""))),
         FUSED: (truth, fused["energy_j"].to_numpy(float)),
         COUNTER: (truth, np.array([interpolate(a, b) for a, b in spans])),
     }
@@ -377,13 +397,15 @@ def analyse_steady(run_dir: Path, zeus_windows) -> dict:
     truth = power_w * (spans[:, 1] - spans[:, 0])
     fused_spans = fused[["start_s", "end_s"]].to_numpy(float)
     out = {
-        DEFAULT: (truth, gpu["energy_j"].to_numpy(float), gpu["energy_random_j"].to_numpy(float), list(gpu["estimator"])),
+        DEFAULT: (truth, gpu["energy_j"].to_numpy(float), gpu["energy_random_j"].to_numpy(float), list(gpu["estimator"]), list(gpu["flags"].fillna(""))),
         FUSED: (power_w * (fused_spans[:, 1] - fused_spans[:, 0]), fused["energy_j"].to_numpy(float)),
         COUNTER: (truth, np.array([interpolate(a, b) for a, b in spans])),
     }
     if zeus_windows:
         z = np.array([(w[0], w[1], w[2]) for w in zeus_windows], dtype=float)
         out[ZEUS] = (power_w * (z[:, 1] - z[:, 0]), z[:, 2])
+    # the earlier truth, for comparison: GEMM count x energy per GEMM of the reference window
+    out["gemm truth"] = gpu["iterations"].to_numpy(float) * reference["energy_j"] / reference["iterations"]
     return out
 
 
@@ -391,7 +413,11 @@ def analyse(name: str, rec: dict) -> dict:
     """One recorded configuration's table row."""
     run_dir = Path(rec["run_dir"])
     if name.startswith("steady"):
-        return table_row(name, analyse_steady(run_dir, rec["zeus"]))
+        windows = analyse_steady(run_dir, rec["zeus"])
+        row = table_row(name, windows)
+        gemm = windows.pop("gemm truth")
+        row["gemm_truth"] = {m: method_stats(gemm, windows[m][1]) for m in (DEFAULT, COUNTER)}
+        return row
     off_s = next(cfg.off_s for cfg in FAMILY if cfg.name == name)
     return table_row(name, analyse_steps(run_dir, rec["zeus"], off_s))
 
