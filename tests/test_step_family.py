@@ -69,7 +69,7 @@ def test_the_analysis_of_a_recorded_run_reads_the_truth_and_every_method(recorde
     bench = load("step_family")
     zeus = [(r.start_s, r.end_s, 42.0) for r in square.records[1::2]]
     out = bench.analyse_steps(directory, zeus, 0.2)
-    truth, energy, bound, estimators = out[bench.DEFAULT]
+    truth, energy, bound, estimators, flags = out[bench.DEFAULT]
     exact = np.array([float(square.trace.window_j(r.start_s, r.end_s)) for r in square.records])
     known = np.isfinite(truth)
     assert known.sum() >= len(exact) - 2  # the first and last periods may lack a tick interval

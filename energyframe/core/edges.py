@@ -45,8 +45,12 @@ __all__ = [
     "fused_window",
 ]
 
-#: an edge takes the fused estimator where |D| exceeds this many times its noise
-STEP_SIGMAS = 3.0
+#: an edge takes the fused estimator where |D| exceeds this many times its noise. Chosen on two
+#: H100 runs of benchmarks/step_family.py (2026-11-26): from 3 to 1.25 the worst unflagged
+#: window on load steps fell from 4.1-8.8 % to 2.9-3.6 % (50/100 ms) and from 4.6-4.8 % to
+#: 3.0-3.5 % (100/200 ms), other rows unchanged; on steady load the fused estimator at a few
+#: more edges moved the median within what the steady truths themselves vary by (docs/validation.md)
+STEP_SIGMAS = 1.25
 #: how far a step the samples show may still be misplaced inside a tick interval, 1 sigma: the
 #: 20-ms samples' stamp jitter and the offset between them and the counter. Units: s.
 PLACEMENT_SD_S = 0.0001

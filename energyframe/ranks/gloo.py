@@ -19,6 +19,7 @@ import logging
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -580,9 +581,8 @@ class TorchCoordinator(Coordinator):
 
 
 def _torch_group_ready() -> bool:
-    """Whether the workload initialised torch.distributed already (then no address is needed)."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return False
-    return bool(dist.is_available() and dist.is_initialized())
+    """Whether the workload initialised torch.distributed already (then no address is needed).
+    Asked without importing torch: a group can only exist where torch.distributed is imported,
+    and the import belongs to the joining thread, where a Ctrl-C does not wait for it."""
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
