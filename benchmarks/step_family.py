@@ -45,7 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cycle_truth import Segments, fit_profile, window_truth  # noqa: E402
-from run_data import counter_energy_of, gpu_info, load_run  # noqa: E402
+from run_data import counter_energy_of, from_result, gpu_info, load_run  # noqa: E402
 
 from energyframe.core.clock import ClockModel  # noqa: E402
 from energyframe.results.store import json_safe  # noqa: E402
@@ -344,7 +344,40 @@ def record_steady(window_s: float, count: int, step, sync, zeus, run_dir: Path, 
 
 def channel_rows(result, phase: str, channel: str):
     w = result.windows
-    return w[(w["phase"] == phase) & (w["channel"] == channel)].sort_values("trial")
+    rows = w[(w["phase"] == phase) & (w["channel"] == channel)].sort_values("trial")
+    if channel == "gpu0" and RECOMPUTE:
+        rows = recomputed(result, rows)
+    return rows
+
+
+#: ``--analyse --recompute``: the default channel's windows computed again from the saved samples
+#: with this checkout's estimator (the fused channel and the counter read the same samples)
+RECOMPUTE = False
+
+
+def recomputed(result, rows):
+    """``rows`` (the gpu0 windows) with energy, random bound, estimator and flags as this
+    checkout computes them from the run's samples: placed as a run places them, fused, and
+    each edge's estimator chosen by the evidence."""
+    from energyframe.core.edges import Evidence, evidence_window
+    from energyframe.core.fusion import fused_channels
+    from energyframe.core.pipeline import timing_maps
+
+    run = from_result(result)
+    maps = timing_maps(run.channels)
+    series = {n: s.shifted(maps[n]) if n in maps else s for n, s in run.series.items()}
+    fusion: dict = {}
+    _, placed = fused_channels(run.channels, series, {}, results=fusion)
+    evidence = Evidence.of(fusion["gpu0"])
+    counter = placed["gpu0"]
+    resolution = run.channels["gpu0"].resolution_s
+    rows = rows.copy()
+    for index, (a, b) in zip(rows.index, rows[["start_s", "end_s"]].to_numpy(float)):
+        w = evidence_window(evidence, counter.times_s, counter.values, a, b, resolution)
+        rows.loc[index, ["energy_j", "energy_random_j"]] = [w.energy_j, w.random_j]
+        rows.loc[index, "estimator"] = w.estimator
+        rows.loc[index, "flags"] = ";".join(w.flags)
+    return rows
 
 
 def analyse_steps(run_dir: Path, zeus_windows, off_s: float) -> dict:
@@ -477,7 +510,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--analyse", type=Path, help="the table again from this earlier --out JSON and its run directories")
     ap.add_argument("--run-root", type=Path, help="with --analyse: the run directories are now under this folder")
+    ap.add_argument("--recompute", action="store_true", help="with --analyse: the default channel's windows again, with this checkout's estimator")
     args = ap.parse_args(argv)
+    global RECOMPUTE
+    RECOMPUTE = bool(args.analyse and args.recompute)
     started = time.monotonic()
     if args.analyse:
         rows, recorded, title = reanalyse(args.analyse, args.run_root)
