@@ -9,7 +9,7 @@ Pure functions of recorded data: no plugin, no file.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from ..model import Channel, Timing, WindowAnnotation
 from .align import MeterAligner
 from .clock import ChannelTimeMap, ClockModel
 from .edges import Evidence
+from .fusion import FUSED_SUFFIX, FusionResult, fused_channels
 from .samples import SampleSeries
 from .windows import IdleBaseline, WindowRecord, compute_windows, idle_baselines
 
@@ -110,6 +111,40 @@ def place_samples(
                 warn(warning)
     placed = {n: s.shifted(maps.get(n, ChannelTimeMap())) for n, s in recording.series.items()}
     return Placement(placed, maps, report)
+
+
+# -- 1b. fused power ------------------------------------------------------------------------------
+def add_fused_power(
+    recording: Recording, placement: Placement, warn: Warn
+) -> tuple[Recording, Placement, dict[str, Any]]:
+    """Add a secondary ``NAME.fused`` power channel for each energy counter that comes with fine
+    power samples (NVML's ``gpu0`` and ``gpu0.power_samples``): the counter's energy between its
+    ticks, shaped inside each tick interval by the samples (``fusion.py``, docs/power-sources.md).
+
+    It works on the placed series, so the counter's and the samples' time maps are applied
+    first. The fused channel belongs to the counter's source. A failure only leaves it out.
+    """
+    report: dict[str, Any] = {}
+    results: dict[str, FusionResult] = {}
+    try:
+        channels, series = fused_channels(recording.channels, placement.series, report, results=results)
+        evidence = {name: Evidence.of(result) for name, result in results.items()}
+    except Exception as e:  # a second view of the counter: never worth the run
+        warn(f"fused power left out: {type(e).__name__}: {e}")
+        return recording, placement, {}
+    added = [n for n in channels if n not in recording.channels]
+    if not added:
+        return recording, placement, {}
+    owners = dict(recording.channel_source)
+    for name in added:
+        counter = name[: -len(FUSED_SUFFIX) - 1]
+        if counter in owners:
+            owners[name] = owners[counter]
+    return (
+        replace(recording, channels=channels, channel_source=owners),
+        replace(placement, series=series, evidence=evidence),
+        report,
+    )
 
 
 # -- 2. windows -----------------------------------------------------------------------------------

@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from ..core.clock import ClockModel
-from ..core.edges import Evidence
-from ..core.fusion import FUSED_SUFFIX, FusionResult, fused_channels
 from ..core.pipeline import (
     INTERRUPTED,
     Annotate,
@@ -26,6 +24,7 @@ from ..core.pipeline import (
     Recording,
     TimeAligner,
     Warn,
+    add_fused_power,
     flag_windows,
     integrate,
     place_samples,
@@ -59,44 +58,7 @@ def merged_readings(recording: Recording) -> list[str]:
     return out
 
 
-# -- 1b. fused power ------------------------------------------------------------------------------
-def add_fused_power(
-    recording: Recording, placement: Placement, warn: Warn
-) -> tuple[Recording, Placement, dict[str, Any]]:
-    """Add a secondary ``NAME.fused`` power channel for each energy counter that comes with fine
-    power samples (NVML's ``gpu0`` and ``gpu0.power_samples``): the counter's energy between its
-    ticks, shaped inside each tick interval by the samples (``fusion.py``, docs/power-sources.md).
-
-    It works on the placed series, so the counter's and the samples' time maps are applied
-    first. The fused channel belongs to the counter's source. A failure only leaves it out.
-    """
-    report: dict[str, Any] = {}
-    results: dict[str, FusionResult] = {}
-    try:
-        channels, series = fused_channels(recording.channels, placement.series, report, results=results)
-        evidence = {name: Evidence.of(result) for name, result in results.items()}
-    except Exception as e:  # a second view of the counter: never worth the run
-        warn(f"fused power left out: {type(e).__name__}: {e}")
-        return recording, placement, {}
-    added = [n for n in channels if n not in recording.channels]
-    if not added:
-        return recording, placement, {}
-    owners = dict(recording.channel_source)
-    for name in added:
-        counter = name[: -len(FUSED_SUFFIX) - 1]
-        if counter in owners:
-            owners[name] = owners[counter]
-    return (
-        replace(recording, channels=channels, channel_source=owners),
-        replace(placement, series=series, evidence=evidence),
-        report,
-    )
-
-
 # -- windows -----------------------------------------------------------------------------------
-
-
-
 def source_annotator(recording: Recording, placed: Mapping[str, SampleSeries], warn: Warn) -> Annotate:
     """Per-window columns and flags from the source that owns each channel (clocks, throttling)."""
     by_name = {s.name: s for s in recording.sources}

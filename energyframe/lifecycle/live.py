@@ -25,9 +25,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..core.pipeline import Recording, integrate, place_samples
+from ..core.pipeline import Recording, add_fused_power, integrate, place_samples
 from ..core.windows import WindowRecord
-from .assemble import add_fused_power
 
 log = logging.getLogger("energyframe")
 

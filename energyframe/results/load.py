@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.clock import ClockModel
-from ..core.pipeline import INTERRUPTED, Recording, flag_windows, integrate, place_samples
+from ..core.pipeline import INTERRUPTED, Recording, add_fused_power, flag_windows, integrate, place_samples
 from ..core.samples import SampleSeries, accept
 from ..core.windows import WindowRecord, summarize
 from ..errors import StoreError
@@ -238,6 +238,8 @@ def _rebuilt(
         records=records,
     )
     placement = place_samples(recording, "auto", warnings.append)
+    # the fused channel and each counter edge's estimator, as the live run computed them
+    recording, placement, _ = add_fused_power(recording, placement, warnings.append)
     windows, _idle = integrate(recording, placement, None)
     windows = flag_windows(windows, journal_interrupted(journal), INTERRUPTED)
     meta = replace(

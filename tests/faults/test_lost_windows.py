@@ -328,3 +328,36 @@ def test_a_symbolic_link_to_a_file_stays_a_link(tmp_path):
     os.symlink(target, link)
     store.write_json(link, {"a": 1})
     assert link.is_symlink() and json.loads(target.read_text()) == {"a": 1}
+
+
+def test_a_rebuilt_run_gives_the_live_runs_numbers(tmp_path, fake_nvml):
+    # a run whose windows.csv is lost is rebuilt from its journal and samples: each counter
+    # edge's estimator, the fused channel and the bounds are the live run's, not a plainer sum
+    import time
+
+    import numpy as np
+
+    from energyframe.power.nvml import NVMLPowerSource
+
+    fake_nvml()
+    run = tmp_path / "run"
+    with ef.measure(power=[NVMLPowerSource(name="nvml")], sync=None, out=run) as m:
+        for _ in range(3):
+            with m.window("steady"):
+                time.sleep(0.3)
+        journal = (run / store.WINDOWS_PARTIAL).read_bytes()  # what a crash would leave
+    live = m.result.windows
+    (run / "windows.csv").unlink()
+    (run / store.WINDOWS_PARTIAL).write_bytes(journal)
+    rebuilt = load_run(run)
+    assert rebuilt.windows_origin == store.WINDOWS_PARTIAL
+    assert set(rebuilt.windows["channel"]) == set(live["channel"])  # gpu0.fused included
+    for channel in ("gpu0", "gpu0.fused"):
+        a = live[live["channel"] == channel].sort_values("trial")
+        b = rebuilt.windows[rebuilt.windows["channel"] == channel].sort_values("trial")
+        assert list(a["estimator"].fillna("")) == list(b["estimator"].fillna("")), channel
+        for column in ("energy_j", "energy_random_j"):  # the journal keeps edges to the microsecond
+            assert np.allclose(a[column].to_numpy(float), b[column].to_numpy(float), rtol=1e-5, equal_nan=True), (
+                channel,
+                column,
+            )
