@@ -23,6 +23,11 @@ On one GPU (about 5 minutes; Zeus optional: ``pip install zeus==0.16.0``)::
 
     python benchmarks/step_family.py --out step-family.json --run-dir step-family-runs
 
+The table again from a saved run (its JSON and run directories, moved under ``--run-root``),
+with ``--recompute`` the default channel's windows computed again by this checkout's estimator::
+
+    python benchmarks/step_family.py --analyse step-family.json --run-root step-family-runs --recompute --out again.json
+
 On a CPU, the same table on the simulated family (``step_sim.py``; Zeus is its counter read at
 the window's edges)::
 
