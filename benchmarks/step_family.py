@@ -364,17 +364,20 @@ def recomputed(result, rows):
     """``rows`` (the gpu0 windows) with energy, random bound, estimator and flags as this
     checkout computes them from the run's samples: placed as a run places them, fused, and
     each edge's estimator chosen by the evidence."""
-    from energyframe.core.edges import Evidence, evidence_window
-    from energyframe.core.fusion import fused_channels
-    from energyframe.core.pipeline import timing_maps
+    from energyframe.core.edges import evidence_window
+    from energyframe.core.pipeline import Recording, add_fused_power, place_samples
 
     run = from_result(result)
-    maps = timing_maps(run.channels)
-    series = {n: s.shifted(maps[n]) if n in maps else s for n, s in run.series.items()}
-    fusion: dict = {}
-    _, placed = fused_channels(run.channels, series, {}, results=fusion)
-    evidence = Evidence.of(fusion["gpu0"])
-    counter = placed["gpu0"]
+    recording = Recording(
+        clock=ClockModel.from_json(result.meta["clock"]),
+        channels=run.channels,
+        channel_source={},
+        series=run.series,
+        samples=result.samples.iloc[0:0],
+    )
+    # the run's own steps: each channel's timing applied, then the fused channel and its evidence
+    recording, placement, _ = add_fused_power(recording, place_samples(recording, None, print), print)
+    evidence, counter = placement.evidence["gpu0"], placement.series["gpu0"]
     resolution = run.channels["gpu0"].resolution_s
     rows = rows.copy()
     for index, (a, b) in zip(rows.index, rows[["start_s", "end_s"]].to_numpy(float)):

@@ -425,15 +425,17 @@ def test_masks_that_do_not_fit_the_tensor_are_refused():
 
 
 def test_kernel_gap_arithmetic():
-    from energyframe.replay.report import kernel_gap_s, with_kernel_gaps
+    from energyframe.replay.report import with_kernel_gaps
+    from energyframe.workloads.closure import gap_from_span
 
+    nan = math.nan
     # resnet50 at batch 1 on an H200: a 0.860-ms graph of 78 kernels busy for 0.750 ms
-    assert kernel_gap_s(860e-6, 750e-6, 78) == pytest.approx(110e-6 / 78)
-    assert math.isnan(kernel_gap_s(math.nan, 750e-6, 78)) and math.isnan(kernel_gap_s(860e-6, 750e-6, 0))
+    assert gap_from_span(860e-6, 750e-6, nan, 78) == (pytest.approx(110e-6 / 78), "graph")
+    assert math.isnan(gap_from_span(nan, 750e-6, nan, 78)[0]) and math.isnan(gap_from_span(860e-6, 750e-6, nan, 0)[0])
     # the profile ran slower than the windows (clocks): the profiled replays' own span decides,
     # and without one no gap is given rather than a negative one
-    assert kernel_gap_s(740e-6, 750e-6, 78, graph_span_s=860e-6) == pytest.approx(110e-6 / 78)
-    assert math.isnan(kernel_gap_s(740e-6, 750e-6, 78))
+    assert gap_from_span(740e-6, 750e-6, 860e-6, 78) == (pytest.approx(110e-6 / 78), "profiled span")
+    assert math.isnan(gap_from_span(740e-6, 750e-6, nan, 78)[0])
     gapped = with_kernel_gaps(0.719e-3, 0.120, 78, 1.4e-6, 118.0)
     assert gapped["gaps_s"] == pytest.approx(78 * 1.4e-6)
     assert gapped["latency_s"] == pytest.approx(0.719e-3 + 78 * 1.4e-6)

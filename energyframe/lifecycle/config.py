@@ -16,6 +16,11 @@ from typing import Any
 
 from ..errors import UsageError
 
+#: calibrated windows aim this much above --min-window, because iterations later in a run are
+#: often a little faster than during calibration (graph replays on an H100: within 1 %); a
+#: per-layer unit timed at capture aims the same (``workloads/unitplan.py``)
+CALIBRATION_MARGIN = 1.08
+
 #: the longest time any duration setting may ask for (a typo such as 1e100 is refused instead of
 #: sleeping forever or overflowing). Units: s.
 MAX_SECONDS = 86_400.0

@@ -40,7 +40,7 @@ from ..ranks.coordinator import Alone, Coordinator
 from ..ranks.world import export_launcher_env
 from ..results.provenance import plugin_record, workload_record
 from ..results.result import COMPLETE, INCOMPLETE, RunResult
-from .config import RunConfig, RunSettings
+from .config import CALIBRATION_MARGIN, RunConfig, RunSettings
 from .measurement import Measurement
 from .progress import RunProgress
 from .reporting import check_reporter_errors, run_reporters
@@ -59,9 +59,6 @@ def run_iterations(step: Callable[[], Any], n: int) -> None:
         step()
 
 
-#: calibrated windows aim this much above --min-window, because iterations later in a run are
-#: often a little faster than during calibration (graph replays on an H100: within 1 %)
-CALIBRATION_MARGIN = 1.08
 #: calibration times growing batches until one lasts this fraction of --min-window: 30 ms of
 #: steps at the default 0.2 s, which times a step to far better than the margin (host clock
 #: resolution is a microsecond) and costs a per-layer run 14 x 0.03 s instead of 14 x 0.11 s
@@ -89,8 +86,8 @@ def calibrate(
     """Steps per window so that a window lasts at least ``min_window_s``.
 
     Times growing batches (each synced) until one lasts ``CALIBRATION_BATCH`` of the target,
-    then scales up with an 8 % margin. A window that still comes out a little short stays well above two update
-    periods with the default window lengths, so it is not re-checked (that would cost a window
+    then scales up by ``CALIBRATION_MARGIN``. A window that still comes out a little short stays
+    well above two update periods with the default window lengths, so it is not re-checked (that would cost a window
     per phase). With several ranks every batch starts together and the slowest rank's time
     decides, so every rank runs the same steps. Returns the steps and the time per step. Units: s.
     """

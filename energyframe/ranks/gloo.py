@@ -110,6 +110,14 @@ def _rendezvous_address(w: World) -> tuple[str, str]:
     return addr, port_text
 
 
+def _torch_group_ready() -> bool:
+    """Whether the workload initialised torch.distributed already (then no address is needed).
+    Asked without importing torch: a group can only exist where torch.distributed is imported,
+    and the import belongs to the joining thread, where a Ctrl-C does not wait for it."""
+    dist = sys.modules.get("torch.distributed")
+    return bool(dist is not None and dist.is_available() and dist.is_initialized())
+
+
 def _our_store(w: World, timeout: _dt.timedelta):
     """The rendezvous store when nobody has initialised torch.distributed: torchrun's agent store
     (``TORCHELASTIC_USE_AGENT_STORE``), else one hosted by rank 0 on ``ENERGYFRAME_PORT`` (default
@@ -578,11 +586,3 @@ class TorchCoordinator(Coordinator):
                         self._send_object(answer, r, deadline)
                     except Exception as e:
                         self._lose(r, e)
-
-
-def _torch_group_ready() -> bool:
-    """Whether the workload initialised torch.distributed already (then no address is needed).
-    Asked without importing torch: a group can only exist where torch.distributed is imported,
-    and the import belongs to the joining thread, where a Ctrl-C does not wait for it."""
-    dist = sys.modules.get("torch.distributed")
-    return bool(dist is not None and dist.is_available() and dist.is_initialized())

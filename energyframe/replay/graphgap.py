@@ -9,7 +9,7 @@ per replay from the measured windows, the gap per kernel is
 
     g = (T_graph - B_graph) / K
 
-(``report.kernel_gap_s``). T comes from the windows, not from the profiled replays, because the
+(``workloads.closure.gap_from_span``). T comes from the windows, not from the profiled replays, because the
 profiler may slow the launches it watches but cannot change how long a kernel runs. The clocks can:
 a replay that starts from an idle GPU runs its kernels slower, so the profiled replays follow
 unprofiled ones (``WARMUP_REPLAYS``). Where the kernels' busy time still exceeds T (bloom-560m on an
@@ -81,4 +81,3 @@ def profile_replays(
         prof.export_chrome_trace(str(path))
         trace = kineto.parse(path)
     return kernels_per_step(trace)
-

@@ -37,16 +37,6 @@ def _with_gaps(energy_j: float, busy_s: float, latency_s: float, idle_power_w: f
     return energy_j + max(0.0, latency_s - busy_s) * idle_power_w
 
 
-def kernel_gap_s(
-    graph_latency_s: float, graph_busy_s: float, kernels: float, graph_span_s: float = math.nan
-) -> float:
-    """The launch gap per kernel in a CUDA graph: the graph's time less its kernels' busy time,
-    over its kernels; where the busy time is not below the graph's time (the profile ran at other
-    clocks than the windows), the profiled replays' span less their busy time. Units: s (NaN when
-    neither is known: never a negative gap)."""
-    return gap_from_span(graph_latency_s, graph_busy_s, graph_span_s, kernels)[0]
-
-
 def with_kernel_gaps(
     predicted_s: float, predicted_j: float, kernels: float, gap_s: float, idle_power_w: float
 ) -> dict:

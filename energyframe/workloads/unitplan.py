@@ -18,9 +18,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-#: windows counted from a probe aim this much above the asked length (the orchestrator's
-#: calibration margin: replays later in a run are often a little faster than when probed)
-WINDOW_MARGIN = 1.08
+from ..lifecycle.config import CALIBRATION_MARGIN
+
+#: windows counted from a probe aim this much above the asked length: the run's calibration
+#: margin (replays later in a run are often a little faster than when probed)
+WINDOW_MARGIN = CALIBRATION_MARGIN
 #: a unit's replays are timed until one timed batch lasts this long. Units: s.
 PROBE_S = 0.005
 
