@@ -14,8 +14,8 @@ dips of ~15 % for ~0.2 s that the H200's counter showed, tests/fixtures/nvml-tic
 ``memory`` (~450 W, gentler), ``partial`` (~300 W).
 
 The sensors (PHYSICS.md): the energy counter, exact at its ticks (every 100 ms ± 1.5 ms, 1 mJ
-steps), each tick stamped within ±2 ms (the poller stamps a change midway between two ~4-ms
-reads); the driver's 20-ms buffer (each sample the mean power since the previous one, the mean
+steps), each tick stamped within ±2 ms (the poller stamps a change midway between the starts
+of two ~4-ms reads); the driver's 20-ms buffer (each sample the mean power since the previous one, the mean
 of its last ``mean_s``, or the power at its time; stamped ``buffer_late_s`` late, ±0.5 ms, with
 a little noise); instant power every ~100 ms. They come out as the run's channels and series
 (``gpu0``, ``gpu0.power_samples``, ``gpu0.power_instant``), so windows go through the same

@@ -140,6 +140,43 @@ def test_counter_ticks_are_stamped_between_polls(fake_nvml, monkeypatch):
     assert sorted(slopes)[len(slopes) // 2] == pytest.approx(500.0, rel=0.05)
 
 
+def test_a_poll_that_blocks_after_reading_a_new_tick_does_not_move_its_stamp(fake_nvml, monkeypatch):
+    # on an H100 under load the field query reads, then at times blocks 10-30 ms; the call that
+    # sees a new tick is often one of them. Stamped at the calls' middles, such a tick came out
+    # ~8 ms late (benchmarks/tick_stamps.py); stamped where the calls read, it stays in place
+    scenario = fake_nvml([gpu(power_w=500.0, field_stall_s=0.03)])
+    fake = load_pynvml()
+    starts = []  # the monotonic start of each poll of the counter alone, and what it read
+    real = fake.nvmlDeviceGetFieldValues
+
+    def recorded(handle, fieldIds):
+        begun = time.monotonic()
+        values = real(handle, fieldIds)
+        if list(fieldIds) == [fake.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]:
+            starts.append((begun, values[0].value.ullVal))
+        return values
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetFieldValues", recorded)
+    source = NVMLPowerSource(name="nvml", channels="state", mode="thread", interval_ms=0.5)
+    source.start(SourceContext())
+    time.sleep(1.2)
+    source.stop()
+    ticks = [s for s in source.read() if s.channel == "gpu0"]
+    assert len(ticks) >= 8
+    offset = time.time() - time.monotonic()
+    errors = []
+    for s in ticks:
+        true_tick = (
+            scenario["t0_wall"] + round((s.time_s + offset - scenario["t0_wall"]) / 0.1) * 0.1 - offset
+        )
+        k = [v for _, v in starts].index(round(s.value * 1e3))  # the first poll that saw it
+        # the tick fell between the starts of the poll before and of this one: half that apart
+        assert abs(s.time_s - true_tick) <= (starts[k][0] - starts[k - 1][0]) / 2 + 1e-3
+        errors.append(s.time_s - true_tick)
+    # the 30-ms stall after each new tick lands on the poll after it, not on the tick's stamp
+    assert max(errors) < 0.01
+
+
 def read_until(source, enough, timeout_s=60.0):
     """Read ``source`` until ``enough(samples)`` holds; the timeout only stops a hung test."""
     samples, deadline = [], time.monotonic() + timeout_s

@@ -20,7 +20,7 @@ import pytest
 import energyframe as ef
 from energyframe.core.energy import power_energy
 from energyframe.errors import PowerSourceError
-from energyframe.kit.polling import Dedup, PollingSource, Stream
+from energyframe.kit.polling import Dedup, Poller, PollingSource, Stream
 from energyframe.plugin import Channel, ClockBase, Quantity, Sample, Scope, SourceContext
 from tests.fakes import SignalSource, read_until_error
 
@@ -439,3 +439,10 @@ def test_the_http_pdu_example_in_a_run(pdu):
     row = m.result.windows.iloc[0]
     assert row["channel"] == "pdu" and row["mean_power_w"] == pytest.approx(231.5)
     assert inspect.getsource(module.HTTPPDUPowerSource).count("\n") < 40
+
+
+def test_a_poller_says_where_in_its_call_it_reads():
+    assert Poller(lambda: {}, 0.01).reads_at == 0.5
+    assert Poller(lambda: {}, 0.01, reads_at=0.0).reads_at == 0.0
+    with pytest.raises(ValueError, match="reads_at"):
+        Poller(lambda: {}, 0.01, reads_at=1.5)

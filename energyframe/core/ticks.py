@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 #: a tick is stamped within ± this of the counter's change: the poller stamps a change midway
-#: between two reads, and a read of NVML's counter blocks ~3-4 ms (PHYSICS.md). Units: s.
+#: between the starts of two reads ~4 ms apart (a read of NVML's counter takes ~3-4 ms and reads
+#: as it begins; benchmarks/tick_stamps.py). Units: s.
 STAMP_S = 0.002
 #: standard deviation of a stamp error uniform within ±STAMP_S. Units: s.
 STAMP_SD_S = STAMP_S / math.sqrt(3.0)

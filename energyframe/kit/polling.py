@@ -64,16 +64,17 @@ HOLD_AFTER_PERIODS = 1.5
 class Dedup(str, enum.Enum):
     """What the base does with ``{channel: value}`` readings (``PollingSource.dedup``).
 
-    A poll is stamped at its middle; a change is stamped midway between the poll that last saw
-    the old value and the first that sees the new one, so polling faster than the channel
-    updates (``Poller.interval_s < Channel.resolution_s``) stamps each update within half a poll.
+    A poll is stamped where it reads (``Poller.reads_at``: its middle unless the poller knows
+    better); a change is stamped midway between the poll that last saw the old value and the
+    first that sees the new one, so polling faster than the channel updates
+    (``Poller.interval_s < Channel.resolution_s``) stamps each update within half a poll.
     """
 
     #: the default: a poller faster than the channel's ``resolution_s`` gets TICKS for a counter
     #: and CHANGES for anything else; a slower poller, a stream, or a channel without a
     #: resolution gets KEEP (each reading is a new one)
     AUTO = "auto"
-    #: every reading is a sample at the poll's midpoint (a counter read at a known instant)
+    #: every reading is a sample at the poll's stamp (a counter read at a known instant)
     KEEP = "keep"
     #: only changes are samples (a sensor polled faster than it updates): no repeat of an
     #: unchanged value right before a late update (which would put a step into a ramp), a
@@ -108,6 +109,10 @@ class Poller:
             the source: a call that hangs in a driver, a request without a timeout. ``None``:
             never. Units: s.
         on_silence: the failure message, given how long the loop has been quiet.
+        reads_at: where inside its call ``poll`` reads the sensor, as a fraction of the call:
+            0.0 at its start, 1.0 at its end. Unknown: 0.5, the middle. A call that reads first
+            and then sometimes blocks (NVML's field query, ``power/nvml/source.py``) is stamped
+            at its start, or a long call moves its reading late by half the call.
     """
 
     poll: Callable[[], Readings]
@@ -115,6 +120,11 @@ class Poller:
     name: str = "poll"
     silent_after_s: float | None = None
     on_silence: Callable[[float], str] | None = None
+    reads_at: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.reads_at <= 1.0:
+            raise ValueError(f"Poller.reads_at must lie in [0, 1] (a fraction of the call), not {self.reads_at!r}")
 
 
 @dataclass(frozen=True)
@@ -369,15 +379,15 @@ class PollingSource(PowerSource):
             self.fail(f"{task.name} failed: {e!r}")
 
     def _poll_loop(self, task: Poller, sink) -> None:
-        prev_mid: float | None = None
+        prev_at: float | None = None
         while not self._poll_stop.is_set():
             m0 = time.monotonic()
             readings = task.poll()
             m1 = time.monotonic()
             self._poll_alive[task.name] = m1
-            mid = (m0 + m1) / 2
-            batch = self._stamp(readings, mid, prev_mid, task.interval_s)
-            prev_mid = mid
+            at = m0 + task.reads_at * (m1 - m0)
+            batch = self._stamp(readings, at, prev_at, task.interval_s)
+            prev_at = at
             if batch:
                 sink(batch)
             if task.interval_s > 0:
@@ -394,9 +404,10 @@ class PollingSource(PowerSource):
             raise PowerSourceError(f"{task.name} ended unexpectedly")
 
     def _stamp(
-        self, readings: Readings, mid: float, prev_mid: float | None, interval_s: float | None
+        self, readings: Readings, at: float, prev_at: float | None, interval_s: float | None
     ) -> list[Sample]:
-        """Samples from one poll (``interval_s``: the poller's pause; ``None`` for a stream)."""
+        """Samples from one poll read at ``at`` (the previous one at ``prev_at``; ``interval_s``:
+        the poller's pause; ``None`` for a stream)."""
         if not isinstance(readings, Mapping):
             stamped = [Sample(*s) for s in readings]
             for s in stamped:
@@ -409,7 +420,7 @@ class PollingSource(PowerSource):
             channel = self._poll_channels.get(name)
             if channel is None:
                 raise PowerSourceError(self._undeclared(name))
-            t, before = mid, prev_mid
+            t, before = at, prev_at
             if channel.clock == ClockBase.WALL:
                 if offset is None:
                     offset = time.time() - time.monotonic()

@@ -234,8 +234,26 @@ def _value(kind, number):
 
 
 def nvmlDeviceGetFieldValues(handle, fieldIds):
-    time.sleep(handle.spec.get("field_cost_s", 0.001))
+    # as on an H100: the values are read as the call begins, then the call takes its time, and
+    # a call that sees a new counter value may block for longer (``field_stall_s``)
     now = time.time()
+    cost = handle.spec.get("field_cost_s", 0.001)
+    try:
+        out = _field_values(handle, fieldIds, now)
+    except NVMLError:
+        time.sleep(cost)
+        raise
+    counter = [v.value.ullVal for v in out if v.fieldId == NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION and v.nvmlReturn == NVML_SUCCESS]
+    stall = 0.0
+    if counter:
+        if getattr(handle, "last_read_mj", counter[0]) != counter[0]:
+            stall = handle.spec.get("field_stall_s", 0.0)
+        handle.last_read_mj = counter[0]
+    time.sleep(cost + stall)
+    return out
+
+
+def _field_values(handle, fieldIds, now):
     handle.check(now)
     if _scenario().get("field_permission_error"):
         raise NVMLError(NVML_ERROR_NO_PERMISSION)
