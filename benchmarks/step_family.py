@@ -9,6 +9,11 @@ counter's ticks fall at every phase of the cycle. Even periods are energyframe w
 (``m.window``), odd ones Zeus's (``ZeusMonitor.begin_window`` / ``end_window``); every burst is
 also an inner energyframe window ``on``, which gives the cycle's edges.
 
+A second truth for every configuration, the counter's own held-out ticks (``held_out_ticks.py``):
+windows between hidden ticks, the default number computed from the ticks left. It needs no
+model of the load, and it judges the bound on steady load, where the first truths are not
+good enough at 200 ms.
+
 The truth of a step window is the cycle truth (``cycle_truth.py``, docs/measurement.md): the
 counter between the ticks inside the window, plus the mean cycle profile's share of each edge's
 tick interval. The steady windows (200 ms and 1 s, ±10 %, inside back-to-back GEMMs) have the
@@ -50,6 +55,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cycle_truth import Segments, fit_profile, window_truth  # noqa: E402
+from held_out_ticks import held_out, held_out_stats, stamp_spread_ms  # noqa: E402
 from run_data import counter_energy_of, from_result, gpu_info, load_run  # noqa: E402
 
 from energyframe.core.clock import ClockModel  # noqa: E402
@@ -170,6 +176,24 @@ def print_table(rows: list[dict], title: str) -> None:
                 f"{g[COUNTER]['median_abs_pct']:.2f} / {g[COUNTER]['max_abs_pct']:.2f} %"
             )
     print("estimators of the default:", "; ".join(f"{r['config']}: {r['estimators']}" for r in rows))
+    held = [r for r in rows if "held_out" in r]
+    if held:
+        print(
+            "\nthe default against held-out ticks (held_out_ticks.py: every other tick hidden, windows between"
+            " hidden ticks; median / max |error| %, inside bound %, ratio), and the ticks' distance from the"
+            " counter's update grid (p95 / p99 / max, ms)"
+        )
+        for r in held:
+            cells = []
+            for span, s in r["held_out"].items():
+                if not s.get("n"):
+                    cells.append(f"{span}: -")
+                    continue
+                cells.append(
+                    f"{span}: {s['median_abs_pct']:.2f} / {s['max_abs_pct']:.2f}, {100 * s['coverage']:.1f} %, {s['ratio']:.2f}"
+                )
+            st = r["stamps_ms"]
+            print(f"{r['config']:22s}  " + "  |  ".join(cells) + f"  |  stamps {st['p95']:.1f} / {st['p99']:.1f} / {st['max']:.1f}")
 
 
 # -- the simulation (CPU) ---------------------------------------------------------------------
@@ -360,12 +384,10 @@ def channel_rows(result, phase: str, channel: str):
 RECOMPUTE = False
 
 
-def recomputed(result, rows):
-    """``rows`` (the gpu0 windows) with energy, random bound, estimator and flags as this
-    checkout computes them from the run's samples: placed as a run places them, fused, and
-    each edge's estimator chosen by the evidence."""
-    from energyframe.core.edges import evidence_window
-    from energyframe.core.pipeline import Recording, add_fused_power, place_samples
+def placed(result):
+    """A saved run's data, its recording, and its samples placed on its timeline (each channel's
+    timing applied) as the run placed them."""
+    from energyframe.core.pipeline import Recording, place_samples
 
     run = from_result(result)
     recording = Recording(
@@ -375,8 +397,31 @@ def recomputed(result, rows):
         series=run.series,
         samples=result.samples.iloc[0:0],
     )
+    return run, recording, place_samples(recording, None, print)
+
+
+def held_out_row(run_dir: Path) -> dict:
+    """The default number against the counter's own held-out ticks (``held_out_ticks.py``), and
+    how far the run's ticks lie from the counter's update grid."""
+    from energyframe.results.result import RunResult
+
+    run, _, placement = placed(RunResult.load(run_dir))
+    return {
+        "held_out": held_out_stats(held_out(run.channels, placement.series)),
+        "stamps_ms": stamp_spread_ms(run.series["gpu0"].times_s),
+    }
+
+
+def recomputed(result, rows):
+    """``rows`` (the gpu0 windows) with energy, random bound, estimator and flags as this
+    checkout computes them from the run's samples: placed as a run places them, fused, and
+    each edge's estimator chosen by the evidence."""
+    from energyframe.core.edges import evidence_window
+    from energyframe.core.pipeline import add_fused_power
+
+    run, recording, placement = placed(result)
     # the run's own steps: each channel's timing applied, then the fused channel and its evidence
-    recording, placement, _ = add_fused_power(recording, place_samples(recording, None, print), print)
+    recording, placement, _ = add_fused_power(recording, placement, print)
     evidence, counter = placement.evidence["gpu0"], placement.series["gpu0"]
     resolution = run.channels["gpu0"].resolution_s
     rows = rows.copy()
@@ -458,9 +503,11 @@ def analyse(name: str, rec: dict) -> dict:
         row = table_row(name, windows)
         gemm = windows.pop("gemm truth")
         row["gemm_truth"] = {m: method_stats(gemm, windows[m][1]) for m in (DEFAULT, COUNTER)}
-        return row
-    off_s = next(cfg.off_s for cfg in FAMILY if cfg.name == name)
-    return table_row(name, analyse_steps(run_dir, rec["zeus"], off_s))
+    else:
+        off_s = next(cfg.off_s for cfg in FAMILY if cfg.name == name)
+        row = table_row(name, analyse_steps(run_dir, rec["zeus"], off_s))
+    row.update(held_out_row(run_dir))
+    return row
 
 
 def reanalyse(path: Path, run_root: Path | None) -> tuple[list[dict], dict, str]:

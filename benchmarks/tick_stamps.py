@@ -7,10 +7,11 @@ The poller runs in a child process, as the nvml source's sampler does by default
 same fields in one ``nvmlDeviceGetFieldValues`` call and the same 1-ms pause. ``--analyse DIR``
 prints the table of a recorded run again. Prints, per load and per candidate stamp of a tick:
 
-- ``midpoint``: halfway between the middles of the last poll that saw the old value and the first
-  that saw the new one (what the sampler stamps today);
-- ``call start`` / ``prev end``: the start of the first poll that saw the new value, the end of
-  the last that saw the old one;
+- ``middles``: halfway between the middles of the last poll that saw the old value and the first
+  that saw the new one (how the sampler stamped ticks until 2026-11-27);
+- ``starts``: halfway between their starts (how it stamps them now: the query reads as it
+  begins, ``Poller.reads_at``);
+- ``ends``: halfway between their ends;
 - ``nvml``: the timestamp NVML returns with the value.
 
 For each: how far the ticks lie from a regular grid fitted through their neighbours (the
@@ -118,8 +119,7 @@ def grid_residual(t: np.ndarray, half: int = 10) -> np.ndarray:
     """Each tick's distance from a regular grid fitted through its ``half`` neighbours either
     side (robust: median period and phase). Units: s."""
     d = np.diff(t)
-    period = np.median(d)
-    n = np.concatenate([[0.0], np.cumsum(np.round(d / period))])
+    n = np.concatenate([[0.0], np.cumsum(np.maximum(np.round(d / np.median(d)), 1.0))])
     r = np.zeros(t.size)
     for i in range(t.size):
         lo, hi = max(0, i - half), min(t.size, i + half + 1)
@@ -136,9 +136,9 @@ def ticks(rows: np.ndarray, start_s: float, end_s: float) -> dict[str, np.ndarra
     prev = changed - 1
     mid = (m0 + m1) / 2
     return {
-        "midpoint": (mid[prev] + mid[changed]) / 2,
-        "call start": m0[changed],
-        "prev end": m1[prev],
+        "middles": (mid[prev] + mid[changed]) / 2,
+        "starts": (m0[prev] + m0[changed]) / 2,
+        "ends": (m1[prev] + m1[changed]) / 2,
         "nvml": nvml_wall[changed] - offset[changed],
         "call_ms": 1e3 * (m1[changed] - m0[changed]),
         "bracket_ms": 1e3 * (m1[changed] - m0[prev]),
@@ -158,10 +158,10 @@ def analyse(out: Path) -> None:
         rows = np.load(out / ph["polls"])
         calls = 1e3 * (rows[:, 1] - rows[:, 0])
         t = ticks(rows, ph["start_s"], ph["end_s"])
-        for stamp in ("midpoint", "call start", "prev end", "nvml"):
+        for stamp in ("middles", "starts", "ends", "nvml"):
             r = 1e3 * grid_residual(t[stamp])
             print(f"| {name} | {stamp} | {r.size} | {q(r)} | {np.quantile(r, 0.95) - np.quantile(r, 0.05):.2f} |")
-        r = 1e3 * grid_residual(t["midpoint"])
+        r = 1e3 * grid_residual(t["middles"])
         late = r > 3.0
         print(
             f"|   | calls: median {np.median(calls):.2f} ms, p99 {np.quantile(calls, 0.99):.2f}, max {calls.max():.1f};"

@@ -93,3 +93,34 @@ def test_the_simulated_table_prints_every_method(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "50/100 ms cap" in printed and "steady 1000 ms cap" in printed
     assert "Zeus" in printed and "inside bound" in printed
+
+
+@pytest.mark.slow
+def test_held_out_ticks_judge_the_default_against_the_counter_itself(recorded):
+    directory, square = recorded
+    bench = load("step_family")
+    held = load("held_out_ticks")
+    run, _, placement = bench.placed(RunResult.load(directory))
+    windows = held.held_out(run.channels, placement.series)
+    ticks = run.series["gpu0"]
+    for span, k in held.SPANS.items():
+        w = windows[span]
+        # every hidden tick of both parities opens a window but the first and the last few
+        assert len(w) >= len(ticks) - 2 * (k + 3)
+        truth, energy, bound = w.T
+        # the truth is the counter between two hidden ticks, k kept ticks apart: a difference
+        # of counter values, which is a sum of tick increments of the run's own counter
+        increments = np.diff(ticks.values)
+        assert set(np.round(truth, 6)) <= {
+            round(float(increments[i : i + 2 * k].sum()), 6) for i in range(len(increments) - 2 * k + 1)
+        }
+        # and the default, from the other ticks and the samples, is close to it
+        assert np.median(np.abs(energy / truth - 1)) < 0.02
+        assert np.all(bound > 0)
+    stats = held.held_out_stats(windows)
+    assert stats["200 ms"]["n"] == len(windows["200 ms"])
+    assert 0.0 <= stats["1 s"]["coverage"] <= 1.0 and stats["1 s"]["median_abs_pct"] < stats["200 ms"]["median_abs_pct"]
+    row = bench.held_out_row(directory)
+    assert row["held_out"] == stats
+    # the simulation stamps its ticks within +-2 ms, on a cadence of 100 +- 1.5 ms
+    assert row["stamps_ms"]["p95"] < 3.5 and row["stamps_ms"]["max"] < 6.0

@@ -1,0 +1,88 @@
+"""A truth from the counter itself: every other tick held out.
+
+Between its ticks the energy counter is exact, so its value at a tick is the true energy up to
+that instant (give or take the tick's stamp). Hide every other tick, compute the default
+number as a run does from what is left (the fused power, the estimator chosen at each edge, the
+random bound), for windows whose edges are hidden ticks, and compare with the counter at those
+ticks: the error of a window against a truth that no model of the load made, and whether the
+stated bound holds it. Both parities of ticks are held out in turn.
+
+What differs from a run: the estimator sees tick intervals twice as long (~200 ms), so its
+errors are those of a coarser counter, not smaller; and the hidden tick's own stamp (within
+±2 ms, sd ~0.5 ms in steady load; ``tick_stamps.py``) is part of the truth's error: at 700 W,
+0.35 J at each edge.
+
+Used by ``step_family.py`` for every configuration it records (steady load and load steps).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+from tick_stamps import grid_residual
+
+from energyframe.core.edges import Evidence, evidence_window
+from energyframe.core.fusion import fused_channels
+from energyframe.core.samples import SampleSeries
+
+#: windows from a hidden tick to the k-th hidden tick after it: ~200 ms and ~1 s
+SPANS = {"200 ms": 1, "1 s": 5}
+
+
+def held_out(channels: Mapping, series: Mapping[str, SampleSeries], counter: str = "gpu0") -> dict[str, np.ndarray]:
+    """Per span name, an array of windows (truth, energy, bound) in J, both parities held out.
+
+    ``series`` are the run's placed series (each channel's timing applied), as a run fuses them.
+    """
+    ticks = series[counter]
+    index = np.arange(len(ticks))
+    resolution_s = 2.0 * float(np.median(np.diff(ticks.times_s)))
+    out: dict[str, list] = {name: [] for name in SPANS}
+    for parity in (0, 1):
+        kept = index % 2 != parity
+        reduced = dict(series)
+        reduced[counter] = SampleSeries(ticks.times_s[kept], ticks.values[kept])
+        results: dict = {}
+        _, fused = fused_channels(channels, reduced, {}, results=results)
+        if counter not in results:
+            continue
+        evidence = Evidence.of(results[counter])
+        kept_series = fused[counter]
+        hidden_t, hidden_e = ticks.times_s[~kept], ticks.values[~kept]
+        for name, k in SPANS.items():
+            for i in range(1, hidden_t.size - k - 1):  # both edges inside the reduced ticks
+                w = evidence_window(evidence, kept_series.times_s, kept_series.values, hidden_t[i], hidden_t[i + k], resolution_s)
+                out[name].append((hidden_e[i + k] - hidden_e[i], w.energy_j, w.random_j))
+    return {name: np.array(rows, dtype=float).reshape(-1, 3) for name, rows in out.items()}
+
+
+def held_out_stats(windows: dict[str, np.ndarray]) -> dict[str, dict]:
+    """Per span: median / max |error| %, the share inside the bound, median bound / median error."""
+    stats = {}
+    for name, w in windows.items():
+        ok = np.all(np.isfinite(w), axis=1) & (w[:, 0] > 0) if w.size else np.zeros(0, bool)
+        if not np.any(ok):
+            stats[name] = {"n": 0}
+            continue
+        truth, energy, bound = w[ok].T
+        error = np.abs(energy - truth)
+        stats[name] = {
+            "n": int(ok.sum()),
+            "median_abs_pct": float(np.median(100 * error / truth)),
+            "max_abs_pct": float(np.max(100 * error / truth)),
+            "coverage": float(np.mean(error <= bound)),
+            "ratio": float(np.median(bound) / max(np.median(error), 1e-12)),
+        }
+    return stats
+
+
+def stamp_spread_ms(times_s: np.ndarray) -> dict[str, float]:
+    """How far the ticks lie from the counter's regular update grid (``tick_stamps.py``): the
+    95th and 99th percentile and the largest distance, in ms. A tick stamped late shows here."""
+    t = np.asarray(times_s, dtype=float)
+    if t.size < 22:
+        return {"p95": math.nan, "p99": math.nan, "max": math.nan}
+    a = np.abs(grid_residual(t)) * 1e3
+    return {"p95": float(np.quantile(a, 0.95)), "p99": float(np.quantile(a, 0.99)), "max": float(a.max())}
