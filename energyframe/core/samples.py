@@ -31,6 +31,20 @@ from ..model import Channel, Quantity, Sample
 from .clock import ChannelTimeMap, ClockModel
 
 PARTIAL_NAME = "samples.partial.csv"
+def _recent_start(times: list[float], cut_s: float) -> int:
+    """The index after the last reading (in arrival order) stamped before ``cut_s``: the recent
+    readings start there. Searched from the end in numpy chunks that double, so a window's
+    live number costs its own readings, a few array operations rather than a Python loop."""
+    i, step = len(times), 1024
+    while i > 0:
+        lo = max(i - step, 0)
+        before = np.flatnonzero(np.asarray(times[lo:i], dtype=float) < cut_s)
+        if before.size:
+            return lo + int(before[-1]) + 1
+        i, step = lo, step * 2
+    return 0
+
+
 #: how far out of time order a reading may arrive and still be found by ``series_since``: a
 #: stalled source is failed after a few seconds, long before this. Units: s.
 LATE_SLACK_S = 30.0
@@ -351,9 +365,7 @@ class SampleStore:
         costs its own samples, not the whole run's so far."""
         with self._lock:
             times, values = self._times[channel], self._values[channel]
-            i = len(times)
-            while i > 0 and times[i - 1] >= since_s - LATE_SLACK_S:
-                i -= 1
+            i = _recent_start(times, since_s - LATE_SLACK_S)
             t = np.asarray(times[i:], dtype=float)
             v = np.asarray(values[i:], dtype=float)
         order = np.argsort(t, kind="stable")
