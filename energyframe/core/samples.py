@@ -31,6 +31,12 @@ from ..model import Channel, Quantity, Sample
 from .clock import ChannelTimeMap, ClockModel
 
 PARTIAL_NAME = "samples.partial.csv"
+#: how far out of time order a reading may arrive and still be found by ``series_since``: a
+#: stalled source is failed after a few seconds, long before this. Units: s.
+LATE_SLACK_S = 30.0
+SAMPLE_COLUMNS = ["source", "channel", "time_s", "value", "unit"]
+
+
 def _recent_start(times: list[float], cut_s: float) -> int:
     """The index after the last reading (in arrival order) stamped before ``cut_s``: the recent
     readings start there. Searched from the end in numpy chunks that double, so a window's
@@ -43,12 +49,6 @@ def _recent_start(times: list[float], cut_s: float) -> int:
             return lo + int(before[-1]) + 1
         i, step = lo, step * 2
     return 0
-
-
-#: how far out of time order a reading may arrive and still be found by ``series_since``: a
-#: stalled source is failed after a few seconds, long before this. Units: s.
-LATE_SLACK_S = 30.0
-SAMPLE_COLUMNS = ["source", "channel", "time_s", "value", "unit"]
 
 
 @dataclass(frozen=True)
