@@ -15,6 +15,22 @@ import pytest
 from energyframe.kit import registry
 from energyframe.results.provenance import library_versions
 
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str):
+    """A module of benchmarks/ by its file name. The folder goes on the path, since the
+    benchmarks import one another by name (``step_family`` imports ``cycle_truth``)."""
+    import importlib.util
+
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
 
 def pytest_report_header(config):
     """The versions pip resolved for this run, first in every test log: CI installs the newest

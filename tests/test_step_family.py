@@ -1,10 +1,6 @@
 """The step-family benchmark's analysis of a recorded run, on a simulated one (no GPU): the run
 is saved and read back in the real run format, with its "period" and "on" windows."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,23 +11,14 @@ from energyframe.core.fusion import fused_channels
 from energyframe.core.windows import compute_windows
 from energyframe.results.result import RunResult
 from energyframe.results.store import FORMAT_VERSION
+from tests.conftest import load_benchmark
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 UNIX_0 = 1.79e9
-
-
-def load(name):
-    sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    sim = load("step_sim")
+    sim = load_benchmark("step_sim")
     square = sim.square_load(np.random.default_rng(4), 0.1, 0.2, "cap", periods=60)
     channels, series = sim.read(square.trace, np.random.default_rng(5))
     samples = pd.concat(
@@ -66,7 +53,7 @@ def recorded(tmp_path_factory):
 @pytest.mark.slow
 def test_the_analysis_of_a_recorded_run_reads_the_truth_and_every_method(recorded):
     directory, square = recorded
-    bench = load("step_family")
+    bench = load_benchmark("step_family")
     zeus = [(r.start_s, r.end_s, 42.0) for r in square.records[1::2]]
     out = bench.analyse_steps(directory, zeus, 0.2)
     truth, energy, bound, estimators, flags = out[bench.DEFAULT]
@@ -86,7 +73,7 @@ def test_the_analysis_of_a_recorded_run_reads_the_truth_and_every_method(recorde
 
 
 def test_the_simulated_table_prints_every_method(tmp_path, capsys):
-    bench = load("step_family")
+    bench = load_benchmark("step_family")
     bench.FAMILY = bench.FAMILY[:1]
     bench.STEADY_S = (1.0,)
     assert bench.main(["--simulate", "--seeds", "1", "--out", str(tmp_path / "t.json")]) == 0
@@ -98,8 +85,8 @@ def test_the_simulated_table_prints_every_method(tmp_path, capsys):
 @pytest.mark.slow
 def test_held_out_ticks_judge_the_default_against_the_counter_itself(recorded):
     directory, square = recorded
-    bench = load("step_family")
-    held = load("held_out_ticks")
+    bench = load_benchmark("step_family")
+    held = load_benchmark("held_out_ticks")
     run, _, placement = bench.placed(RunResult.load(directory))
     windows = held.held_out(run.channels, placement.series)
     ticks = run.series["gpu0"]

@@ -1,22 +1,9 @@
 """The tick-stamp benchmark's analysis on synthetic polls (no GPU): which stamp of a counter
 change lies on the counter's regular update grid when a poll reads first and then blocks."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def load(name):
-    sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.conftest import load_benchmark
 
 
 def polls(blocking_every=0):
@@ -37,7 +24,7 @@ def polls(blocking_every=0):
 
 
 def test_a_regular_cadence_has_no_residual_and_a_late_tick_shows():
-    bench = load("tick_stamps")
+    bench = load_benchmark("tick_stamps")
     grid = 5.0 + 0.1 * np.arange(50)
     assert np.max(np.abs(bench.grid_residual(grid))) < 1e-9
     late = grid.copy()
@@ -50,7 +37,7 @@ def test_a_regular_cadence_has_no_residual_and_a_late_tick_shows():
 
 
 def test_stamped_at_the_calls_starts_a_blocking_call_does_not_make_a_tick_late():
-    bench = load("tick_stamps")
+    bench = load_benchmark("tick_stamps")
     rows, true, _ = polls(blocking_every=3)
     stamps = bench.ticks(rows, 0.0, rows[-1, 1])
     truth = true[: stamps["starts"].size]
