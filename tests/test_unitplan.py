@@ -5,9 +5,9 @@ import math
 
 import pytest
 
+from energyframe.lifecycle.config import CALIBRATION_MARGIN
 from energyframe.workloads import unitplan
 from energyframe.workloads.unitplan import (
-    WINDOW_MARGIN,
     choose_granularity,
     lead_steps,
     probe_step_s,
@@ -69,7 +69,7 @@ def test_probe_stops_at_max_steps():
 @pytest.mark.parametrize("per_step_s,window_s", [(4e-4, 0.1), (3e-3, 0.05), (0.02, 0.1), (0.3, 0.1)])
 def test_steps_fill_the_window_with_its_margin(per_step_s, window_s):
     n = steps_for_window(per_step_s, window_s)
-    target = WINDOW_MARGIN * window_s
+    target = CALIBRATION_MARGIN * window_s
     assert n >= 1
     filled = n * per_step_s * (1 + 1e-12)  # 270 x 0.0004 is a rounding below 1.08 x 0.1
     assert filled >= target or n == 1 and per_step_s >= target

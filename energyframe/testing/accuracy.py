@@ -261,11 +261,12 @@ def check_accuracy(
         raise driver.error
     judged = channels or [c.name for c in m.recorder.channels.values() if c.integrable and c.primary]  # type: ignore[union-attr]
     errors = _errors(m, profile, driver.t0, judged)
-    fair = [w for w in errors if not _near_late(w, driver.late_s, EXCUSE_UPDATES * update_s)]
-    unfair = tuple(w for w in errors if w not in fair)
-    if not fair:  # the device was late everywhere: judge every window rather than none
-        fair, unfair = errors, ()
-    report = AccuracyReport(tolerance, tuple(fair), m.result, unfair)
+    late = [_near_late(w, driver.late_s, EXCUSE_UPDATES * update_s) for w in errors]
+    if all(late):  # the device was late everywhere: judge every window rather than none
+        late = [False] * len(errors)
+    fair = tuple(w for w, x in zip(errors, late) if not x)
+    excused = tuple(w for w, x in zip(errors, late) if x)
+    report = AccuracyReport(tolerance, fair, m.result, excused)
     _judge(report, profile)
     return report
 

@@ -20,9 +20,6 @@ from dataclasses import dataclass
 
 from ..lifecycle.config import CALIBRATION_MARGIN
 
-#: windows counted from a probe aim this much above the asked length: the run's calibration
-#: margin (replays later in a run are often a little faster than when probed)
-WINDOW_MARGIN = CALIBRATION_MARGIN
 #: a unit's replays are timed until one timed batch lasts this long. Units: s.
 PROBE_S = 0.005
 
@@ -72,9 +69,11 @@ def probe_step_s(
 
 
 def steps_for_window(
-    per_step_s: float, window_s: float, margin: float = WINDOW_MARGIN, max_steps: int = 1_000_000_000
+    per_step_s: float, window_s: float, margin: float = CALIBRATION_MARGIN, max_steps: int = 1_000_000_000
 ) -> int:
-    """Steps that fill ``window_s`` (times ``margin``) at ``per_step_s`` each; at least one."""
+    """Steps that fill ``window_s`` (times ``margin``: by default the run's calibration margin, as
+    replays later in a run are often a little faster than when probed) at ``per_step_s`` each;
+    at least one."""
     if not (per_step_s > 0 and math.isfinite(per_step_s)):
         return 1
     return max(1, min(max_steps, math.ceil(margin * window_s / per_step_s)))
