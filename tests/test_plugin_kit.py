@@ -218,18 +218,24 @@ def test_a_read_that_blocks(blocks_s):
 
 
 def test_repeating_unchanged_values_once_per_period_on_a_late_sensor():
-    # the old Dedup.CHANGES: an unchanged value repeated once per resolution_s; the sensor updates
-    # 5 % slower than declared, so a repeat lands just before each update
+    # the old Dedup.CHANGES: an unchanged value repeated once per resolution_s; on a sensor that
+    # updates 5 % slower than declared, the repeat lands just before each update. The planted
+    # source places that repeat by the sensor's own update times, not by when its poll thread
+    # happens to run, so a loaded machine cannot move it past the update.
     class RepeatsEveryPeriod(Meter):
         UPDATE_S = 0.0525
 
         def poll(self):
-            now, value = time.monotonic(), self.device.power_w()
+            value = self.device.power_w()
+            updated = self.device.t0 + self.device._last_update()
             last = getattr(self, "last", None)
-            if last is None or value != last[0] or now - last[1] >= self.RESOLUTION_S:
-                self.last = (value, now)
-                return [Sample("meter", now, value)]
-            return []
+            self.last = (value, updated)
+            if last is None:
+                return [Sample("meter", updated, value)]
+            if value == last[0]:
+                return []
+            repeat_at = max(last[1], updated - (self.UPDATE_S - self.RESOLUTION_S))  # a period after the last change
+            return [Sample("meter", repeat_at, last[0]), Sample("meter", updated, value)]
 
     assert broken_rule(check_power_source, RepeatsEveryPeriod, run_s=RUN_S) == "repeats"
 
