@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import textwrap
 import time
@@ -30,6 +31,15 @@ def load_benchmark(name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def pytest_configure(config):
+    """Ctrl-C handled as Python does by default, however the tests were started: a shell script
+    that starts them in the background (``pytest &``) hands them SIGINT ignored, and the tests
+    that stop a run, a child or an analysis with SIGINT would then wait for nothing. Children
+    started by the tests get the default handler back with it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_report_header(config):
