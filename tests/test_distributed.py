@@ -3,6 +3,7 @@ on calibrated steps and time-based loops (a fake coordinator and a fake clock), 
 group, and which power channel is a rank's GPU."""
 
 import os
+import signal
 import types
 
 import pytest
@@ -12,6 +13,7 @@ from energyframe.errors import WorkloadError
 from energyframe.lifecycle import orchestrator
 from energyframe.lifecycle.config import RunSettings
 from energyframe.model import Phase
+from energyframe.ranks import gloo
 from energyframe.ranks.coordinator import Alone
 from energyframe.ranks.world import World
 from energyframe.workloads import distributed
@@ -390,3 +392,27 @@ def test_sync_pulses_load_the_ranks_own_gpu(monkeypatch):
         monkeypatch.delenv(name)
     orchestrator.sync_pulses(Windows())
     assert made == ["cuda:1", "cuda"]
+
+
+class SignalledInTheExchange(Alone):
+    """A rank whose exchange to close a window every rank passes while a Ctrl-C, or a failing
+    source's interrupt, arrives: held through the exchange, as the gloo coordinator holds it,
+    and handled as the exchange ends."""
+
+    def holding_signals(self):
+        return gloo._shielded()
+
+    def edge(self, what):
+        with gloo._shielded():
+            if what.startswith("close window"):
+                signal.raise_signal(signal.SIGINT)
+
+
+def test_a_signal_during_the_closing_exchange_comes_after_the_window_is_kept(tmp_path):
+    # every rank passed the exchange, so each keeps the window (once, a rank under load lost it
+    # while the others kept it); the interrupt still stops the run
+    with ef.measure(power="none", out=tmp_path / "m", coordinator=SignalledInTheExchange()) as m:
+        m.begin_window("step")
+        with pytest.raises(KeyboardInterrupt):
+            m.end_window("step")
+        assert [(r.phase, r.trial) for r in m.closed_windows()] == [("step", 0)]

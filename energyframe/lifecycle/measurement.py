@@ -374,9 +374,19 @@ class Measurement:
         stack = self._open.get(name)
         if not stack:
             raise UsageError(f"no open window named {name!r}")
-        self.coordinator.edge(f"close window {name!r}")
-        end = time.monotonic()
-        handle = stack.pop()
+        # a Ctrl-C, or a failing source's interrupt, held during the exchange comes after the
+        # window is recorded: every rank passed the exchange, so every rank keeps the window
+        with self.coordinator.holding_signals():
+            self.coordinator.edge(f"close window {name!r}")
+            end = time.monotonic()
+            record = self._record_window(stack.pop(), name, end, iterations, interrupted)
+        if self.recorder is not None and self.recorder.failure is not None:
+            raise self.recorder.failure
+        return record
+
+    def _record_window(
+        self, handle: WindowHandle, name: str, end: float, iterations: int | None, interrupted: bool
+    ) -> WindowRecord:
         if iterations is not None:
             handle.iterations = iterations
         trial = self._trials.get(name, 0)
@@ -394,8 +404,6 @@ class Measurement:
             self._interrupted.add((name, trial))
             if self.writer is not None:
                 self.writer.window_interrupted(name, trial)
-        if self.recorder is not None and self.recorder.failure is not None:
-            raise self.recorder.failure
         return record
 
     def discard_window(self, record: WindowRecord) -> None:

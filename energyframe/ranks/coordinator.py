@@ -14,6 +14,7 @@ from __future__ import annotations
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -88,6 +89,12 @@ class Coordinator(ABC):
     def edge(self, what: str) -> None:
         """Wait until every rank is at the same point (``what``: the point, e.g. "open window
         'x'"); raise ``DistributedError`` if a rank failed or is elsewhere."""
+
+    def holding_signals(self) -> AbstractContextManager[None]:
+        """A block that Ctrl-C and SIGTERM cannot cut in two (handled as it ends): with several
+        ranks, an exchange and what it decided, so that a window every rank closed is recorded
+        by every rank. Alone, nothing is held."""
+        return nullcontext()
 
     @abstractmethod
     def agree(self, value: float, what: str, how: str = "max") -> float:

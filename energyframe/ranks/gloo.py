@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -381,6 +381,9 @@ class TorchCoordinator(Coordinator):
         return Verdict([int(v[0]) for v in values], [int(v[1]) for v in values], [v[2] for v in values])
 
     # -- agreement ----------------------------------------------------------------------------
+    def holding_signals(self) -> AbstractContextManager[None]:
+        return _shielded()
+
     def edge(self, what: str) -> None:
         self._agreed(OK, what, 0.0)
 
