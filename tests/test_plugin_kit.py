@@ -481,6 +481,26 @@ def test_the_accuracy_harness_measures_windows_against_the_truth():
     assert edges["start_s"].to_numpy() == pytest.approx(starts, abs=1e-6)
 
 
+def test_a_window_whose_sampling_was_held_up_is_excused_not_judged():
+    from energyframe.testing import check_accuracy, sine
+
+    class HeldUpOnce(Shown):  # the poll thread held up once, as on a loaded machine: a gap
+        def poll(self):
+            if not hasattr(self, "t0"):
+                self.t0 = time.monotonic()
+            if time.monotonic() - self.t0 > 1.2 and not getattr(self, "held", False):
+                self.held = True
+                time.sleep(0.3)
+            return super().poll()
+
+    report = check_accuracy(HeldUpOnce, None, drive, sine(200.0, 80.0, 1.1), tolerance=0.03, update_s=0.02,
+                            duration_s=3.0, window_s=0.5)
+    gaps = [w for w in report.excused if "gap" in w.flags.split(";")]
+    assert gaps  # the window with the gap is left out...
+    assert all("gap" not in w.flags.split(";") for w in report.windows)
+    assert report.windows and report.max_error <= 0.03  # ...and the others judged
+
+
 def test_windows_around_a_late_fake_device_are_excused_not_judged():
     from energyframe.testing import check_accuracy, steps
 
