@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -40,6 +41,24 @@ def pytest_configure(config):
     started by the tests get the default handler back with it."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # the GPU suite is one process on one GPU: workers of `pytest -n` would share the GPU, and
+    # the tests that measure it would measure each other
+    if getattr(config.option, "numprocesses", None) and selects_gpu_tests(config.option.markexpr or ""):
+        raise pytest.UsageError("the GPU tests run in one process: `pytest -m gpu` without -n")
+
+
+def selects_gpu_tests(markexpr: str) -> bool:
+    """Whether ``-m markexpr`` selects a test marked ``gpu`` alone (an expression of marker names,
+    and, or, not and parentheses; anything else is not judged)."""
+    tokens = re.findall(r"[()]|[^\s()]+", markexpr)
+    words = {"and", "or", "not", "(", ")"}
+    if not tokens or not all(t in words or t.isidentifier() for t in tokens):
+        return False
+    python = " ".join(t if t in words else str(t == "gpu") for t in tokens)
+    try:
+        return bool(eval(python, {"__builtins__": {}}))  # only True, False, and, or, not, ()
+    except SyntaxError:
+        return False
 
 
 def pytest_report_header(config):
