@@ -379,14 +379,16 @@ class Measurement:
         with self.coordinator.holding_signals():
             self.coordinator.edge(f"close window {name!r}")
             end = time.monotonic()
-            record = self._record_window(stack.pop(), name, end, iterations, interrupted)
+            record = self._record_window(stack.pop(), end, iterations, interrupted)
         if self.recorder is not None and self.recorder.failure is not None:
             raise self.recorder.failure
         return record
 
     def _record_window(
-        self, handle: WindowHandle, name: str, end: float, iterations: int | None, interrupted: bool
+        self, handle: WindowHandle, end: float, iterations: int | None, interrupted: bool
     ) -> WindowRecord:
+        """The closed window ``handle``, numbered and journalled (``end``: its closing edge)."""
+        name = handle.name
         if iterations is not None:
             handle.iterations = iterations
         trial = self._trials.get(name, 0)

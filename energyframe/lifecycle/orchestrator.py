@@ -88,8 +88,9 @@ def calibrate(
     Times growing batches (each synced) until one lasts ``CALIBRATION_BATCH`` of the target,
     then scales up by ``CALIBRATION_MARGIN``. A window that still comes out a little short stays
     well above two update periods with the default window lengths, so it is not re-checked (that
-    would cost a window per phase). With several ranks every batch starts together and the slowest rank's time
-    decides, so every rank runs the same steps. Returns the steps and the time per step. Units: s.
+    would cost a window per phase). With several ranks every batch starts together and the slowest
+    rank's time decides, so every rank runs the same steps. Returns the steps and the time per
+    step. Units: s.
     """
     n = 1
     while True:

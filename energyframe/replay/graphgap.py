@@ -10,8 +10,8 @@ per replay from the measured windows, the gap per kernel is
     g = (T_graph - B_graph) / K
 
 (``workloads.closure.gap_from_span``). T comes from the windows, not from the profiled replays,
-because the profiler may slow the launches it watches but cannot change how long a kernel runs. The clocks can:
-a replay that starts from an idle GPU runs its kernels slower, so the profiled replays follow
+because the profiler may slow the launches it watches but cannot change how long a kernel runs.
+The clocks can: a replay that starts from an idle GPU runs its kernels slower, so the profiled replays follow
 unprofiled ones (``WARMUP_REPLAYS``). Where the kernels' busy time still exceeds T (bloom-560m on an
 H100: 1552.6 µs busy against a 1527.4-µs graph), the windows and the profile ran at different clocks
 and T - B says nothing; the gap then comes from the profiled replays alone, their span less their

@@ -264,11 +264,11 @@ def check_accuracy(
     errors = _errors(m, profile, driver.t0, judged)
     # the fake device behind its schedule, or the run's own sampling held up (the core flags the
     # window ``gap``; a source that goes silent by itself breaks the keep-alive rule instead)
-    late = [_near_late(w, driver.late_s, EXCUSE_UPDATES * update_s) or GAP in w.flags.split(";") for w in errors]
-    if all(late):  # late everywhere: judge every window rather than none
-        late = [False] * len(errors)
-    fair = tuple(w for w, x in zip(errors, late) if not x)
-    excused = tuple(w for w, x in zip(errors, late) if x)
+    excuse = [_near_late(w, driver.late_s, EXCUSE_UPDATES * update_s) or GAP in w.flags.split(";") for w in errors]
+    if all(excuse):  # held up everywhere: judge every window rather than none
+        excuse = [False] * len(errors)
+    fair = tuple(w for w, x in zip(errors, excuse) if not x)
+    excused = tuple(w for w, x in zip(errors, excuse) if x)
     report = AccuracyReport(tolerance, fair, m.result, excused)
     _judge(report, profile)
     return report
