@@ -111,3 +111,25 @@ def test_held_out_ticks_judge_the_default_against_the_counter_itself(recorded):
     assert row["held_out"] == stats
     # the simulation stamps its ticks within +-2 ms, on a cadence of 100 +- 1.5 ms
     assert row["stamps_ms"]["p95"] < 3.5 and row["stamps_ms"]["max"] < 6.0
+
+
+def test_a_bound_sized_in_hindsight_reads_the_least_ratio():
+    bench = load_benchmark("step_family")
+    rng = np.random.default_rng(7)
+    truth = np.full(400, 100.0)
+    error = rng.standard_t(3, 400)  # heavy tails: the least ratio is well above a Gaussian's 2.91
+    energy = truth + error
+    least = bench.bound_stats(truth, energy, np.ones(400))["least_ratio"]
+    # the narrowest bound of one size that holds 95 % of the windows reads exactly that ratio
+    p95 = np.quantile(np.abs(error), 0.95)
+    sized = bench.bound_stats(truth, energy, np.full(400, p95))
+    assert sized["coverage"] >= 0.95
+    assert sized["ratio"] == pytest.approx(least)
+    # a narrower bound of one size holds fewer than 95 %
+    narrower = bench.bound_stats(truth, energy, np.full(400, 0.97 * p95))
+    assert narrower["coverage"] < 0.95 and narrower["ratio"] < least
+    assert least > 3.0
+    # Gaussian errors read close to 1.96 / 0.674
+    many = np.full(20000, 100.0)
+    gauss = bench.bound_stats(many, many + rng.standard_normal(20000), np.ones(20000))["least_ratio"]
+    assert gauss == pytest.approx(2.91, abs=0.1)
