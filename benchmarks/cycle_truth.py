@@ -268,3 +268,47 @@ def window_truth(
         tail = (e[j] - e[last]) * (integral_to(y) - integral_to(t[last])) / tail_whole
         out[n] = head + (e[last] - e[first]) + tail
     return out
+
+
+#: the smoothings the truth is fitted again with, as factors of the one it uses
+CHECK_SMOOTHING = (0.25, 4.0)
+
+
+def other_truths(
+    ticks_s: np.ndarray,
+    counter_j: np.ndarray,
+    cycles_s: np.ndarray,
+    windows_s: np.ndarray,
+    cycle_of: np.ndarray,
+    bin_s: float = BIN_S,
+    smoothing: float = SMOOTHING,
+) -> dict[str, np.ndarray]:
+    """Each window's truth again from other fits of the profile, to see how far the truth itself
+    moves: ``other_half``, the profile fitted on the other half of the cycles than the one the
+    window lies in (NaN with too few cycles for half of them), and ``smoothing xF`` for each
+    factor F of ``CHECK_SMOOTHING``. Units: J.
+
+    Args:
+        cycles_s: (n, 3) per cycle, where its load starts, where it stops, and where its idle
+            ends (the next cycle's start, or the run's end). Units: s.
+        windows_s: (m, 2) window starts and ends. Units: s.
+        cycle_of: per window, the cycle it lies in (by index into ``cycles_s``).
+    """
+    c = np.asarray(cycles_s, dtype=float).reshape(-1, 3)
+    segments = Segments.from_cycles(c[:, 0], c[:, 1], float(c[-1, 2]))
+    half = c.shape[0] // 2
+    out: dict[str, np.ndarray] = {}
+    try:
+        first = fit_profile(ticks_s, counter_j, Segments.from_cycles(c[:half, 0], c[:half, 1], float(c[half - 1, 2])), bin_s, smoothing)
+        second = fit_profile(ticks_s, counter_j, Segments.from_cycles(c[half:, 0], c[half:, 1], float(c[-1, 2])), bin_s, smoothing)
+        out["other_half"] = np.where(
+            np.asarray(cycle_of) < half,
+            window_truth(second, ticks_s, counter_j, segments, windows_s),
+            window_truth(first, ticks_s, counter_j, segments, windows_s),
+        )
+    except ValueError:  # too few cycles for a profile from half of them
+        out["other_half"] = np.full(np.asarray(windows_s).reshape(-1, 2).shape[0], np.nan)
+    for f in CHECK_SMOOTHING:
+        profile = fit_profile(ticks_s, counter_j, segments, bin_s, smoothing * f)
+        out[f"smoothing x{f:g}"] = window_truth(profile, ticks_s, counter_j, segments, windows_s)
+    return out

@@ -56,7 +56,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cycle_truth import Segments, fit_profile, window_truth  # noqa: E402
+from cycle_truth import Segments, fit_profile, other_truths, window_truth  # noqa: E402
 from held_out_ticks import held_out, held_out_stats, least_ratio, stamp_spread_ms  # noqa: E402
 from run_data import counter_energy_of, from_result, gpu_info, load_run  # noqa: E402
 
@@ -70,6 +70,9 @@ STEADY_S = (0.2, 1.0)
 #: energyframe's default channel, its fused power, and the methods in the table
 DEFAULT, FUSED, COUNTER, ZEUS = "energyframe gpu0 (default)", "gpu0.fused", "counter interpolated", "Zeus"
 METHODS = (DEFAULT, FUSED, COUNTER, ZEUS)
+#: the key, in ``analyse_steps``'s windows, of how far each window's cycle truth moves when its
+#: profile is fitted otherwise (``cycle_truth.other_truths``). Units: J.
+TRUTH_MOVES = "truth moves"
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,24 @@ def bound_stats(truth: np.ndarray, energy: np.ndarray, bound: np.ndarray) -> dic
     }
 
 
+def truth_moves(truth: np.ndarray, energy: np.ndarray, moves: np.ndarray, judged: np.ndarray) -> dict:
+    """How far the cycle truth of the judged windows moves when its profile is fitted otherwise
+    (median / max %), how many of their errors are larger than their truth's own move, and the
+    move of the truth of the window with the largest error."""
+    ok = judged & np.isfinite(truth) & np.isfinite(energy) & np.isfinite(moves) & (truth > 0)
+    if not np.any(ok):
+        return {"median_pct": math.nan, "max_pct": math.nan, "beyond": 0, "n": 0, "worst_window_pct": math.nan}
+    move = 100.0 * moves[ok] / truth[ok]
+    error = 100.0 * np.abs(energy[ok] / truth[ok] - 1.0)
+    return {
+        "median_pct": float(np.median(move)),
+        "max_pct": float(np.max(move)),
+        "beyond": int(np.count_nonzero(error > move)),
+        "n": int(ok.sum()),
+        "worst_window_pct": float(move[np.argmax(error)]),
+    }
+
+
 def table_row(name: str, windows: dict) -> dict:
     """One configuration: ``windows`` holds, per method, (truth, energy) arrays, and for the
     default its bound and estimators."""
@@ -146,6 +167,8 @@ def table_row(name: str, windows: dict) -> dict:
     short = np.array(["short_window" in str(f).split(";") for f in flags], dtype=bool)
     row["short_windows"] = int(short.sum())
     row["confident"] = method_stats(np.asarray(truth)[~short], np.asarray(energy)[~short])
+    if TRUTH_MOVES in windows:
+        row["truth_moves"] = truth_moves(np.asarray(truth), np.asarray(energy), windows[TRUTH_MOVES], ~short)
     names, counts = np.unique(np.asarray(estimators, dtype=str), return_counts=True)
     row["estimators"] = {str(k): int(v) for k, v in zip(names, counts)}
     return row
@@ -183,6 +206,19 @@ def print_table(rows: list[dict], title: str) -> None:
                 f"{row['config']} against GEMM count x energy per GEMM of the reference window: default "
                 f"{g[DEFAULT]['median_abs_pct']:.2f} / {g[DEFAULT]['max_abs_pct']:.2f} %, counter interpolated "
                 f"{g[COUNTER]['median_abs_pct']:.2f} / {g[COUNTER]['max_abs_pct']:.2f} %"
+            )
+    moved = [r for r in rows if "truth_moves" in r]
+    if moved:
+        print(
+            "\nhow far the cycle truth of the unflagged windows moves, fitted on the other half of the cycles or"
+            " smoothed x4 and /4 (median / max %); the windows whose error is larger than their truth's move; and"
+            " the move of the truth of the window with the largest error"
+        )
+        for r in moved:
+            m = r["truth_moves"]
+            print(
+                f"{r['config']:22s}  {m['median_pct']:.2f} / {m['max_pct']:.2f} %, {m['beyond']} of {m['n']} beyond,"
+                f" worst window's truth moves {m['worst_window_pct']:.2f} %"
             )
     print("estimators of the default:", "; ".join(f"{r['config']}: {r['estimators']}" for r in rows))
     held = [r for r in rows if "held_out" in r]
@@ -457,11 +493,17 @@ def analyse_steps(run_dir: Path, zeus_windows, off_s: float) -> dict:
     fused = channel_rows(result, "period", "gpu0.fused")
     spans = gpu[["start_s", "end_s"]].to_numpy(float)
     truth = window_truth(profile, ticks, counter, segments, spans)
+    # how far the truth itself moves when its profile is fitted otherwise (cycle_truth.other_truths)
+    cycles = np.column_stack((segments.starts_s[0::2], segments.starts_s[1::2], segments.ends_s[1::2]))
+    cycle_of = np.searchsorted(cycles[:, 0], spans[:, 0] + 1e-9, side="right") - 1
+    moves = np.column_stack([np.abs(t - truth) for t in other_truths(ticks, counter, cycles, spans, cycle_of).values()])
     interpolate = counter_energy_of(run.series["gpu0"])
     out = {
         DEFAULT: (truth, gpu["energy_j"].to_numpy(float), gpu["energy_random_j"].to_numpy(float), list(gpu["estimator"]), list(gpu["flags"].fillna(""))),
         FUSED: (truth, fused["energy_j"].to_numpy(float)),
         COUNTER: (truth, np.array([interpolate(a, b) for a, b in spans])),
+        # the largest move of each window's truth (NaN where no variant has a truth there)
+        TRUTH_MOVES: np.where(np.isfinite(moves).any(axis=1), np.fmax.reduce(moves, axis=1), np.nan),
     }
     if zeus_windows:
         clock = ClockModel.from_json(result.meta["clock"])

@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cycle_truth import Segments, fit_profile, profile_energy, window_truth  # noqa: E402
+from cycle_truth import Segments, fit_profile, other_truths, profile_energy, window_truth  # noqa: E402
 from run_data import RunData, counter_energy_of, gpu_info, load_run, window_energy_of  # noqa: E402
 
 from energyframe.core.fusion import ShapeSeries, fuse, fused_channels  # noqa: E402
@@ -219,27 +219,10 @@ def analyse(
     truth = window_truth(profile, ticks, counter, segments, spans)
 
     # cross-checks of the truth: the profile from the other half of the run; other smoothing
-    half = n // 2
-    halves = [
-        Segments.from_cycles(edges[:half, 0], edges[:half, 1], float(edges[half - 1, 3])),
-        Segments.from_cycles(edges[half:, 0], edges[half:, 1], float(edges[-1, 3])),
-    ]
     cycle_of = np.array([k for _, k, _, _ in windows])
-    try:
-        profiles = [fit_profile(ticks, counter, h, bin_s, smoothing) for h in halves]
-        other = np.where(
-            cycle_of < half,
-            window_truth(profiles[1], ticks, counter, segments, spans),
-            window_truth(profiles[0], ticks, counter, segments, spans),
-        )
-    except ValueError:  # too few cycles for a profile from half of them
-        other = np.full(truth.size, np.nan)
-    smooth = [
-        window_truth(
-            fit_profile(ticks, counter, segments, bin_s, smoothing * f), ticks, counter, segments, spans
-        )
-        for f in (0.25, 4.0)
-    ]
+    checked = other_truths(ticks, counter, edges[:, [0, 1, 3]], spans, cycle_of, bin_s, smoothing)
+    other = checked.pop("other_half")
+    smooth = list(checked.values())
     mean_cycle = profile_energy(profile, segments, spans)
 
     methods, fusion_report = methods_of(run, gpu)

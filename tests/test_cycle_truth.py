@@ -10,7 +10,7 @@ import pytest
 # the truth serves the transient benchmark, and lives beside it
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from cycle_truth import Segments, fit_profile, profile_energy, window_truth  # noqa: E402
+from cycle_truth import Segments, fit_profile, other_truths, profile_energy, window_truth  # noqa: E402
 
 from tests.sensors import PulseLoad, square_wave, tick_times
 
@@ -159,3 +159,35 @@ def test_a_profile_from_some_cycles_gives_the_truth_of_the_others():
     w = np.vstack([windows_of(edges[40:])["off"], tails])
     exact = energy(w[:, 1]) - energy(w[:, 0])
     assert worst_pct(window_truth(profile, ticks, counter, longer, w), exact) < 1.0
+
+
+def test_the_truth_fitted_otherwise_stays_on_the_exact_energy_of_identical_cycles():
+    edges, ticks, counter, segments, energy = run(seed=3, cycles=60, fall_s=0.03)
+    kinds = windows_of(edges)
+    w = np.vstack([kinds["on, first 0.2 s"], kinds["off, first 0.2 s"]])
+    cycle_of = np.concatenate([np.arange(1, len(edges) - 1)] * 2)
+    exact = energy(w[:, 1]) - energy(w[:, 0])
+    others = other_truths(ticks, counter, edges, w, cycle_of)
+    assert set(others) == {"other_half", "smoothing x0.25", "smoothing x4"}
+    for truth in others.values():
+        assert truth.shape == (len(w),)
+    # half the cycles determine the profile less well, and smoothing x4 blurs the 30-ms fall a
+    # little (0.6 J of a 30-J idle window): how far the truth moves is what the check shows
+    assert worst_pct(others["smoothing x0.25"], exact) < 1.0
+    assert worst_pct(others["other_half"], exact) < 2.5 and worst_pct(others["smoothing x4"], exact) < 2.5
+    # each window's other-half truth comes from the half it is not in: the first half's windows
+    # get the second half's profile, and the other way round
+    half = len(edges) // 2
+    first = Segments.from_cycles(edges[:half, 0], edges[:half, 1], float(edges[half - 1, 2]))
+    from_first = window_truth(fit_profile(ticks, counter, first), ticks, counter, segments, w)
+    later = cycle_of >= half
+    np.testing.assert_allclose(others["other_half"][later], from_first[later])
+
+
+def test_too_few_cycles_for_half_a_profile_leave_only_the_other_half_unknown():
+    edges, ticks, counter, segments, energy = run(seed=4, cycles=30)
+    # 30 cycles of ~11 ticks fit a profile of ~220 bins; 15 do not
+    w = np.array([[edges[0, 0] + 0.1, edges[0, 1] + 0.1]])
+    others = other_truths(ticks, counter, edges, w, np.array([0]))
+    assert np.isnan(others["other_half"]).all()
+    assert np.isfinite(others["smoothing x4"]).all()

@@ -70,6 +70,12 @@ def test_the_analysis_of_a_recorded_run_reads_the_truth_and_every_method(recorde
     assert set(row["estimators"]) <= {"counter", "fused", "counter/fused", "fused/counter"}
     assert sum(row["estimators"].values()) == len(exact)
     assert 0 < row["bound"]["coverage"] <= 1
+    # how far the simulated run's truth moves when fitted otherwise: the unflagged windows, each
+    # with a finite move, small on cycles that repeat
+    moves = out[bench.TRUTH_MOVES]
+    assert moves.shape == truth.shape and np.all(moves[known] >= 0)
+    assert row["truth_moves"]["n"] == row["confident"]["n"]
+    assert row["truth_moves"]["median_pct"] < 1.0
 
 
 def test_the_simulated_table_prints_every_method(tmp_path, capsys):
@@ -133,3 +139,16 @@ def test_a_bound_sized_in_hindsight_reads_the_least_ratio():
     many = np.full(20000, 100.0)
     gauss = bench.bound_stats(many, many + rng.standard_normal(20000), np.ones(20000))["least_ratio"]
     assert gauss == pytest.approx(2.91, abs=0.1)
+
+
+def test_the_truth_moves_are_counted_against_each_window_s_own_error():
+    bench = load_benchmark("step_family")
+    truth = np.array([100.0, 100.0, 100.0, 50.0, 100.0])
+    energy = np.array([101.0, 100.2, 97.0, 51.0, 130.0])  # errors 1, 0.2, 3, 2, 30 %
+    moves = np.array([0.5, 0.5, 4.0, 0.5, 1.0])  # J: 0.5, 0.5, 4, 1, 1 %
+    judged = np.array([True, True, True, True, False])  # the last is flagged short: not judged
+    m = bench.truth_moves(truth, energy, moves, judged)
+    assert m["n"] == 4
+    assert m["beyond"] == 2  # 1 % > 0.5 % and 2 % > 1 %; 0.2 % and 3 % lie within their moves
+    assert m["max_pct"] == pytest.approx(4.0) and m["median_pct"] == pytest.approx(0.75)
+    assert m["worst_window_pct"] == pytest.approx(4.0)  # the 3-% window's truth moves 4 %
