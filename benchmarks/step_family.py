@@ -575,6 +575,11 @@ def reanalyse(path: Path, run_root: Path | None) -> tuple[list[dict], dict, str]
     return rows, recorded, earlier["title"] + " (analysed again)"
 
 
+def config_names() -> list[str]:
+    """Every configuration the family records, load steps then steady windows."""
+    return [cfg.name for cfg in FAMILY] + [f"steady {w * 1e3:.0f} ms cap" for w in STEADY_WINDOWS]
+
+
 def record_all(args) -> tuple[list[dict], dict]:
     """The whole family on the GPU: recorded, then analysed."""
     from gpu_load import run_for
@@ -586,6 +591,8 @@ def record_all(args) -> tuple[list[dict], dict]:
     root = Path(args.run_dir)
     rows, recorded = [], {}
     for cfg in FAMILY:
+        if args.only and cfg.name not in args.only:
+            continue
         periods = max(8, int(cfg.periods * args.scale))
         rec = record_steps(Config(cfg.on_s, cfg.off_s, cfg.work, periods), steps[cfg.work], sync, zeus, root / cfg.name.replace("/", "-").replace(" ", "_"), rng)
         recorded[cfg.name] = rec
@@ -594,6 +601,8 @@ def record_all(args) -> tuple[list[dict], dict]:
         print_table(rows[-1:], f"{cfg.name}: done")
     for window_s, count in STEADY_WINDOWS.items():
         name = f"steady {window_s * 1e3:.0f} ms cap"
+        if args.only and name not in args.only:
+            continue
         rec = record_steady(window_s, max(6, int(count * args.scale)), steps["cap"], sync, zeus, root / name.replace(" ", "_"), rng)
         recorded[name] = rec
         keep(args, recorded)
@@ -618,7 +627,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--analyse", type=Path, help="the table again from this earlier --out JSON and its run directories")
     ap.add_argument("--run-root", type=Path, help="with --analyse: the run directories are now under this folder")
     ap.add_argument("--recompute", action="store_true", help="with --analyse: the default channel's windows again, with this checkout's estimator")
+    ap.add_argument(
+        "--only",
+        type=lambda text: [n.strip() for n in text.split(",") if n.strip()],
+        default=[],
+        help='record only these configurations, by name, comma-separated (e.g. "200/300 ms cap,steady 1000 ms cap")',
+    )
     args = ap.parse_args(argv)
+    unknown = sorted(set(args.only) - set(config_names()))
+    if unknown:
+        ap.error(f"no configuration named {', '.join(map(repr, unknown))}; the family: {', '.join(config_names())}")
     global RECOMPUTE
     RECOMPUTE = bool(args.analyse and args.recompute)
     started = time.monotonic()

@@ -152,3 +152,12 @@ def test_the_truth_moves_are_counted_against_each_window_s_own_error():
     assert m["beyond"] == 2  # 1 % > 0.5 % and 2 % > 1 %; 0.2 % and 3 % lie within their moves
     assert m["max_pct"] == pytest.approx(4.0) and m["median_pct"] == pytest.approx(0.75)
     assert m["worst_window_pct"] == pytest.approx(4.0)  # the 3-% window's truth moves 4 %
+
+
+def test_an_unknown_configuration_is_refused_with_the_family_s_names(capsys):
+    bench = load_benchmark("step_family")
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--out", "x.json", "--only", "200/300 ms cap, 300/300 ms cap"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "'300/300 ms cap'" in err and "200/300 ms cap" in err and "steady 1000 ms cap" in err
