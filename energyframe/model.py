@@ -8,7 +8,7 @@ Plain values only, no behaviour that needs a plugin or a run: the plugin contrac
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -223,6 +223,21 @@ class WindowAnnotation:
 
     columns: Mapping[str, Any] = field(default_factory=dict)
     flags: Sequence[str] = ()
+
+
+#: a window's flags in a table cell (windows.csv, a summary's ``flags``): their names joined by this
+FLAG_SEPARATOR = ";"
+
+
+def split_flags(cell: Any) -> list[str]:
+    """A window's flags from a table cell: ``"gap;short_window"``; an empty cell, NaN or None
+    holds none."""
+    return [f for f in cell.split(FLAG_SEPARATOR) if f] if isinstance(cell, str) else []
+
+
+def join_flags(flags: Iterable[str]) -> str:
+    """A table cell holding these flags (``split_flags`` reads it back)."""
+    return FLAG_SEPARATOR.join(flags)
 
 
 def no_sync() -> None:

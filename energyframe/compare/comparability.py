@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..model import split_flags
 from ..results.meta import RunMeta
 from ..results.result import RunResult
 
@@ -79,7 +80,7 @@ def _flagged_trials(windows: pd.DataFrame, prefix: str) -> dict[str, tuple[int, 
         flagged: set[int] = set()
         seen: set[str] = set()
         for trial, text in zip(group["trial"], group["flags"].fillna("")):
-            mine = {f for f in str(text).split(";") if f.startswith(prefix)}
+            mine = {f for f in split_flags(text) if f.startswith(prefix)}
             if mine:
                 flagged.add(int(trial))
                 seen |= mine

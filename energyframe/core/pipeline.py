@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..model import Channel, Timing, WindowAnnotation
+from ..model import Channel, Timing, WindowAnnotation, join_flags, split_flags
 from .align import MeterAligner
 from .clock import ChannelTimeMap, ClockModel
 from .edges import Evidence
@@ -178,7 +178,7 @@ def flag_windows(windows: pd.DataFrame, which: frozenset[tuple[str, int]], flag:
     windows = windows.copy()
     hit = [(str(p), int(t)) in which for p, t in zip(windows["phase"], windows["trial"])]
     windows.loc[hit, "flags"] = [
-        ";".join([f for f in str(old or "").split(";") if f] + [flag]) for old in windows.loc[hit, "flags"]
+        join_flags([*split_flags(old), flag]) for old in windows.loc[hit, "flags"]
     ]
     return windows
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from ..model import Channel, Quantity, WindowAnnotation
+from ..model import Channel, Quantity, WindowAnnotation, join_flags, split_flags
 from .clock import ClockModel
 from .edges import Evidence, evidence_window, fused_window
 from .energy import (
@@ -232,7 +232,7 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
                 note = annotate(channel, w.start_s, w.end_s)
                 row.update(note.columns)
                 flags.extend(f for f in note.flags if f not in flags)
-            row["flags"] = ";".join(flags)
+            row["flags"] = join_flags(flags)
             rows.append(row)
     frame = pd.DataFrame(rows)
     for column in WINDOW_COLUMNS:
@@ -248,7 +248,7 @@ def idle_warnings(windows: pd.DataFrame, idle: Mapping[str, IdleBaseline]) -> li
     out: list[str] = []
     if windows.empty or "flags" not in windows.columns:
         return out
-    flagged = windows[windows["flags"].fillna("").str.split(";").apply(lambda f: IDLE_ABOVE_LOAD in f)]
+    flagged = windows[windows["flags"].map(lambda cell: IDLE_ABOVE_LOAD in split_flags(cell))]
     for (channel, phase), group in flagged.groupby(["channel", "phase"], sort=False):
         baseline = idle.get(str(channel))
         if baseline is None:
@@ -365,7 +365,7 @@ def summarize(
     for (phase, channel), group in windows.groupby(["phase", "channel"], sort=False):
         flags: list[str] = []
         for text in group["flags"].fillna(""):
-            flags.extend(f for f in str(text).split(";") if f and f not in flags)
+            flags.extend(f for f in split_flags(text) if f not in flags)
         time_spread = Spread.of(group["time_per_iter_s"])
         energy_spread = Spread.of(group["energy_per_iter_j"])
         if (time_spread.noisy or energy_spread.noisy) and NOISY not in flags:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from ..core.pipeline import Recording, add_fused_power, integrate, place_samples
 from ..core.windows import WindowRecord
+from ..model import split_flags
 
 log = logging.getLogger("energyframe")
 
@@ -178,7 +179,7 @@ class LiveWindows:
     def _live(self, record: WindowRecord, rows: pd.DataFrame, missing, seen) -> LiveEnergy:
         channel = next((c for c in self._primary() if c in set(rows["channel"])), "")
         row = rows[rows["channel"] == channel].iloc[0] if channel else rows.iloc[0]
-        flags = tuple(f for f in str(row.get("flags") or "").split(";") if f)
+        flags = tuple(split_flags(row.get("flags")))
         return LiveEnergy(
             record,
             channel,

@@ -32,7 +32,7 @@ from ..core.windows import REJECTION_FLAGS, WINDOW_COLUMNS, IdleBaseline, Window
 from ..errors import EnergyFrameError, UsageError
 from ..lifecycle.assemble import assemble
 from ..lifecycle.config import MAX_SECONDS
-from ..model import Channel, Quantity
+from ..model import Channel, Quantity, split_flags
 from ..results.paths import out_path
 from ..results.result import RunResult
 from ..results.store import json_safe, write_csv, write_json
@@ -468,7 +468,7 @@ def _reports(
             "trial": record.trial,
             "start_s": window.start_s,
             "end_s": window.end_s,
-            "flags": [f for f in str(row.flags).split(";") if f],
+            "flags": split_flags(row.flags),
             "method": METHOD,
             "timing": channel.timing.value,
             "placement": done.placement(primary),

@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from ..core.windows import WINDOW_COLUMNS, summarize
-from ..model import DerivedTable
+from ..model import DerivedTable, join_flags, split_flags
 from ..results.meta import RunMeta, SourceRecord
 from ..results.result import COMPLETE, RunResult
 
@@ -97,10 +97,6 @@ def _rank_windows(part: RankPart, shift_s: float) -> pd.DataFrame:
     return frame
 
 
-def _flags(text: Any) -> list[str]:
-    return [f for f in str(text if isinstance(text, str) else "").split(";") if f]
-
-
 def _index_rows(frame: pd.DataFrame) -> tuple[dict[tuple[str, int, str], dict], dict[tuple[str, int], dict]]:
     """The window rows by (phase, trial, channel), and by (phase, trial) each window's first row
     (the window as rank 0, or the first rank, saw it)."""
@@ -145,7 +141,7 @@ def total_windows(
                     has_dynamic = False
                 else:
                     dynamic += d
-                flags.extend(f for f in _flags(row.get("flags")) if f not in flags)
+                flags.extend(f for f in split_flags(row.get("flags")) if f not in flags)
         if not complete:
             energy = math.nan
             flags.append(INCOMPLETE_TOTAL)
@@ -163,7 +159,7 @@ def total_windows(
             "energy_j": energy,
             "mean_power_w": energy / duration if duration > 0 else math.nan,
             "energy_per_iter_j": energy / iterations if iterations else math.nan,
-            "flags": ";".join(flags),
+            "flags": join_flags(flags),
             "rank": pd.NA,
             "host": "",
         }

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..model import join_flags
 from ..options import Option
 from ..plugin import Reporter
 from ..results.result import RunResult
@@ -29,7 +30,7 @@ def summary_frame(result: RunResult) -> pd.DataFrame:
         ):
             for field in SPREAD_FIELDS:
                 row[f"{label}_{field}"] = getattr(spread, field) if spread is not None else None
-        row["flags"] = ";".join(s.flags)
+        row["flags"] = join_flags(s.flags)
         rows.append(row)
     return pd.DataFrame(rows)
 

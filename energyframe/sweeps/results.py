@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError, UsageError
+from ..model import join_flags
 from ..results import store
 from .devices import differences, label_devices
 
@@ -166,7 +167,7 @@ class SweepResult:
             row["check_status"] = r.check.get("status", "")
             row["rel_error"] = r.check.get("rel_error")
             row["block"] = "x".join(map(str, r.block))
-            row["flags"] = ";".join(r.flags)
+            row["flags"] = join_flags(r.flags)
             rows.append(row)
         return pd.DataFrame(rows)
 

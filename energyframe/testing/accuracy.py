@@ -28,6 +28,7 @@ import pandas as pd
 from ..core.clock import ClockModel
 from ..core.energy import GAP
 from ..lifecycle.measurement import Measurement
+from ..model import split_flags
 from ..plugin import PowerSource
 from ..results.result import RunResult
 from .power import declared
@@ -264,7 +265,7 @@ def check_accuracy(
     errors = _errors(m, profile, driver.t0, judged)
     # the fake device behind its schedule, or the run's own sampling held up (the core flags the
     # window ``gap``; a source that goes silent by itself breaks the keep-alive rule instead)
-    excuse = [_near_late(w, driver.late_s, EXCUSE_UPDATES * update_s) or GAP in w.flags.split(";") for w in errors]
+    excuse = [_near_late(w, driver.late_s, EXCUSE_UPDATES * update_s) or GAP in split_flags(w.flags) for w in errors]
     if all(excuse):  # held up everywhere: judge every window rather than none
         excuse = [False] * len(errors)
     fair = tuple(w for w, x in zip(errors, excuse) if not x)
