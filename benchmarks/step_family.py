@@ -24,11 +24,18 @@ estimator chosen per edge), of ``gpu0.fused`` and of the interpolated counter, a
 share of windows whose truth lies inside energyframe's stated bound (its random part), the
 median bound over the median error, and the least that ratio could be for a bound of one size
 per configuration that holds 95 % of its windows (their 95th percentile |error| over the median):
-a bound below it on a row must know which of the row's windows will be off.
+a bound below it on a row must know which of the row's windows will be off. Beside them, how far
+each window's cycle truth moves when its profile is fitted on the other half of the cycles or
+smoothed x4 and /4 (``cycle_truth.other_truths``): an error of that size is not resolved.
 
 On one GPU (about 5 minutes; Zeus optional: ``pip install zeus==0.16.0``)::
 
     python benchmarks/step_family.py --out step-family.json --run-dir step-family-runs
+
+Some configurations only, with three times the periods (a cycle truth from three times the
+tick intervals; about 5 minutes for these three)::
+
+    python benchmarks/step_family.py --only "200/300 ms cap,500/500 ms cap,100/200 ms partial" --scale 3 --out finer.json
 
 The table again from a saved run (its JSON and run directories, moved under ``--run-root``),
 with ``--recompute`` the default channel's windows computed again by this checkout's estimator::
