@@ -70,6 +70,19 @@ def least_ratio(error: np.ndarray) -> float:
     return float(np.quantile(error, 0.95) / max(np.median(error), 1e-12))
 
 
+def bound_figures(error: np.ndarray, bound: np.ndarray) -> dict:
+    """How a stated bound did on these windows (|error| and bound in the same unit): the share
+    whose truth lies inside it, the median bound over the median |error| (the bound is not
+    vacuous where this is at most 3), and the least that ratio could be (``least_ratio``)."""
+    error = np.abs(np.asarray(error, dtype=float))
+    bound = np.asarray(bound, dtype=float)
+    return {
+        "coverage": float(np.mean(error <= bound)),
+        "ratio": float(np.median(bound) / max(np.median(error), 1e-12)),
+        "least_ratio": least_ratio(error),
+    }
+
+
 def held_out_stats(windows: dict[str, np.ndarray]) -> dict[str, dict]:
     """Per span: median / max |error| %, the share inside the bound, median bound / median error,
     and the least ratio any bound of one size could read here (``least_ratio``)."""
@@ -85,9 +98,7 @@ def held_out_stats(windows: dict[str, np.ndarray]) -> dict[str, dict]:
             "n": int(ok.sum()),
             "median_abs_pct": float(np.median(100 * error / truth)),
             "max_abs_pct": float(np.max(100 * error / truth)),
-            "coverage": float(np.mean(error <= bound)),
-            "ratio": float(np.median(bound) / max(np.median(error), 1e-12)),
-            "least_ratio": least_ratio(error),
+            **bound_figures(error, bound),
         }
     return stats
 

@@ -64,10 +64,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cycle_truth import Segments, fit_profile, other_truths, window_truth  # noqa: E402
-from held_out_ticks import held_out, held_out_stats, least_ratio, stamp_spread_ms  # noqa: E402
+from held_out_ticks import bound_figures, held_out, held_out_stats, stamp_spread_ms  # noqa: E402
 from run_data import counter_energy_of, from_result, gpu_info, load_run  # noqa: E402
 
 from energyframe.core.clock import ClockModel  # noqa: E402
+from energyframe.core.energy import SHORT_WINDOW  # noqa: E402
+from energyframe.model import split_flags  # noqa: E402
 from energyframe.results.store import json_safe  # noqa: E402
 
 #: a random idle gap of up to this ends each period, so the ticks see every phase. Units: s.
@@ -125,18 +127,12 @@ def method_stats(truth: np.ndarray, energy: np.ndarray) -> dict:
 
 
 def bound_stats(truth: np.ndarray, energy: np.ndarray, bound: np.ndarray) -> dict:
-    """The share of windows whose truth lies inside the stated bound, the median bound over the
-    median |error| (the bound is not vacuous where this is at most 3), and the least ratio a
-    bound of one size for all these windows could read while holding 95 % of them
-    (``held_out_ticks.least_ratio``)."""
+    """``held_out_ticks.bound_figures`` of the windows with a truth, and the median bound in %."""
     ok = np.isfinite(truth) & np.isfinite(energy) & np.isfinite(bound)
     if not np.any(ok):
         return {"coverage": math.nan, "ratio": math.nan, "least_ratio": math.nan, "median_bound_pct": math.nan}
-    error = np.abs(energy[ok] - truth[ok])
     return {
-        "coverage": float(np.mean(error <= bound[ok])),
-        "ratio": float(np.median(bound[ok]) / max(np.median(error), 1e-12)),
-        "least_ratio": least_ratio(error),
+        **bound_figures(energy[ok] - truth[ok], bound[ok]),
         "median_bound_pct": float(np.median(100.0 * bound[ok] / truth[ok])),
     }
 
@@ -171,7 +167,7 @@ def table_row(name: str, windows: dict) -> dict:
     row["bound"] = bound_stats(truth, energy, bound)
     # windows flagged short_window (under two update periods with a step at an edge) are not
     # printed as confident; the targets judge the others
-    short = np.array(["short_window" in str(f).split(";") for f in flags], dtype=bool)
+    short = np.array([SHORT_WINDOW in split_flags(f) for f in flags], dtype=bool)
     row["short_windows"] = int(short.sum())
     row["confident"] = method_stats(np.asarray(truth)[~short], np.asarray(energy)[~short])
     if TRUTH_MOVES in windows:
@@ -316,7 +312,7 @@ def simulate(seeds: int) -> list[dict]:
         parts = [
             simulated(step_sim.steady_load(np.random.default_rng(s), window_s, "cap"), 100 + s) for s in range(seeds)
         ]
-        rows.append(table_row(f"steady {window_s * 1e3:.0f} ms cap", merge(parts)))
+        rows.append(table_row(steady_name(window_s), merge(parts)))
     return rows
 
 
@@ -582,9 +578,14 @@ def reanalyse(path: Path, run_root: Path | None) -> tuple[list[dict], dict, str]
     return rows, recorded, earlier["title"] + " (analysed again)"
 
 
+def steady_name(window_s: float) -> str:
+    """The name of the steady configuration of windows ``window_s`` long."""
+    return f"steady {window_s * 1e3:.0f} ms cap"
+
+
 def config_names() -> list[str]:
     """Every configuration the family records, load steps then steady windows."""
-    return [cfg.name for cfg in FAMILY] + [f"steady {w * 1e3:.0f} ms cap" for w in STEADY_WINDOWS]
+    return [cfg.name for cfg in FAMILY] + [steady_name(w) for w in STEADY_WINDOWS]
 
 
 def record_all(args) -> tuple[list[dict], dict]:
@@ -607,7 +608,7 @@ def record_all(args) -> tuple[list[dict], dict]:
         rows.append(analyse(cfg.name, rec))
         print_table(rows[-1:], f"{cfg.name}: done")
     for window_s, count in STEADY_WINDOWS.items():
-        name = f"steady {window_s * 1e3:.0f} ms cap"
+        name = steady_name(window_s)
         if args.only and name not in args.only:
             continue
         rec = record_steady(window_s, max(6, int(count * args.scale)), steps["cap"], sync, zeus, root / name.replace(" ", "_"), rng)

@@ -79,7 +79,7 @@ def _flagged_trials(windows: pd.DataFrame, prefix: str) -> dict[str, tuple[int, 
     for phase, group in windows.groupby("phase", sort=False):
         flagged: set[int] = set()
         seen: set[str] = set()
-        for trial, text in zip(group["trial"], group["flags"].fillna("")):
+        for trial, text in zip(group["trial"], group["flags"]):
             mine = {f for f in split_flags(text) if f.startswith(prefix)}
             if mine:
                 flagged.add(int(trial))

@@ -364,7 +364,7 @@ def summarize(
         return out
     for (phase, channel), group in windows.groupby(["phase", "channel"], sort=False):
         flags: list[str] = []
-        for text in group["flags"].fillna(""):
+        for text in group["flags"]:
             flags.extend(f for f in split_flags(text) if f not in flags)
         time_spread = Spread.of(group["time_per_iter_s"])
         energy_spread = Spread.of(group["energy_per_iter_j"])
