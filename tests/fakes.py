@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 from energyframe.errors import PowerSourceError
@@ -43,6 +45,7 @@ class SignalSource(PollingSource):
         self._t0 = time.monotonic()
         self.stopped = False
         self.failed = None  # when the poll raised (a test waits for it)
+        self.polls = 0  # polls that returned samples (in thread mode; process mode logs them)
         period = self.options["period_s"]
         return [
             Channel(self.name, Quantity.ENERGY, Scope.GPU, period, ClockBase.MONOTONIC),
@@ -61,6 +64,7 @@ class SignalSource(PollingSource):
             raise PowerSourceError("meter unplugged (test)")
         if self.options["silent_after_s"] is not None and elapsed > self.options["silent_after_s"]:
             return {}
+        self.polls += 1
         return [
             Sample(self.name, now, self.options["watts"] * elapsed),
             Sample(f"{self.name}.power", time.time(), self.options["watts"]),
@@ -138,6 +142,41 @@ def busy_phase(name="busy", seconds=0.001, **kw):
 
 # a reference channel with a known truth (also used by the alignment benchmark)
 from energyframe.offline.simulate import ProfilePowerSource as ProfileSource  # noqa: E402,F401
+
+
+def wait_until(condition, what: str, timeout_s: float = 60.0) -> None:
+    """Check ``condition()`` every 10 ms until it holds. The timeout only stops a hung test; it
+    is no timing assertion: on a loaded machine the wait is merely longer."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
+        time.sleep(0.01)
+
+
+def read_until(source, enough, timeout_s: float = 60.0) -> list:
+    """Read ``source`` until ``enough(samples)`` holds for all it handed over; the timeout only
+    stops a hung test."""
+    samples: list = []
+    deadline = time.monotonic() + timeout_s
+    while not enough(samples):
+        assert time.monotonic() < deadline, f"only {len(samples)} samples within {timeout_s} s"
+        samples.extend(source.read())
+        time.sleep(0.01)
+    return samples
+
+
+def logged_samples(log: Path) -> dict[str, int]:
+    """How many samples a sampler child's line log holds per channel (complete lines only): what
+    a test can watch in process mode without reading the source."""
+    lines = log.read_text().split("\n")[:-1] if log.exists() else []
+    if not lines or not lines[0].startswith("C,"):
+        return {}
+    names = [c["name"] for c in json.loads(lines[0][2:])["channels"]]
+    counts = dict.fromkeys(names, 0)
+    for line in lines[1:]:
+        if line.startswith("S,"):
+            counts[names[int(line.split(",", 2)[1])]] += 1
+    return counts
 
 
 def read_until_error(source, timeout_s: float = 15.0):

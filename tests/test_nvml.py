@@ -24,6 +24,7 @@ from energyframe.power.nvml import NVMLPowerSource, load_pynvml
 from energyframe.power.nvml.device import VALUE_MEMBERS, select_gpus
 from energyframe.power.nvml.poller import CHANNEL_KINDS, FieldPoller, SlowPoller
 from tests.conftest import FAKE_NVML_DIR, H200, gpu
+from tests.fakes import logged_samples, read_until, wait_until
 
 
 def test_fake_has_the_real_signatures():
@@ -115,12 +116,13 @@ def counter_polls(fake, monkeypatch):
     return polls
 
 
-def counter_ticks(polls):
+def counter_ticks(polls, values=13):
     """The counter's ticks from a source polling it (the state channels only: one field per
-    poll) for about a second, each with the index of the first poll that saw it."""
+    poll) until its polls saw ``values`` counter values, each with the index of the first poll
+    that saw it."""
     source = NVMLPowerSource(name="nvml", channels="state", mode="thread", interval_ms=0.5)
     source.start(SourceContext())
-    time.sleep(1.2)
+    wait_until(lambda: len({p[2] for p in polls}) >= values, f"{values} counter values")
     source.stop()
     ticks = [s for s in source.read() if s.channel == "gpu0"]
     counters = [p[2] for p in polls]
@@ -168,16 +170,6 @@ def test_a_poll_that_blocks_after_reading_a_new_tick_does_not_move_its_stamp(fak
         # one: stamped where the polls read, it comes before this poll began, whatever its stall
         # (at the polls' middles it would come a quarter of the stall after)
         assert polls[k - 2][1] < s.time_s < begun
-
-
-def read_until(source, enough, timeout_s=60.0):
-    """Read ``source`` until ``enough(samples)`` holds; the timeout only stops a hung test."""
-    samples, deadline = [], time.monotonic() + timeout_s
-    while not enough(samples):
-        assert time.monotonic() < deadline, f"only {len(samples)} samples"
-        samples.extend(source.read())
-        time.sleep(0.02)
-    return samples
 
 
 def test_sample_buffer_is_read_without_losing_samples(fake_nvml):
@@ -336,21 +328,25 @@ def test_sampler_process_stops_cleanly_and_keeps_a_raw_log(fake_nvml, tmp_path):
     fake_nvml()
     source = NVMLPowerSource(name="nvml")
     source.start(SourceContext(raw_dir=tmp_path / "raw"))
-    time.sleep(0.5)
+    path = tmp_path / "raw" / "nvml-sampler.log"
+    wait_until(lambda: sum(logged_samples(path).values()) >= 5, "5 samples in the log")
     source.stop()
-    log = (tmp_path / "raw" / "nvml-sampler.log").read_text().splitlines()
+    log = path.read_text().splitlines()
     assert log[0].startswith("C,") and log[-1].startswith("Q,")
     assert source.sampler_process.returncode == 0
-    assert len(source.read()) > 0  # samples not read before stop() are still handed over
+    # every sample the child logged, none read before stop(), is still handed over
+    assert len(source.read()) == sum(logged_samples(path).values())
 
 
 def test_samples_stay_readable_after_stop_without_a_run_directory(fake_nvml):
     fake_nvml()
     source = NVMLPowerSource(name="nvml")
     source.start(SourceContext())
-    time.sleep(0.5)
+    path = source._poll_remote.reader.path
+    both = ("gpu0", "gpu0.power_samples")
+    wait_until(lambda: all(logged_samples(path).get(c, 0) for c in both), "both channels in the log")
     source.stop()
-    assert not source._poll_remote.reader.path.exists()  # the temporary log is removed
+    assert not path.exists()  # the temporary log is removed
     assert {s.channel for s in source.read()} >= {"gpu0", "gpu0.power_samples"}
     assert source.read() == []
 

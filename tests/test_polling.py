@@ -22,7 +22,7 @@ from energyframe.core.energy import power_energy
 from energyframe.errors import PowerSourceError
 from energyframe.kit.polling import Dedup, Poller, PollingSource, Stream
 from energyframe.plugin import Channel, ClockBase, Quantity, Sample, Scope, SourceContext
-from tests.fakes import SignalSource, read_until_error
+from tests.fakes import SignalSource, logged_samples, read_until, read_until_error, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -171,13 +171,18 @@ def test_readings_for_undeclared_channels_fail_the_source():
 
 
 @pytest.mark.parametrize("mode", ["thread", "process"])
-def test_read_hands_over_what_accumulated_and_then_nothing(mode):
+def test_read_hands_over_what_accumulated_and_then_nothing(mode, tmp_path):
     source = SignalSource(name="sig", period_s=0.005, mode=mode)
-    source.start(SourceContext())
-    time.sleep(0.3)
+    source.start(SourceContext(raw_dir=tmp_path / "raw"))
+    log = tmp_path / "raw" / "sampler.log"
+
+    def taken():  # samples taken so far: counted in this process, or logged by the child
+        return 3 * source.polls if mode == "thread" else sum(logged_samples(log).values())
+
+    wait_until(lambda: taken() >= 30, "ten polls")
     source.stop()
     first = source.read()
-    assert len(first) > 20 and {s.channel for s in first} == {"sig", "sig.power", "sig.clock"}
+    assert len(first) == taken() and {s.channel for s in first} == {"sig", "sig.power", "sig.clock"}
     assert source.read() == []
     assert source.read() == []
 
@@ -202,8 +207,7 @@ def test_process_mode_runs_in_a_child_that_is_reaped_on_stop(tmp_path):
     source.start(SourceContext(raw_dir=tmp_path / "raw"))
     proc = source.sampler_process
     assert proc.pid != os.getpid() and proc.poll() is None
-    time.sleep(0.2)
-    assert source.read()
+    assert read_until(source, len)
     source.stop()
     assert proc.returncode == 0
     log = (tmp_path / "raw" / "sampler.log").read_text().splitlines()
@@ -236,7 +240,7 @@ def test_the_child_exits_when_its_parent_dies(tmp_path):
         import os, sys, time
         sys.path.insert(0, sys.argv[1])
         from energyframe.plugin import SourceContext
-        from tests.fakes import SignalSource, read_until_error
+        from tests.fakes import SignalSource, logged_samples, read_until, read_until_error, wait_until
         source = SignalSource(name="sig", mode="process")
         source.start(SourceContext())
         print(source.sampler_process.pid, flush=True)
@@ -366,6 +370,7 @@ class PDU:
     def __init__(self, watts):
         self.watts = watts
         self.body = None
+        self.served = 0  # requests answered
         pdu = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -374,6 +379,7 @@ class PDU:
                 self.send_response(200)
                 self.end_headers()
                 self.wfile.write(body)
+                pdu.served += 1
 
             def log_message(self, *args):
                 pass
@@ -405,9 +411,11 @@ def test_the_http_pdu_example_measures_what_the_pdu_serves(pdu):
     module, _ = load_example()
     source = module.HTTPPDUPowerSource(name="pdu", url=pdu.url, interval_s=0.05, averaging_s=0.05)
     channels = source.start(SourceContext())
-    time.sleep(0.5)
+    wait_until(lambda: pdu.served >= 6, "six readings")
     pdu.watts = 300.0
-    time.sleep(0.3)
+    served = pdu.served
+    # the third reply after the change was asked for once the source took in the second
+    wait_until(lambda: pdu.served >= served + 3, "three readings after the change")
     source.stop()
     samples = source.read()
     assert [c.name for c in channels] == ["pdu"] and channels[0].scope == Scope.SYSTEM_WALL
@@ -422,7 +430,7 @@ def test_the_http_pdu_example_fails_clearly(pdu):
         module.HTTPPDUPowerSource(name="pdu", url="http://127.0.0.1:1/x").start(SourceContext())
     source = module.HTTPPDUPowerSource(name="pdu", url=pdu.url, interval_s=0.05)
     source.start(SourceContext())
-    time.sleep(0.2)
+    wait_until(lambda: pdu.served >= 2, "two readings")
     pdu.body = b"<html>maintenance</html>"
     samples, error, _ = read_until_error(source)
     source.stop()
