@@ -7,6 +7,11 @@ random bound), for windows whose edges are hidden ticks, and compare with the co
 ticks: the error of a window against a truth that no model of the load made, and whether the
 stated bound holds it. Both parities of ticks are held out in turn.
 
+The truth has an error of its own: the hidden ticks' stamps. Their spread is measured on the run
+itself (``stamp_sd_s``: the ticks' robust distance from the counter's update grid), and each
+window's truth carries it at the power around its two hidden ticks; the share of windows inside
+the bound widened by that much tells a bound that is short from a truth that is noisy.
+
 What differs from a run: the estimator sees tick intervals twice as long (~200 ms), so its
 errors are those of a coarser counter, not smaller; and the hidden tick's own stamp (within
 ±2 ms, sd ~0.5 ms in steady load; ``tick_stamps.py``) is part of the truth's error: at 700 W,
@@ -26,19 +31,34 @@ from tick_stamps import grid_residual
 from energyframe.core.edges import Evidence, evidence_window
 from energyframe.core.fusion import fused_channels
 from energyframe.core.samples import SampleSeries
+from energyframe.core.stats import Z95
 
 #: windows from a hidden tick to the k-th hidden tick after it: ~200 ms and ~1 s
 SPANS = {"200 ms": 1, "1 s": 5}
 
 
+def stamp_sd_s(times_s: np.ndarray) -> float:
+    """How far the ticks' stamps spread, 1 sigma, from the run itself: 1.4826 times their median
+    distance from the counter's update grid (``tick_stamps.grid_residual``; robust, so that a
+    few late ticks do not set it). Units: s."""
+    t = np.asarray(times_s, dtype=float)
+    if t.size < 22:
+        return math.nan
+    r = grid_residual(t)
+    return float(1.4826 * np.median(np.abs(r - np.median(r))))
+
+
 def held_out(channels: Mapping, series: Mapping[str, SampleSeries], counter: str = "gpu0") -> dict[str, np.ndarray]:
-    """Per span name, an array of windows (truth, energy, bound) in J, both parities held out.
+    """Per span name, an array of windows (truth, energy, bound, the truth's own sd) in J, both
+    parities held out. The truth's sd is the hidden ticks' stamp spread (``stamp_sd_s``) at the
+    fused power around each.
 
     ``series`` are the run's placed series (each channel's timing applied), as a run fuses them.
     """
     ticks = series[counter]
     index = np.arange(len(ticks))
     resolution_s = 2.0 * float(np.median(np.diff(ticks.times_s)))
+    spread_s = stamp_sd_s(ticks.times_s)
     out: dict[str, list] = {name: [] for name in SPANS}
     for parity in (0, 1):
         kept = index % 2 != parity
@@ -49,13 +69,15 @@ def held_out(channels: Mapping, series: Mapping[str, SampleSeries], counter: str
         if counter not in results:
             continue
         evidence = Evidence.of(results[counter])
-        kept_series = fused[counter]
+        kept_series, power = fused[counter], evidence.fusion.series
         hidden_t, hidden_e = ticks.times_s[~kept], ticks.values[~kept]
+        hidden_w = np.interp(hidden_t, power.times_s, power.values)
         for name, k in SPANS.items():
             for i in range(1, hidden_t.size - k - 1):  # both edges inside the reduced ticks
                 w = evidence_window(evidence, kept_series.times_s, kept_series.values, hidden_t[i], hidden_t[i + k], resolution_s)
-                out[name].append((hidden_e[i + k] - hidden_e[i], w.energy_j, w.random_j))
-    return {name: np.array(rows, dtype=float).reshape(-1, 3) for name, rows in out.items()}
+                truth_sd = spread_s * math.hypot(hidden_w[i], hidden_w[i + k])
+                out[name].append((hidden_e[i + k] - hidden_e[i], w.energy_j, w.random_j, truth_sd))
+    return {name: np.array(rows, dtype=float).reshape(-1, 4) for name, rows in out.items()}
 
 
 def least_ratio(error: np.ndarray) -> float:
@@ -85,29 +107,40 @@ def bound_figures(error: np.ndarray, bound: np.ndarray) -> dict:
 
 def held_out_stats(windows: dict[str, np.ndarray]) -> dict[str, dict]:
     """Per span: median / max |error| %, the share inside the bound, median bound / median error,
-    and the least ratio any bound of one size could read here (``least_ratio``)."""
+    the least ratio any bound of one size could read here (``least_ratio``), and the share inside
+    the bound widened by the truth's own 95 % (its stamps; ``coverage_with_truth_stamps``)."""
     stats = {}
     for name, w in windows.items():
-        ok = np.all(np.isfinite(w), axis=1) & (w[:, 0] > 0) if w.size else np.zeros(0, bool)
+        ok = np.all(np.isfinite(w[:, :3]), axis=1) & (w[:, 0] > 0) if w.size else np.zeros(0, bool)
         if not np.any(ok):
             stats[name] = {"n": 0}
             continue
-        truth, energy, bound = w[ok].T
+        truth, energy, bound, truth_sd = w[ok].T
         error = np.abs(energy - truth)
         stats[name] = {
             "n": int(ok.sum()),
             "median_abs_pct": float(np.median(100 * error / truth)),
             "max_abs_pct": float(np.max(100 * error / truth)),
             **bound_figures(error, bound),
+            # NaN where the run has too few ticks to measure their spread
+            "coverage_with_truth_stamps": float(np.mean(error <= np.hypot(bound, Z95 * truth_sd)))
+            if np.all(np.isfinite(truth_sd))
+            else math.nan,
         }
     return stats
 
 
 def stamp_spread_ms(times_s: np.ndarray) -> dict[str, float]:
-    """How far the ticks lie from the counter's regular update grid (``tick_stamps.py``): the
-    95th and 99th percentile and the largest distance, in ms. A tick stamped late shows here."""
+    """How far the ticks lie from the counter's regular update grid (``tick_stamps.py``): their
+    robust sd (``stamp_sd_s``), the 95th and 99th percentile and the largest distance, in ms. A
+    tick stamped late shows here."""
     t = np.asarray(times_s, dtype=float)
     if t.size < 22:
-        return {"p95": math.nan, "p99": math.nan, "max": math.nan}
+        return {"sd": math.nan, "p95": math.nan, "p99": math.nan, "max": math.nan}
     a = np.abs(grid_residual(t)) * 1e3
-    return {"p95": float(np.quantile(a, 0.95)), "p99": float(np.quantile(a, 0.99)), "max": float(a.max())}
+    return {
+        "sd": 1e3 * stamp_sd_s(t),
+        "p95": float(np.quantile(a, 0.95)),
+        "p99": float(np.quantile(a, 0.99)),
+        "max": float(a.max()),
+    }

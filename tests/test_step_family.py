@@ -1,6 +1,8 @@
 """The step-family benchmark's analysis of a recorded run, on a simulated one (no GPU): the run
 is saved and read back in the real run format, with its "period" and "on" windows."""
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -100,7 +102,7 @@ def test_held_out_ticks_judge_the_default_against_the_counter_itself(recorded):
         w = windows[span]
         # every hidden tick of both parities opens a window but the first and the last few
         assert len(w) >= len(ticks) - 2 * (k + 3)
-        truth, energy, bound = w.T
+        truth, energy, bound, truth_sd = w.T
         # the truth is the counter between two hidden ticks, k kept ticks apart: a difference
         # of counter values, which is a sum of tick increments of the run's own counter
         increments = np.diff(ticks.values)
@@ -110,6 +112,11 @@ def test_held_out_ticks_judge_the_default_against_the_counter_itself(recorded):
         # and the default, from the other ticks and the samples, is close to it
         assert np.median(np.abs(energy / truth - 1)) < 0.02
         assert np.all(bound > 0)
+        # the truth's own sd: the ticks' measured stamp spread at the power of two hidden ticks,
+        # between idle's and the cap's
+        spread_s = held.stamp_sd_s(placement.series["gpu0"].times_s)
+        assert 0.0 < spread_s < 0.003
+        assert np.all(truth_sd >= spread_s * math.sqrt(2) * 50.0) and np.all(truth_sd <= spread_s * math.sqrt(2) * 760.0)
     stats = held.held_out_stats(windows)
     assert stats["200 ms"]["n"] == len(windows["200 ms"])
     assert 0.0 <= stats["1 s"]["coverage"] <= 1.0 and stats["1 s"]["median_abs_pct"] < stats["200 ms"]["median_abs_pct"]
@@ -117,6 +124,27 @@ def test_held_out_ticks_judge_the_default_against_the_counter_itself(recorded):
     assert row["held_out"] == stats
     # the simulation stamps its ticks within +-2 ms, on a cadence of 100 +- 1.5 ms
     assert row["stamps_ms"]["p95"] < 3.5 and row["stamps_ms"]["max"] < 6.0
+    assert row["stamps_ms"]["sd"] == pytest.approx(1e3 * spread_s)
+
+
+def test_the_ticks_stamp_spread_is_measured_on_the_run_and_widens_the_truth():
+    held = load_benchmark("held_out_ticks")
+    rng = np.random.default_rng(3)
+    # ticks every 100 ms stamped with a 0.5-ms jitter, and a few stamped 20 ms late that a
+    # robust spread does not follow
+    times = 0.1 * np.arange(2000) + rng.normal(0.0, 0.0005, 2000)
+    times[::200] += 0.02
+    assert held.stamp_sd_s(times) == pytest.approx(0.0005, rel=0.1)
+    assert math.isnan(held.stamp_sd_s(times[:21]))  # too few ticks for a grid
+    # windows of truth 100 J: errors of 1, 2 and 3 J, a bound of 1.5 J, the truth's sd 0 or 1 J
+    windows = {"200 ms": np.array([[100.0, 101.0, 1.5, 0.0], [100.0, 102.0, 1.5, 1.0], [100.0, 103.0, 1.5, 1.0]])}
+    stats = held.held_out_stats(windows)["200 ms"]
+    assert stats["coverage"] == pytest.approx(1 / 3)
+    # widened by 1.96 J: hypot(1.5, 1.96) = 2.47 J holds the 2-J error, not the 3-J one
+    assert stats["coverage_with_truth_stamps"] == pytest.approx(2 / 3)
+    windows["200 ms"][:, 3] = np.nan  # a spread that could not be measured leaves the rest
+    stats = held.held_out_stats(windows)["200 ms"]
+    assert stats["n"] == 3 and math.isnan(stats["coverage_with_truth_stamps"])
 
 
 def test_a_bound_sized_in_hindsight_reads_the_least_ratio():
