@@ -240,7 +240,7 @@ def test_the_child_exits_when_its_parent_dies(tmp_path):
         import os, sys, time
         sys.path.insert(0, sys.argv[1])
         from energyframe.plugin import SourceContext
-        from tests.fakes import SignalSource, logged_samples, read_until, read_until_error, wait_until
+        from tests.fakes import SignalSource, read_until_error
         source = SignalSource(name="sig", mode="process")
         source.start(SourceContext())
         print(source.sampler_process.pid, flush=True)
