@@ -47,7 +47,6 @@ def test_constant_power_gives_exact_window_energy(power_csv, tmp_path):
         assert row["energy_j"] == pytest.approx(100.0 * row["duration_s"], rel=1e-9)
         assert row["mean_power_w"] == pytest.approx(100.0, rel=1e-9)
         assert row["energy_per_iter_j"] == pytest.approx(row["energy_j"] / row["iterations"])
-        assert row["duration_s"] >= 0.15 * 0.9  # calibrated to the minimum window, with a margin
         assert row["end_s"] - row["start_s"] == pytest.approx(row["duration_s"], abs=1e-5)
         assert row["flags"] == ""
     s = result.summary("matmul-64", "replay")
