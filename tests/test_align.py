@@ -23,6 +23,25 @@ def test_lag_is_recovered_within_one_sample(lag):
     assert estimate.correlation > 0.95
 
 
+def test_a_short_run_is_not_aligned_on_a_few_samples():
+    # 2.4 s of a 0.7-s square wave; a 10-Hz meter 0.3 s behind, whose records reach the host up
+    # to ~50 ms late (a loaded machine). Lags a period or two away keep 9-14 of the 22 samples
+    # against the reference, and their correlation can beat the true lag's by chance: before
+    # lags were scored only on most of the samples, 2 of these 60 runs took one
+    def power(t):
+        return np.where(t % 0.7 < 0.35, 100.0, 400.0)
+
+    reference_t = np.arange(0.0, 2.4, 0.01)
+    ends = np.arange(1, 24) * 0.1  # each record the mean of the 0.1 s before it
+    means = np.array([power(np.linspace(e - 0.1, e, 21)).mean() for e in ends])
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        meter_w = means + rng.normal(0.0, 1.0, ends.size)
+        meter_t = ends + 0.3 + np.abs(rng.normal(0.0, 0.02, ends.size))
+        estimate = estimate_lag(reference_t, power(reference_t), meter_t, meter_w, 0.1)
+        assert abs(estimate.lag_s - 0.3) <= 0.1, seed  # within one sample
+
+
 def test_drift_is_recovered_from_pulses_at_both_ends():
     duration = 600.0
     profile = combined(

@@ -33,6 +33,9 @@ TIE = 0.02
 #: lags searched, and the grid they are searched on. Units: s.
 MAX_LAG_S = 10.0
 LAG_STEP_S = 0.02
+#: a lag is scored only where at least this share of the meter's samples, of the most any lag
+#: keeps, lie against the reference
+MIN_OVERLAP_SHARE = 0.75
 #: a drift is estimated only over runs at least this long, with both ends aligned well. Units: s.
 MIN_DRIFT_SPAN_S = 60.0
 
@@ -88,10 +91,18 @@ def estimate_lag(
     grid, cum = _cumulative(ref_t, ref_p, min(step_s, interval_s / 10))
     lags = np.arange(-max_lag_s, max_lag_s + step_s / 2, step_s)
     scores = np.full(lags.size, np.nan)
+    # per lag, the meter's samples whose interval lies against the reference (t - lag inside it)
+    ordered = np.sort(t)
+    overlap = np.searchsorted(ordered, grid[-1] + lags, side="right") - np.searchsorted(
+        ordered, grid[0] + interval_s + lags, side="left"
+    )
+    # a lag that leaves most of the meter's samples outside the reference rests on a few
+    # samples, whose correlation can beat the true lag's by chance (a short run, a periodic load)
+    enough = np.maximum(3, MIN_OVERLAP_SHARE * overlap.max())
     for i, lag in enumerate(lags):
         ends = t - lag
         inside = (ends - interval_s >= grid[0]) & (ends <= grid[-1])
-        if inside.sum() < 3:
+        if overlap[i] < enough:
             continue
         predicted = _averages(grid, cum, ends[inside], interval_s)
         observed = p[inside]
