@@ -42,9 +42,12 @@ def stamp_sd_s(times_s: np.ndarray) -> float:
     distance from the counter's update grid (``tick_stamps.grid_residual``; robust, so that a
     few late ticks do not set it). Units: s."""
     t = np.asarray(times_s, dtype=float)
-    if t.size < 22:
-        return math.nan
-    r = grid_residual(t)
+    return _robust_sd(grid_residual(t)) if t.size >= 22 else math.nan
+
+
+def _robust_sd(r: np.ndarray) -> float:
+    """1.4826 times the median absolute deviation: the sd of a normal spread, not moved by a
+    few outliers."""
     return float(1.4826 * np.median(np.abs(r - np.median(r))))
 
 
@@ -137,9 +140,10 @@ def stamp_spread_ms(times_s: np.ndarray) -> dict[str, float]:
     t = np.asarray(times_s, dtype=float)
     if t.size < 22:
         return {"sd": math.nan, "p95": math.nan, "p99": math.nan, "max": math.nan}
-    a = np.abs(grid_residual(t)) * 1e3
+    r = grid_residual(t)
+    a = np.abs(r) * 1e3
     return {
-        "sd": 1e3 * stamp_sd_s(t),
+        "sd": 1e3 * _robust_sd(r),
         "p95": float(np.quantile(a, 0.95)),
         "p99": float(np.quantile(a, 0.99)),
         "max": float(a.max()),

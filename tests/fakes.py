@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
 from energyframe.errors import PowerSourceError
 from energyframe.kit.polling import PollingSource, mode_option
+from energyframe.kit.sampler import LineReader
 from energyframe.options import Option
 from energyframe.plugin import (
     Channel,
@@ -157,25 +158,26 @@ def read_until(source, enough, timeout_s: float = 60.0) -> list:
     """Read ``source`` until ``enough(samples)`` holds for all it handed over; the timeout only
     stops a hung test."""
     samples: list = []
-    deadline = time.monotonic() + timeout_s
-    while not enough(samples):
-        assert time.monotonic() < deadline, f"only {len(samples)} samples within {timeout_s} s"
+
+    def enough_now() -> bool:
+        if enough(samples):
+            return True
         samples.extend(source.read())
-        time.sleep(0.01)
+        return False
+
+    wait_until(enough_now, f"enough samples from {source.name!r}", timeout_s)
     return samples
 
 
-def logged_samples(log: Path) -> dict[str, int]:
-    """How many samples a sampler child's line log holds per channel (complete lines only): what
-    a test can watch in process mode without reading the source."""
-    lines = log.read_text().split("\n")[:-1] if log.exists() else []
-    if not lines or not lines[0].startswith("C,"):
-        return {}
-    names = [c["name"] for c in json.loads(lines[0][2:])["channels"]]
-    counts = dict.fromkeys(names, 0)
-    for line in lines[1:]:
-        if line.startswith("S,"):
-            counts[names[int(line.split(",", 2)[1])]] += 1
+def logged_samples(log: Path) -> Counter:
+    """How many samples a sampler child's line log holds per channel, read by the parent's own
+    parser (``sampler.LineReader``; complete lines only): what a test can watch in process mode
+    without reading the source."""
+    counts: Counter = Counter()
+    if log.exists():
+        reader = LineReader(log)
+        while reader.parse_pending():
+            counts.update(s.channel for s in reader.parse())
     return counts
 
 

@@ -116,13 +116,13 @@ def counter_polls(fake, monkeypatch):
     return polls
 
 
-def counter_ticks(polls, values=13):
+def counter_ticks(polls):
     """The counter's ticks from a source polling it (the state channels only: one field per
-    poll) until its polls saw ``values`` counter values, each with the index of the first poll
-    that saw it."""
+    poll) until its polls saw 13 counter values, each with the index of the first poll that saw
+    it."""
     source = NVMLPowerSource(name="nvml", channels="state", mode="thread", interval_ms=0.5)
     source.start(SourceContext())
-    wait_until(lambda: len({p[2] for p in polls}) >= values, f"{values} counter values")
+    wait_until(lambda: len({p[2] for p in polls}) >= 13, "13 counter values")
     source.stop()
     ticks = [s for s in source.read() if s.channel == "gpu0"]
     counters = [p[2] for p in polls]

@@ -100,10 +100,10 @@ def estimate_lag(
     # samples, whose correlation can beat the true lag's by chance (a short run, a periodic load)
     enough = np.maximum(3, MIN_OVERLAP_SHARE * overlap.max())
     for i, lag in enumerate(lags):
-        ends = t - lag
-        inside = (ends - interval_s >= grid[0]) & (ends <= grid[-1])
         if overlap[i] < enough:
             continue
+        ends = t - lag
+        inside = (ends - interval_s >= grid[0]) & (ends <= grid[-1])
         predicted = _averages(grid, cum, ends[inside], interval_s)
         observed = p[inside]
         if np.std(predicted) == 0 or np.std(observed) == 0:
