@@ -99,6 +99,30 @@ def test_steady_power_is_measured_on_every_channel(fake_nvml, mode):
     assert [g["uuid"] for g in info["gpus"]][0] == H200
 
 
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_a_starved_pollers_late_ticks_flag_the_windows_beside_them(fake_nvml, tmp_path, mode):
+    # a host short of CPU keeps the poller away for 40 ms right after it read the old value of
+    # every fourth tick: the tick is stamped ~20 ms late. The windows with such a tick beside an
+    # edge say so, and their bound holds the truth (constant power: 700 W times the duration)
+    log = tmp_path / "starved.txt"
+    scenario = fake_nvml([gpu(starve={"every": 4, "stall_s": 0.04, "log": str(log)})])
+    result = run_windows(NVMLPowerSource(name="nvml", mode=mode, channels="samples"), windows=8, seconds=0.35)
+    starved = {round(float(line) / 0.1) for line in log.read_text().split()}
+    assert len(starved) >= 3
+    w = result.windows[result.windows["channel"] == "gpu0"]
+    beside = 0
+    for row in w.itertuples():
+        edges = [(t - scenario["t0_wall"]) / 0.1 for t in (row.start_s, row.end_s)]
+        ticks = {k for e in edges for k in (math.floor(e), math.floor(e) + 1)}
+        if not ticks & starved:
+            continue
+        beside += 1
+        assert "tick_off_grid" in row.flags and row.tick_off_grid_ms > 15.0
+        assert abs(row.energy_j - 700.0 * row.duration_s) <= row.energy_bound_j
+    assert beside >= 2
+    assert any(m.startswith("gpu0: ") and "off the counter's update grid" in m for m in result.meta["warnings"])
+
+
 def counter_polls(fake, monkeypatch):
     """Record every poll of the counter alone as it is made: (monotonic before the call, after
     it, the counter in mJ). Returns the list, filled while the source runs."""

@@ -24,6 +24,8 @@ from .energy import (
 from .fusion import FUSED_SUFFIX
 from .samples import DUPLICATE, IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, STEPPED, SampleSeries
 from .stats import Spread
+from .tickgrid import COLUMN as OFF_GRID_COLUMN
+from .tickgrid import TICK_OFF_GRID, TickGrid
 from .uncertainty import Bound, median_ci_j, summary_bound, systematic_j
 
 WINDOW_COLUMNS = [
@@ -187,6 +189,7 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
     idle = idle or {}
     rejected = rejected or {}
     integrable = [c for c in channels.values() if c.integrable]
+    grids = tick_grids(channels, series)
     rows = []
     for w in records:
         base = {
@@ -203,6 +206,11 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
             continue
         for channel in integrable:
             we = channel_energy(channel, series, w.start_s, w.end_s, evidence)
+            off_grid_ms = math.nan
+            if channel.name in grids:
+                counter, grid = grids[channel.name]
+                ticks = series[counter]
+                we, off_grid_ms = grid.widen(we, ticks.times_s, ticks.values, w.start_s, w.end_s)
             flags = list(we.flags)
             if channel.name in rejected:
                 for flag in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s):
@@ -218,6 +226,8 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
                 "energy_per_iter_j": we.energy_j / w.iterations if w.iterations else math.nan,
                 **_bound_columns(channel, we, w.duration_s),
             }
+            if math.isfinite(off_grid_ms):
+                row[OFF_GRID_COLUMN] = off_grid_ms
             baseline = idle.get(channel.name)
             if baseline is not None:
                 dynamic = we.energy_j - baseline.power_w * w.duration_s
@@ -240,6 +250,44 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
             frame[column] = math.nan if column not in TEXT_COLUMNS else ""
     extra = [c for c in frame.columns if c not in WINDOW_COLUMNS]
     return frame[WINDOW_COLUMNS + extra]
+
+
+def tick_grids(
+    channels: Mapping[str, Channel], series: Mapping[str, SampleSeries]
+) -> dict[str, tuple[str, TickGrid]]:
+    """Per channel whose windows interpolate between a counter's ticks (the counter, and its
+    fused power), that counter and its ticks' grid, where the check can tell (``tickgrid.py``)."""
+    grids: dict[str, TickGrid] = {}
+    for name, channel in channels.items():
+        if channel.quantity == Quantity.ENERGY and name in series:
+            grid = TickGrid.check(series[name].times_s)
+            if grid is not None:
+                grids[name] = grid
+    out = {name: (name, grid) for name, grid in grids.items()}
+    for name in channels:
+        counter = name[: -len(FUSED_SUFFIX) - 1] if name.endswith("." + FUSED_SUFFIX) else None
+        if counter is not None and counter in grids:
+            out[name] = (counter, grids[counter])
+    return out
+
+
+def off_grid_warnings(windows: pd.DataFrame) -> list[str]:
+    """Per counter with windows flagged ``tick_off_grid``, what happened, in one sentence (its
+    fused power's windows carry the same flag)."""
+    if windows.empty or OFF_GRID_COLUMN not in windows.columns:
+        return []
+    out = []
+    flagged = windows[windows[OFF_GRID_COLUMN].notna()]
+    for channel, group in flagged.groupby("channel", sort=False):
+        if str(channel).endswith("." + FUSED_SUFFIX):
+            continue
+        out.append(
+            f"{channel}: {len(group)} window(s) have a counter tick beside an edge stamped up to "
+            f"{float(group[OFF_GRID_COLUMN].max()):.0f} ms off the counter's update grid: the poller saw the "
+            f"change late (a host short of CPU?); flagged {TICK_OFF_GRID}, their bounds take that distance "
+            "as the stamp's error"
+        )
+    return out
 
 
 def idle_warnings(windows: pd.DataFrame, idle: Mapping[str, IdleBaseline]) -> list[str]:

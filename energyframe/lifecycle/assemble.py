@@ -33,6 +33,7 @@ from ..core.samples import DUPLICATE, SampleSeries
 from ..core.windows import (
     IdleBaseline,
     idle_warnings,
+    off_grid_warnings,
     summarize,
 )
 from ..errors import StoreError
@@ -171,7 +172,7 @@ def assemble(
     annotate = source_annotator(recording, placement.series, warn)
     windows, idle = integrate(recording, placement, annotate)
     windows = flag_windows(windows, recording.interrupted, INTERRUPTED)
-    for message in idle_warnings(windows, idle):
+    for message in [*idle_warnings(windows, idle), *off_grid_warnings(windows)]:
         warn(message)
     summaries = tuple(summarize(windows, recording.work))
     full_meta = {**meta, **placement_meta(placement, idle, recording)}

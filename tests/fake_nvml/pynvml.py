@@ -233,9 +233,28 @@ def _value(kind, number):
     )
 
 
+def _starve(handle, now):
+    """How long a host short of CPU keeps the poller away after this read (``starve``: the
+    read just before every ``every``-th tick, ``lead_s`` or less before it, is followed by
+    ``stall_s`` without a poll; each starved tick is logged to ``log``, seconds since t0)."""
+    starve = handle.spec.get("starve")
+    if not starve or handle.rec_t is not None:
+        return 0.0
+    k = int((now - handle.t0) // handle.period) + 1  # the next tick
+    due = handle.t0 + k * handle.period - now
+    if k % starve["every"] or due > starve.get("lead_s", 0.004) or getattr(handle, "starved_tick", None) == k:
+        return 0.0
+    handle.starved_tick = k
+    if starve.get("log"):
+        with open(starve["log"], "a") as f:
+            f.write(f"{k * handle.period!r}\n")
+    return starve["stall_s"]
+
+
 def nvmlDeviceGetFieldValues(handle, fieldIds):
     # as on an H100: the values are read as the call begins, then the call takes its time, and
-    # a call that sees a new counter value may block for longer (``field_stall_s``)
+    # a call that sees a new counter value may block for longer (``field_stall_s``); a starved
+    # poller comes back late (``starve``)
     now = time.time()
     cost = handle.spec.get("field_cost_s", 0.001)
     try:
@@ -249,6 +268,7 @@ def nvmlDeviceGetFieldValues(handle, fieldIds):
         if getattr(handle, "last_read_mj", counter[0]) != counter[0]:
             stall = handle.spec.get("field_stall_s", 0.0)
         handle.last_read_mj = counter[0]
+        stall += _starve(handle, now)
     time.sleep(cost + stall)
     return out
 
