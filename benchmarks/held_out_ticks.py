@@ -32,6 +32,7 @@ from energyframe.core.edges import Evidence, evidence_window
 from energyframe.core.fusion import fused_channels
 from energyframe.core.samples import SampleSeries
 from energyframe.core.stats import Z95
+from energyframe.core.tickgrid import robust_sd
 
 #: windows from a hidden tick to the k-th hidden tick after it: ~200 ms and ~1 s
 SPANS = {"200 ms": 1, "1 s": 5}
@@ -42,13 +43,7 @@ def stamp_sd_s(times_s: np.ndarray) -> float:
     distance from the counter's update grid (``tick_stamps.grid_residual``; robust, so that a
     few late ticks do not set it). Units: s."""
     t = np.asarray(times_s, dtype=float)
-    return _robust_sd(grid_residual(t)) if t.size >= 22 else math.nan
-
-
-def _robust_sd(r: np.ndarray) -> float:
-    """1.4826 times the median absolute deviation: the sd of a normal spread, not moved by a
-    few outliers."""
-    return float(1.4826 * np.median(np.abs(r - np.median(r))))
+    return robust_sd(grid_residual(t)) if t.size >= 22 else math.nan
 
 
 def held_out(channels: Mapping, series: Mapping[str, SampleSeries], counter: str = "gpu0") -> dict[str, np.ndarray]:
@@ -143,7 +138,7 @@ def stamp_spread_ms(times_s: np.ndarray) -> dict[str, float]:
     r = grid_residual(t)
     a = np.abs(r) * 1e3
     return {
-        "sd": 1e3 * _robust_sd(r),
+        "sd": 1e3 * robust_sd(r),
         "p95": float(np.quantile(a, 0.95)),
         "p99": float(np.quantile(a, 0.99)),
         "max": float(a.max()),

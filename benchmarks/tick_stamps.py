@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from energyframe.core.tickgrid import grid_residual_s
+
 FIELDS = (83, 186, 185)  # total energy, instant power, 1-s average power: one call, as the sampler
 
 
@@ -117,15 +119,9 @@ def record(gpu: int, seconds: float, out: Path) -> None:
 
 def grid_residual(t: np.ndarray, half: int = 10) -> np.ndarray:
     """Each tick's distance from a regular grid fitted through its ``half`` neighbours either
-    side (robust: median period and phase). Units: s."""
-    d = np.diff(t)
-    n = np.concatenate([[0.0], np.cumsum(np.maximum(np.round(d / np.median(d)), 1.0))])
-    r = np.zeros(t.size)
-    for i in range(t.size):
-        lo, hi = max(0, i - half), min(t.size, i + half + 1)
-        local = np.median(np.diff(t[lo:hi]) / np.diff(n[lo:hi]))
-        r[i] = t[i] - np.median(t[lo:hi] - local * (n[lo:hi] - n[i]))
-    return r
+    side (robust: median period and phase; the product's check, ``core/tickgrid.py``, with a
+    wider neighbourhood). Units: s."""
+    return grid_residual_s(t, half)
 
 
 def ticks(rows: np.ndarray, start_s: float, end_s: float) -> dict[str, np.ndarray]:
