@@ -1,11 +1,15 @@
 """The GPU power sources on a real NVIDIA GPU (``pytest -m gpu`` on a GPU machine)."""
 
+import os
+import signal
+import threading
 import time
 
 import numpy as np
 import pytest
 
 import energyframe as ef
+from energyframe.core.tickgrid import TICK_OFF_GRID, TickGrid
 from energyframe.power.nvidia_smi import NvidiaSmiPowerSource
 from energyframe.power.nvml import NVMLPowerSource
 
@@ -122,3 +126,52 @@ def test_nvml_package_in_both_modes(gemm, mode):
         assert source.sampler_process is not None and source.sampler_process.returncode == 0
     else:
         assert source.sampler_process is None
+
+
+def test_a_sampler_kept_from_the_cpu_flags_its_late_ticks_and_a_free_one_none(gemm):
+    # a free sampler: on a steady load its ticks lie on the counter's update grid, no window flagged
+    free = steady_windows([NVMLPowerSource(name="nvml", gpus="0")], gemm, seconds=0.35, windows=12)
+    grid = TickGrid.check(free.samples[free.samples["channel"] == "gpu0"]["time_s"].to_numpy())
+    assert grid is not None and not grid.off.any()
+    assert not any(TICK_OFF_GRID in f for f in by_channel(free, "gpu0")["flags"])
+    # the sampler child stopped for 60 ms every ~0.3 s, as a host short of CPU would: a tick that
+    # falls in a stop is stamped in its middle, up to 30 ms off
+    source = NVMLPowerSource(name="nvml", gpus="0")
+    n, done = int(0.35 / 0.00167), threading.Event()
+    with ef.measure(power=[source], sync=torch.cuda.synchronize) as m:
+        pid = source.sampler_process.pid
+
+        def starve():
+            while not done.wait(0.23):
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(0.06)
+                os.kill(pid, signal.SIGCONT)
+
+        stopper = threading.Thread(target=starve, daemon=True)
+        for _ in range(int(1.0 / 0.00167)):
+            gemm()
+        stopper.start()
+        try:
+            for _ in range(24):
+                with m.window("steady", iterations=n):
+                    for _ in range(n):
+                        gemm()
+        finally:
+            done.set()
+            stopper.join()
+    w = by_channel(m.result, "gpu0")
+    flagged = w[w["flags"].map(lambda f: TICK_OFF_GRID in f)]
+    # the truth of a steady window: the run's mean power (over all windows at once, where a
+    # stamp's error moves only the two outer edges) times its duration
+    power_w = w["energy_j"].sum() / w["duration_s"].sum()
+    error = (flagged["energy_j"] - power_w * flagged["duration_s"]).abs()
+    inside = float((error <= flagged["energy_bound_j"]).mean()) if len(flagged) else float("nan")
+    print(
+        f"\nstarved sampler: {len(flagged)} of {len(w)} windows flagged, farthest "
+        f"{flagged['tick_off_grid_ms'].max():.1f} ms; error {100 * (error / (power_w * flagged['duration_s'])).median():.2f} % "
+        f"median; {100 * inside:.0f} % inside the bound (median {flagged['energy_bound_pct'].median():.2f} %); "
+        f"unflagged bound median {w.drop(flagged.index)['energy_bound_pct'].median():.2f} %"
+    )
+    assert len(flagged) >= 2 and (flagged["tick_off_grid_ms"] > 15.0).all()
+    assert inside >= 0.8
+    assert any(s.startswith("gpu0: ") and "update grid" in s for s in m.result.meta["warnings"])
