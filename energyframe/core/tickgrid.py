@@ -90,18 +90,19 @@ class TickGrid:
 
     Args:
         residual_s: each tick's signed distance from the grid. Units: s.
+        off: per tick, whether it lies off the grid (more than ``OFF_GRID_S``).
         spread_s: the ticks' robust sd about the grid. Units: s.
         period_s: the grid's median period. Units: s.
     """
 
     residual_s: np.ndarray
+    off: np.ndarray
     spread_s: float
     period_s: float
 
     @property
-    def off(self) -> np.ndarray:
-        """Per tick, whether it lies off the grid."""
-        return np.abs(self.residual_s) > OFF_GRID_S
+    def any_off(self) -> bool:
+        return bool(self.off.any())
 
     @classmethod
     def check(cls, times_s: np.ndarray) -> TickGrid | None:
@@ -118,14 +119,14 @@ class TickGrid:
         spread = robust_sd(r)
         if not spread <= REGULAR_SD_S:
             return None
-        return cls(r, spread, period)
+        return cls(r, np.abs(r) > OFF_GRID_S, spread, period)
 
     def widen(self, we: WindowEnergy, ticks_s: np.ndarray, counter_j: np.ndarray, start_s: float, end_s: float):
         """``we`` with the flag and the wider bound where a tick beside an edge is off the grid:
         each such tick's distance taken as one sd of its stamp's error, at the interval's power,
         in the share the interpolation carries to the edge. Returns ``(we, farthest_ms)``
         (``farthest_ms`` NaN where no tick is off)."""
-        if ticks_s.size < 2 or not math.isfinite(we.energy_j):
+        if not self.any_off or ticks_s.size < 2 or not math.isfinite(we.energy_j):
             return we, math.nan
         off = self.off
         extra2, farthest = 0.0, 0.0
