@@ -32,7 +32,7 @@ from energyframe.core.edges import Evidence, evidence_window
 from energyframe.core.fusion import fused_channels
 from energyframe.core.samples import SampleSeries
 from energyframe.core.stats import Z95
-from energyframe.core.tickgrid import robust_sd
+from energyframe.core.tickgrid import TickGrid, robust_sd
 
 #: windows from a hidden tick to the k-th hidden tick after it: ~200 ms and ~1 s
 SPANS = {"200 ms": 1, "1 s": 5}
@@ -68,11 +68,14 @@ def held_out(channels: Mapping, series: Mapping[str, SampleSeries], counter: str
             continue
         evidence = Evidence.of(results[counter])
         kept_series, power = fused[counter], evidence.fusion.series
+        grid = TickGrid.check(kept_series.times_s)  # as a run checks its counter's ticks
         hidden_t, hidden_e = ticks.times_s[~kept], ticks.values[~kept]
         hidden_w = np.interp(hidden_t, power.times_s, power.values)
         for name, k in SPANS.items():
             for i in range(1, hidden_t.size - k - 1):  # both edges inside the reduced ticks
                 w = evidence_window(evidence, kept_series.times_s, kept_series.values, hidden_t[i], hidden_t[i + k], resolution_s)
+                if grid is not None:
+                    w = grid.widen(w, kept_series.times_s, kept_series.values, hidden_t[i], hidden_t[i + k])
                 truth_sd = spread_s * math.hypot(hidden_w[i], hidden_w[i + k])
                 out[name].append((hidden_e[i + k] - hidden_e[i], w.energy_j, w.random_j, truth_sd))
     return {name: np.array(rows, dtype=float).reshape(-1, 4) for name, rows in out.items()}

@@ -465,19 +465,20 @@ def held_out_row(run_dir: Path) -> dict:
 
 def recomputed(result, rows):
     """``rows`` (the gpu0 windows) with energy, random bound, estimator and flags as this
-    checkout computes them from the run's samples: placed as a run places them, fused, and
-    each edge's estimator chosen by the evidence."""
-    from energyframe.core.edges import evidence_window
+    checkout computes them from the run's samples: placed as a run places them, fused, each
+    edge's estimator chosen by the evidence, the counter's ticks checked against their grid."""
     from energyframe.core.pipeline import add_fused_power
+    from energyframe.core.windows import channel_energy, tick_grids
 
     run, recording, placement = placed(result)
-    # the run's own steps: each channel's timing applied, then the fused channel and its evidence
+    # the run's own steps: each channel's timing applied, then the fused channel and its evidence,
+    # each edge's estimator chosen by it, and the stamps' errors the counter's grid shows
     recording, placement, _ = add_fused_power(recording, placement, print)
-    evidence, counter = placement.evidence["gpu0"], placement.series["gpu0"]
-    resolution = run.channels["gpu0"].resolution_s
+    grids = tick_grids(recording.channels, placement.series)
+    channel = recording.channels["gpu0"]
     rows = rows.copy()
     for index, (a, b) in zip(rows.index, rows[["start_s", "end_s"]].to_numpy(float)):
-        w = evidence_window(evidence, counter.times_s, counter.values, a, b, resolution)
+        w = channel_energy(channel, placement.series, a, b, placement.evidence, grids)
         rows.loc[index, ["energy_j", "energy_random_j"]] = [w.energy_j, w.random_j]
         rows.loc[index, "estimator"] = w.estimator
         rows.loc[index, "flags"] = ";".join(w.flags)

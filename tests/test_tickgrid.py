@@ -1,7 +1,6 @@
 """Counter ticks stamped off the counter's update grid (``core/tickgrid.py``): found, flagged, and
 counted in the window's bound; never claimed where the ticks show no grid."""
 
-import math
 
 import numpy as np
 import pytest
@@ -10,7 +9,16 @@ from energyframe.core.clock import ClockModel, ClockPair
 from energyframe.core.edges import Evidence, evidence_window
 from energyframe.core.fusion import ShapeSeries, fuse
 from energyframe.core.samples import SampleSeries
-from energyframe.core.tickgrid import COLUMN, OFF_GRID_S, TICK_OFF_GRID, TickGrid, grid_residual_s
+from energyframe.core.tickgrid import (
+    COLUMN,
+    IRREGULAR_TICKS,
+    OFF_GRID_S,
+    REGULAR_SD_S,
+    SPREAD_COLUMN,
+    TICK_OFF_GRID,
+    TickGrid,
+    grid_residual_s,
+)
 from energyframe.core.windows import WindowRecord, compute_windows, off_grid_warnings
 from energyframe.model import Channel, Quantity, Scope
 
@@ -42,14 +50,21 @@ def test_a_skipped_update_is_a_whole_period_not_a_late_tick():
     assert grid is not None and not grid.off.any()
 
 
-def test_ticks_that_show_no_grid_are_not_judged():
-    rng = np.random.default_rng(3)
-    assert TickGrid.check(np.cumsum(rng.uniform(0.06, 0.14, 60))) is None  # no clock of its own
+def test_ticks_too_few_or_too_fast_for_a_grid_are_not_judged():
     assert TickGrid.check(grid_ticks(n=7)[1]) is None  # too few ticks to fit a grid
     assert TickGrid.check(grid_ticks(n=7)[1][:0]) is None
     # a counter updating every 1 ms: a tick 15 ms late would sit on another grid point
     assert TickGrid.check(grid_ticks(period_s=0.001, jitter_s=0.0)[1]) is None
-    assert TickGrid.check(grid_ticks(n=8)[1]) is not None  # the fewest it checks
+    grid = TickGrid.check(grid_ticks(n=8)[1])  # the fewest it checks
+    assert grid is not None and grid.regular and not grid.counts
+
+
+def test_ticks_without_a_regular_grid_give_every_stamp_their_spread():
+    rng = np.random.default_rng(3)
+    grid = TickGrid.check(np.cumsum(rng.uniform(0.06, 0.14, 60)))  # no update clock, or a late poller
+    assert grid is not None and not grid.regular and grid.spread_s > REGULAR_SD_S
+    assert not grid.off.any()  # no tick can be told from the rest
+    assert np.all(grid.error_s == grid.spread_s)
 
 
 def test_the_residual_of_the_ends_uses_the_neighbours_there():
@@ -62,33 +77,56 @@ def test_the_residual_of_the_ends_uses_the_neighbours_there():
 
 def window_of(stamps, true, start_s, end_s):
     """A constant load's window on the counter over the stamped ticks, with 20-ms samples
-    beside it as NVML gives them (``edges.py``); the checked window; the truth."""
+    beside it as NVML gives them (``edges.py``); the checked one; the truth."""
     counter_j = POWER_W * (true - true[0])
     u = np.arange(true[0], true[-1], 0.02)
     noise = np.random.default_rng(9).normal(0.0, 2.0, u.size)
     fusion = fuse(stamps, counter_j, [ShapeSeries("buffer", u, POWER_W + noise, 0.02, "point")])
     we = evidence_window(Evidence.of(fusion), stamps, counter_j, start_s, end_s, PERIOD_S)
-    widened, farthest_ms = TickGrid.check(stamps).widen(we, stamps, counter_j, start_s, end_s)
-    return we, widened, farthest_ms, POWER_W * (end_s - start_s)
+    checked = TickGrid.check(stamps).widen(we, stamps, counter_j, start_s, end_s)
+    return we, checked, POWER_W * (end_s - start_s)
 
 
 def test_a_window_beside_a_late_tick_is_flagged_and_its_bound_holds_the_truth():
     true, stamps = grid_ticks(jitter_s=0.0005)
     stamps[20] += 0.019  # the tick after the window's start
     start, end = true[19] + 0.05, true[23] + 0.05
-    we, widened, farthest_ms, truth = window_of(stamps, true, start, end)
+    we, checked, truth = window_of(stamps, true, start, end)
     assert abs(we.energy_j - truth) > we.random_j  # the plain bound misses: 19 ms at 700 W
-    assert TICK_OFF_GRID in widened.flags and TICK_OFF_GRID not in we.flags
-    assert farthest_ms == pytest.approx(19.0, abs=1.5)
-    assert abs(widened.energy_j - truth) <= widened.random_j  # the energy stays, the bound holds it
-    assert widened.energy_j == we.energy_j and widened.random_j > we.random_j
+    assert TICK_OFF_GRID in checked.flags and TICK_OFF_GRID not in we.flags
+    assert checked.columns[COLUMN] == pytest.approx(19.0, abs=1.5)
+    assert abs(checked.energy_j - truth) <= checked.random_j  # the energy stays, the bound holds it
+    assert checked.energy_j == we.energy_j and checked.random_j > we.random_j
+
+
+def test_a_tick_a_little_off_widens_the_bound_without_a_flag():
+    true, stamps = grid_ticks(jitter_s=0.0005)
+    stamps[20] += 0.009  # beyond a freely polled tick's 5 ms, short of a starved one's 15
+    start, end = true[19] + 0.05, true[23] + 0.05
+    we, checked, truth = window_of(stamps, true, start, end)
+    assert abs(we.energy_j - truth) > we.random_j
+    assert checked.flags == we.flags and not checked.columns
+    assert we.random_j < abs(checked.energy_j - truth) <= checked.random_j
 
 
 def test_a_window_away_from_late_ticks_is_left_as_it_was():
     true, stamps = grid_ticks()
     stamps[40] += 0.02
-    we, widened, farthest_ms, _ = window_of(stamps, true, true[10] + 0.03, true[15] + 0.07)
-    assert widened == we and math.isnan(farthest_ms)
+    we, checked, _ = window_of(stamps, true, true[10] + 0.03, true[15] + 0.07)
+    assert checked == we
+
+
+def test_windows_on_irregular_ticks_are_flagged_and_their_bounds_hold_the_truth():
+    # a poller late at most ticks: every stamp up to 12 ms off, none far enough to tell alone
+    true, stamps = grid_ticks(n=120, jitter_s=0.012, seed=4)
+    rng = np.random.default_rng(6)
+    inside = []
+    for i in rng.integers(2, 110, 60):
+        start, end = true[i] + rng.uniform(0, 0.1), true[i + 3] + rng.uniform(0, 0.1)
+        we, checked, truth = window_of(stamps, true, start, end)
+        assert IRREGULAR_TICKS in checked.flags and checked.columns[SPREAD_COLUMN] > 3.0
+        inside.append(abs(checked.energy_j - truth) <= checked.random_j)
+    assert np.mean(inside) >= 0.95
 
 
 def test_windows_csv_flags_the_counter_and_its_fused_power_and_the_run_warns():
@@ -122,5 +160,5 @@ def test_the_threshold_lies_above_a_normal_pollers_spread():
     true, stamps = grid_ticks(n=400, jitter_s=0.003, seed=5)
     stamps[::37] += 0.0116
     grid = TickGrid.check(stamps)
-    assert grid is not None and not grid.off.any()
+    assert grid is not None and grid.regular and not grid.off.any()
     assert OFF_GRID_S > 0.0116

@@ -20,7 +20,8 @@ held for several update periods while its samples kept coming is ``stuck_counter
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -65,12 +66,15 @@ class WindowEnergy:
         estimator: how the energy was read (``counter``, ``power``, or per edge for a counter
             with fine samples beside it: ``fused``, ``counter/fused``...).
         random_j: the 95 % bound of what varies window to window (``uncertainty.py``).
+        columns: windows.csv columns the estimate adds (how far a counter's tick beside an edge
+            lies from its update grid, ``tickgrid.py``).
     """
 
     energy_j: float
     flags: tuple[str, ...] = ()
     estimator: str = ""
     random_j: float = math.nan
+    columns: Mapping[str, float] = field(default_factory=dict)
 
 
 def _bracket(times: np.ndarray, start_s: float, end_s: float) -> tuple[int, int] | None:

@@ -9,17 +9,24 @@ the stall, the tick is stamped in its middle, and a window edge interpolated bes
 the power times the error (16 ms at 700 W is 11 J). Nothing else in the record shows it.
 
 So each tick's distance from the grid fitted through its neighbours (robust: median period and
-phase) is checked. A tick farther than ``OFF_GRID_S`` is off the grid; a window with such a tick
-beside an edge is flagged ``tick_off_grid`` and its bound takes the distance as the stamp's error
-(``widen``). The check applies only where it can tell: enough ticks, a grid regular to within
-``REGULAR_SD_S``, and a period long enough that a tick ``OFF_GRID_S`` off is still nearest its
-own place on the grid.
+phase) is checked, where enough ticks come at a period long enough that a tick ``OFF_GRID_S``
+off is still nearest its own place on the grid:
+
+- on a regular grid (a robust spread of at most ``REGULAR_SD_S``), a tick farther than
+  ``WIDEN_S`` counts its distance as one sd of its stamp's error in the bound of a window with
+  that tick beside an edge; farther than ``OFF_GRID_S``, the window is also flagged
+  ``tick_off_grid``;
+- on an irregular one (a poller late at most ticks, or a counter without an update clock of its
+  own), every stamp's error is the spread, and every window is flagged ``irregular_ticks``.
+
+The energy itself is not moved: the check says that a stamp is off, not by exactly how much.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -29,12 +36,15 @@ from .ticks import interval
 
 #: window flag: a counter tick beside an edge lies off the counter's update grid
 TICK_OFF_GRID = "tick_off_grid"
+#: window flag: the counter's ticks spread about their grid by more than ``REGULAR_SD_S``
+IRREGULAR_TICKS = "irregular_ticks"
 #: a tick farther than this from the grid was stamped late; above the farthest of 17,880 H100 and
 #: H200 ticks polled normally (11.6 ms). Units: s.
 OFF_GRID_S = 0.015
-#: the grid is trusted where the ticks' robust spread about it is below this (per run, H100:
-#: 0.4-1.8 ms, H200: 0.7-2.1 ms); a counter that does not update on a clock of its own is not
-#: checked. Units: s.
+#: ticks whose robust spread about their grid is at most this lie on it (per run polled freely,
+#: H100: 0.4-1.8 ms, H200: 0.7-2.1 ms); beyond it, no tick's own distance can be told from the
+#: rest (a poller late at most ticks, or a counter without an update clock of its own), and the
+#: spread is taken as every stamp's error. Units: s.
 REGULAR_SD_S = 0.003
 #: ticks either side of a tick that its local grid is fitted through
 NEIGHBOURS = 5
@@ -43,8 +53,14 @@ MIN_TICKS = 8
 #: a tick ``OFF_GRID_S`` off must stay nearest its own place: the period is at least this many
 #: times ``OFF_GRID_S``
 MIN_PERIODS_OFF = 2.5
+#: on a regular grid, a tick farther than this counts its distance as its stamp's error in the
+#: bound (flagged only beyond ``OFF_GRID_S``): above the farthest 1 % of ticks polled freely under
+#: load steps on an H100 (2.9-5.1 ms). Units: s.
+WIDEN_S = 0.005
 #: the window column of the farthest off-grid tick beside an edge. Units: ms.
 COLUMN = "tick_off_grid_ms"
+#: the window column of an irregular grid's spread (robust sd). Units: ms.
+SPREAD_COLUMN = "tick_spread_ms"
 
 
 def robust_sd(r: np.ndarray) -> float:
@@ -90,45 +106,65 @@ class TickGrid:
 
     Args:
         residual_s: each tick's signed distance from the grid. Units: s.
-        off: per tick, whether it lies off the grid (more than ``OFF_GRID_S``).
         spread_s: the ticks' robust sd about the grid. Units: s.
         period_s: the grid's median period. Units: s.
     """
 
     residual_s: np.ndarray
-    off: np.ndarray
     spread_s: float
     period_s: float
 
     @property
-    def any_off(self) -> bool:
-        return bool(self.off.any())
+    def regular(self) -> bool:
+        """Whether the ticks lie on a grid (a spread of at most ``REGULAR_SD_S``): then each
+        tick's distance from it is its stamp's error; otherwise the spread is every tick's."""
+        return self.spread_s <= REGULAR_SD_S
+
+    @cached_property
+    def off(self) -> np.ndarray:
+        """Per tick, whether it lies off a regular grid (more than ``OFF_GRID_S``)."""
+        return (
+            (np.abs(self.residual_s) > OFF_GRID_S) if self.regular else np.zeros(self.residual_s.size, bool)
+        )
+
+    @cached_property
+    def error_s(self) -> np.ndarray:
+        """Per tick, the stamp error its distance from the grid shows beyond what the bound's
+        stamp term holds: the distance where it exceeds ``WIDEN_S`` on a regular grid (else 0),
+        the spread for every tick of an irregular one. Units: s."""
+        if not self.regular:
+            return np.full(self.residual_s.size, self.spread_s)
+        r = np.abs(self.residual_s)
+        return np.where(r > WIDEN_S, r, 0.0)
+
+    @cached_property
+    def counts(self) -> bool:
+        """Whether any tick's error counts."""
+        return bool(self.error_s.any())
 
     @classmethod
     def check(cls, times_s: np.ndarray) -> TickGrid | None:
         """The grid of a counter's ticks, or ``None`` where the check cannot tell: too few ticks,
-        no regular grid, or a period too short to show a tick ``OFF_GRID_S`` off."""
+        or a period too short to show a tick ``OFF_GRID_S`` off."""
         t = np.asarray(times_s, dtype=float)
         if t.size < MIN_TICKS:
             return None
-        d = np.diff(t)
-        period = float(np.median(d)) if d.size else math.nan
+        period = float(np.median(np.diff(t)))
         if not period > MIN_PERIODS_OFF * OFF_GRID_S:
             return None
         r = grid_residual_s(t)
-        spread = robust_sd(r)
-        if not spread <= REGULAR_SD_S:
-            return None
-        return cls(r, np.abs(r) > OFF_GRID_S, spread, period)
+        return cls(r, robust_sd(r), period)
 
-    def widen(self, we: WindowEnergy, ticks_s: np.ndarray, counter_j: np.ndarray, start_s: float, end_s: float):
-        """``we`` with the flag and the wider bound where a tick beside an edge is off the grid:
-        each such tick's distance taken as one sd of its stamp's error, at the interval's power,
-        in the share the interpolation carries to the edge. Returns ``(we, farthest_ms)``
-        (``farthest_ms`` NaN where no tick is off)."""
-        if not self.any_off or ticks_s.size < 2 or not math.isfinite(we.energy_j):
-            return we, math.nan
-        off = self.off
+    def widen(
+        self, we: WindowEnergy, ticks_s: np.ndarray, counter_j: np.ndarray, start_s: float, end_s: float
+    ) -> WindowEnergy:
+        """``we`` with the stamps' errors the grid shows at the four ticks beside its edges: each
+        such tick's error (``error_s``) taken as one sd, at its interval's power, in the share the
+        interpolation carries to the edge; flagged ``tick_off_grid`` where a tick lies more than
+        ``OFF_GRID_S`` off a regular grid (column ``COLUMN``: the farthest such tick, ms), and
+        ``irregular_ticks`` on an irregular grid (``SPREAD_COLUMN``: its spread, ms)."""
+        if not self.counts or ticks_s.size < 2 or not math.isfinite(we.energy_j):
+            return we
         extra2, farthest = 0.0, 0.0
         for t in (start_s, end_s):
             i = interval(ticks_s, t)
@@ -138,12 +174,21 @@ class TickGrid:
             x = float(np.clip((t - ticks_s[i]) / span, 0.0, 1.0))
             power = float(counter_j[i + 1] - counter_j[i]) / span
             for k, share in ((i, 1.0 - x), (i + 1, x)):
-                if off[k] and share > 0.0:
-                    r = abs(float(self.residual_s[k]))
-                    farthest = max(farthest, r)
-                    extra2 += (share * power * r) ** 2
-        if farthest == 0.0:
-            return we, math.nan
-        random = math.hypot(we.random_j, Z95 * math.sqrt(extra2)) if math.isfinite(we.random_j) else we.random_j
-        flags = we.flags if TICK_OFF_GRID in we.flags else (*we.flags, TICK_OFF_GRID)
-        return replace(we, flags=flags, random_j=random), 1e3 * farthest
+                if share > 0.0:
+                    extra2 += (share * power * float(self.error_s[k])) ** 2
+                    if self.off[k]:
+                        farthest = max(farthest, abs(float(self.residual_s[k])))
+        if extra2 == 0.0:
+            return we
+        random = (
+            math.hypot(we.random_j, Z95 * math.sqrt(extra2)) if math.isfinite(we.random_j) else we.random_j
+        )
+        columns = dict(we.columns)
+        flags = list(we.flags)
+        if not self.regular:
+            flags.append(IRREGULAR_TICKS)
+            columns[SPREAD_COLUMN] = 1e3 * self.spread_s
+        elif farthest > 0.0:
+            flags.append(TICK_OFF_GRID)
+            columns[COLUMN] = 1e3 * farthest
+        return replace(we, flags=tuple(dict.fromkeys(flags)), random_j=random, columns=columns)

@@ -25,7 +25,7 @@ from .fusion import FUSED_SUFFIX
 from .samples import DUPLICATE, IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, STEPPED, SampleSeries
 from .stats import Spread
 from .tickgrid import COLUMN as OFF_GRID_COLUMN
-from .tickgrid import TICK_OFF_GRID, TickGrid
+from .tickgrid import IRREGULAR_TICKS, REGULAR_SD_S, SPREAD_COLUMN, TICK_OFF_GRID, TickGrid
 from .uncertainty import Bound, median_ci_j, summary_bound, systematic_j
 
 WINDOW_COLUMNS = [
@@ -118,12 +118,24 @@ def channel_energy(
     start_s: float,
     end_s: float,
     evidence: Mapping[str, Evidence] | None = None,
+    grids: Mapping[str, tuple[str, TickGrid]] | None = None,
 ) -> WindowEnergy:
     """One window on one channel: a counter with fine samples beside it chooses each edge's
     estimator (``edges.py``); the fused channel gets its own edges' bound; the rest as
-    ``energy.window_energy`` reads them."""
+    ``energy.window_energy`` reads them. Where ``grids`` has the channel (``tick_grids``), the
+    stamps' errors its counter's grid shows are added (``tickgrid.py``)."""
+    we = _channel_energy(channel, series, start_s, end_s, evidence or {})
+    if grids and channel.name in grids:
+        counter, grid = grids[channel.name]
+        ticks = series[counter]
+        we = grid.widen(we, ticks.times_s, ticks.values, start_s, end_s)
+    return we
+
+
+def _channel_energy(
+    channel: Channel, series: Mapping[str, SampleSeries], start_s: float, end_s: float, evidence: Mapping[str, Evidence]
+) -> WindowEnergy:
     s = series[channel.name]
-    evidence = evidence or {}
     if channel.quantity == Quantity.ENERGY and channel.name in evidence:
         return evidence_window(evidence[channel.name], s.times_s, s.values, start_s, end_s, channel.resolution_s)
     we = window_energy(channel.quantity, s.times_s, s.values, start_s, end_s, channel.resolution_s)
@@ -205,12 +217,7 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
             rows.append({**base, "channel": "", "flags": ""})
             continue
         for channel in integrable:
-            we = channel_energy(channel, series, w.start_s, w.end_s, evidence)
-            off_grid_ms = math.nan
-            if channel.name in grids:
-                counter, grid = grids[channel.name]
-                ticks = series[counter]
-                we, off_grid_ms = grid.widen(we, ticks.times_s, ticks.values, w.start_s, w.end_s)
+            we = channel_energy(channel, series, w.start_s, w.end_s, evidence, grids)
             flags = list(we.flags)
             if channel.name in rejected:
                 for flag in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s):
@@ -226,8 +233,7 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
                 "energy_per_iter_j": we.energy_j / w.iterations if w.iterations else math.nan,
                 **_bound_columns(channel, we, w.duration_s),
             }
-            if math.isfinite(off_grid_ms):
-                row[OFF_GRID_COLUMN] = off_grid_ms
+            row.update(we.columns)
             baseline = idle.get(channel.name)
             if baseline is not None:
                 dynamic = we.energy_j - baseline.power_w * w.duration_s
@@ -272,21 +278,31 @@ def tick_grids(
 
 
 def off_grid_warnings(windows: pd.DataFrame) -> list[str]:
-    """Per counter with windows flagged ``tick_off_grid``, what happened, in one sentence (its
-    fused power's windows carry the same flag)."""
-    if windows.empty or OFF_GRID_COLUMN not in windows.columns:
-        return []
+    """Per counter with windows flagged ``tick_off_grid`` or ``irregular_ticks``, what happened,
+    in one sentence (its fused power's windows carry the same flags)."""
     out = []
-    flagged = windows[windows[OFF_GRID_COLUMN].notna()]
-    for channel, group in flagged.groupby("channel", sort=False):
-        if str(channel).endswith("." + FUSED_SUFFIX):
+    for column in (OFF_GRID_COLUMN, SPREAD_COLUMN):
+        if windows.empty or column not in windows.columns:
             continue
-        out.append(
-            f"{channel}: {len(group)} window(s) have a counter tick beside an edge stamped up to "
-            f"{float(group[OFF_GRID_COLUMN].max()):.0f} ms off the counter's update grid: the poller saw the "
-            f"change late (a host short of CPU?); flagged {TICK_OFF_GRID}, their bounds take that distance "
-            "as the stamp's error"
-        )
+        flagged = windows[windows[column].notna()]
+        for channel, group in flagged.groupby("channel", sort=False):
+            if str(channel).endswith("." + FUSED_SUFFIX):
+                continue
+            ms = float(group[column].max())
+            if column == OFF_GRID_COLUMN:
+                out.append(
+                    f"{channel}: {len(group)} window(s) have a counter tick beside an edge stamped up to "
+                    f"{ms:.0f} ms off the counter's update grid: the poller saw the change late (a host short "
+                    f"of CPU?); flagged {TICK_OFF_GRID}, their bounds take that distance as the stamp's error"
+                )
+            else:
+                out.append(
+                    f"{channel}: the counter's ticks spread {ms:.1f} ms (robust sd) about a regular update "
+                    f"grid, more than the {1e3 * REGULAR_SD_S:.0f} ms of a counter polled freely: its poller was "
+                    f"late at many ticks (a host short of CPU?), or the counter updates irregularly; its "
+                    f"{len(group)} window(s) are flagged {IRREGULAR_TICKS}, their bounds take the spread as each "
+                    "stamp's error"
+                )
     return out
 
 
