@@ -129,18 +129,20 @@ def test_nvml_package_in_both_modes(gemm, mode):
 
 
 def starved_windows(step, stop_s, every_s, windows=30):
-    """Steady windows of ~0.35 s while the nvml sampler child is stopped for ``stop_s`` every
-    ``every_s`` (SIGSTOP / SIGCONT from here, as a host short of CPU keeps a process away): a
-    counter tick that falls in a stop is stamped in its middle, up to ``stop_s / 2`` off."""
+    """Steady windows of ~0.35 s while the nvml sampler child is stopped for ``stop_s`` after
+    every ``every_s`` of running (SIGSTOP / SIGCONT from here, as a host short of CPU keeps a
+    process away; each drawn within +-50 %, so that the stops do not lock to the ticks): a
+    counter tick that falls in a stop is stamped in its middle, up to half a stop off."""
     source = NVMLPowerSource(name="nvml", gpus="0")
     n, done = int(0.35 / 0.00167), threading.Event()
+    rng = np.random.default_rng(0)
     with ef.measure(power=[source], sync=torch.cuda.synchronize) as m:
         pid = source.sampler_process.pid
 
         def starve():
-            while not done.wait(every_s):
+            while not done.wait(every_s * rng.uniform(0.5, 1.5)):
                 os.kill(pid, signal.SIGSTOP)
-                time.sleep(stop_s)
+                time.sleep(stop_s * rng.uniform(0.5, 1.5))
                 os.kill(pid, signal.SIGCONT)
 
         stopper = threading.Thread(target=starve, daemon=True)
@@ -182,26 +184,28 @@ def against_samples(result, flag):
 
 
 def test_a_sampler_kept_from_the_cpu_flags_its_late_ticks_and_a_free_one_none(gemm):
-    # free: the ticks lie on the counter's update grid; nothing flagged, no bound widened
+    # free: the ticks lie on the counter's update grid, none far off; nothing flagged (a tick
+    # 5-15 ms off, as a few are under load, widens its windows' bounds unflagged)
     free = starved_windows(gemm, 0.0, 0.0)
     grid = TickGrid.check(free.samples[free.samples["channel"] == "gpu0"]["time_s"].to_numpy())
-    assert grid is not None and grid.regular and not grid.counts
+    assert grid is not None and grid.regular and not grid.off.any()
     flags = ";".join(by_channel(free, "gpu0")["flags"])
     assert TICK_OFF_GRID not in flags and IRREGULAR_TICKS not in flags
-    # stopped 60 ms every ~0.3 s: some ticks 15-30 ms off, each found on the grid
+    # stopped ~60 ms after every ~0.23 s: some ticks 15-45 ms off, each found on the grid
     stopped = starved_windows(gemm, 0.06, 0.23)
     n, inside, text = against_samples(stopped, TICK_OFF_GRID)
     _, inside_all, text_all = against_samples(stopped, "")
-    print(f"\nsampler stopped 60 ms every 0.29 s: flagged {text}; all: {text_all}")
+    print(f"\nsampler stopped ~60 ms after every ~0.23 s: flagged {text}; all: {text_all}")
     assert n >= 2 and (by_channel(stopped, "gpu0")["tick_off_grid_ms"].dropna() > 15.0).all()
     assert inside >= 0.85 and inside_all >= 0.85
     assert any(
         s.startswith("gpu0: ") and "off the counter's update grid" in s for s in stopped.meta["warnings"]
     )
-    # stopped 30 ms every 0.2 s: most ticks a little off, none far: the grid is obscured, and
-    # every stamp takes the ticks' spread as its error
-    often = starved_windows(gemm, 0.03, 0.17)
+    # stopped ~40 ms after every ~10 ms of running: four ticks in five fall in a stop, up to
+    # 30 ms off, so that no tick can be told from the rest: the ticks' spread joins every stamp's
+    # error
+    often = starved_windows(gemm, 0.04, 0.01)
     n, inside, text = against_samples(often, IRREGULAR_TICKS)
-    print(f"sampler stopped 30 ms every 0.2 s: flagged {text}")
+    print(f"sampler stopped ~40 ms after every ~10 ms: flagged {text}")
     assert n == len(by_channel(often, "gpu0")) and inside >= 0.85
     assert any(s.startswith("gpu0: the counter's ticks spread") for s in often.meta["warnings"])

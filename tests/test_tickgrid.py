@@ -1,7 +1,6 @@
 """Counter ticks stamped off the counter's update grid (``core/tickgrid.py``): found, flagged, and
 counted in the window's bound; never claimed where the ticks show no grid."""
 
-
 import numpy as np
 import pytest
 
@@ -64,7 +63,39 @@ def test_ticks_without_a_regular_grid_give_every_stamp_their_spread():
     grid = TickGrid.check(np.cumsum(rng.uniform(0.06, 0.14, 60)))  # no update clock, or a late poller
     assert grid is not None and not grid.regular and grid.spread_s > REGULAR_SD_S
     assert not grid.off.any()  # no tick can be told from the rest
-    assert np.all(grid.error_s == grid.spread_s)
+    assert grid.error_s == pytest.approx(np.hypot(grid.residual_s, grid.spread_s))
+    assert np.all(grid.error_s >= grid.spread_s)
+
+
+def stopped_poller_stamps(true, stop_s, run_s, rng):
+    """Ticks as a poller stamps them (every 1.5 ms, midway between the polls around a change)
+    while the host stops it for ``stop_s`` after every ``run_s`` of running, each within +-30 %."""
+    polls, t = [], true[0] - 0.5
+    while t < true[-1] + 0.5:
+        end = t + run_s * rng.uniform(0.7, 1.3)
+        polls.extend(np.arange(t, end, 0.0015))
+        t = end + stop_s * rng.uniform(0.7, 1.3)
+    polls = np.array(polls)
+    after = np.searchsorted(polls, true)
+    return (polls[after - 1] + polls[after]) / 2
+
+
+def test_a_poller_stopped_on_a_cycle_stays_inside_its_bounds():
+    # stopped 40 ms of every 60: two ticks in three late together, the grid obscured. The spread
+    # alone held 89 % of such windows in this simulation; with each tick's distance, all
+    rng = np.random.default_rng(0)
+    inside = []
+    for _ in range(4):
+        true = 5.0 + 1.0003 * PERIOD_S * np.arange(150)
+        stamps = stopped_poller_stamps(true, 0.04, 0.02, rng)
+        assert not TickGrid.check(stamps).regular
+        for i in rng.integers(3, 140, 25):
+            we, checked, truth = window_of(
+                stamps, true, true[i] + rng.uniform(0, 0.1), true[i + 3] + rng.uniform(0, 0.1)
+            )
+            assert IRREGULAR_TICKS in checked.flags
+            inside.append(abs(checked.energy_j - truth) <= checked.random_j)
+    assert np.mean(inside) >= 0.95
 
 
 def test_the_residual_of_the_ends_uses_the_neighbours_there():

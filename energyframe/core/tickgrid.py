@@ -17,7 +17,8 @@ off is still nearest its own place on the grid:
   that tick beside an edge; farther than ``OFF_GRID_S``, the window is also flagged
   ``tick_off_grid``;
 - on an irregular one (a poller late at most ticks, or a counter without an update clock of its
-  own), every stamp's error is the spread, and every window is flagged ``irregular_ticks``.
+  own), every stamp's error is its distance and the spread in quadrature, and every window is
+  flagged ``irregular_ticks``.
 
 The energy itself is not moved: the check says that a stamp is off, not by exactly how much.
 """
@@ -44,7 +45,7 @@ OFF_GRID_S = 0.015
 #: ticks whose robust spread about their grid is at most this lie on it (per run polled freely,
 #: H100: 0.4-1.8 ms, H200: 0.7-2.1 ms); beyond it, no tick's own distance can be told from the
 #: rest (a poller late at most ticks, or a counter without an update clock of its own), and the
-#: spread is taken as every stamp's error. Units: s.
+#: spread joins every stamp's error. Units: s.
 REGULAR_SD_S = 0.003
 #: ticks either side of a tick that its local grid is fitted through
 NEIGHBOURS = 5
@@ -130,11 +131,13 @@ class TickGrid:
     @cached_property
     def error_s(self) -> np.ndarray:
         """Per tick, the stamp error its distance from the grid shows beyond what the bound's
-        stamp term holds: the distance where it exceeds ``WIDEN_S`` on a regular grid (else 0),
-        the spread for every tick of an irregular one. Units: s."""
-        if not self.regular:
-            return np.full(self.residual_s.size, self.spread_s)
+        stamp term holds: on a regular grid, the distance where it exceeds ``WIDEN_S`` (else 0);
+        on an irregular one, the distance and the spread in quadrature (the grid itself is
+        uncertain by about the spread there, and the spread alone missed the stamps that a
+        poller stopped on a cycle moves together). Units: s."""
         r = np.abs(self.residual_s)
+        if not self.regular:
+            return np.hypot(r, self.spread_s)
         return np.where(r > WIDEN_S, r, 0.0)
 
     @cached_property
