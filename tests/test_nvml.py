@@ -76,17 +76,23 @@ def test_steady_power_is_measured_on_every_channel(fake_nvml, mode):
         "gpu0.fused",  # the counter shaped by the 20-ms samples, computed after the run
         "gpu1.fused",
     }
-    for channel, watts, tolerance in [
-        ("gpu0", 700.0, 0.02),
-        ("gpu1", 350.0, 0.02),
-        ("gpu0.power_samples", 700.0, 0.02),
-        ("gpu0.power_instant", 700.0, 0.02),
-        ("gpu0.fused", 700.0, 0.02),
-        ("gpu1.fused", 350.0, 0.02),
+    for channel, watts in [
+        ("gpu0", 700.0),
+        ("gpu1", 350.0),
+        ("gpu0.power_samples", 700.0),
+        ("gpu0.power_instant", 700.0),
+        ("gpu0.fused", 700.0),
+        ("gpu1.fused", 350.0),
     ]:
         rows = w[w["channel"] == channel]
         assert len(rows) == 3
-        assert rows["mean_power_w"].to_numpy() == pytest.approx(watts, rel=tolerance), channel
+        error = (rows["energy_j"] - watts * rows["duration_s"]).abs().to_numpy()
+        allowed = 0.02 * watts * rows["duration_s"].to_numpy()
+        if channel in ("gpu0", "gpu1", "gpu0.fused", "gpu1.fused"):
+            # a host so loaded that it starves the sampler stamps ticks late (tickgrid.py): the
+            # window's bound then holds the truth
+            allowed = np.maximum(allowed, rows["energy_bound_j"].to_numpy())
+        assert np.all(error <= allowed), channel
     gpu0 = w[w["channel"] == "gpu0"]
     assert (gpu0["sm_clock_mhz"] == 1980).all() and (gpu0["temperature_c"] == 45).all()
     assert (gpu0["clock_event_reasons"] == "0x4").all()
