@@ -55,8 +55,8 @@ MIN_TICKS = 8
 #: times ``OFF_GRID_S``
 MIN_PERIODS_OFF = 2.5
 #: on a regular grid, a tick farther than this counts its distance as its stamp's error in the
-#: bound (flagged only beyond ``OFF_GRID_S``): above the farthest 1 % of ticks polled freely under
-#: load steps on an H100 (2.9-5.1 ms). Units: s.
+#: bound (flagged only beyond ``OFF_GRID_S``): the 99th percentile of the ticks' distance from the
+#: grid on an H100 polled freely under load steps was 2.9-5.1 ms (docs/validation.md). Units: s.
 WIDEN_S = 0.005
 #: the window column of the farthest off-grid tick beside an edge. Units: ms.
 COLUMN = "tick_off_grid_ms"
