@@ -71,6 +71,7 @@ __all__ = [
     "estimate_offset",
     "fuse",
     "fused_channels",
+    "fused_counter",
 ]
 
 #: a series scaled by more than this factor away from its overall gain, either way, is not
@@ -375,6 +376,11 @@ def fuse(
 SHAPE_SUFFIXES = (("power_samples", "period"), ("power_instant", "point"))
 #: the suffix of the fused channel
 FUSED_SUFFIX = "fused"
+
+
+def fused_counter(name: str) -> str | None:
+    """The counter a fused channel's name comes from (``gpu0`` for ``gpu0.fused``), else ``None``."""
+    return name[: -len(FUSED_SUFFIX) - 1] if name.endswith("." + FUSED_SUFFIX) else None
 
 
 def fused_channels(

@@ -19,7 +19,7 @@ from ..model import Channel, Timing, WindowAnnotation, join_flags, split_flags
 from .align import MeterAligner
 from .clock import ChannelTimeMap, ClockModel
 from .edges import Evidence
-from .fusion import FUSED_SUFFIX, FusionResult, fused_channels
+from .fusion import FusionResult, fused_channels, fused_counter
 from .samples import SampleSeries
 from .windows import IdleBaseline, WindowRecord, compute_windows, idle_baselines
 
@@ -137,7 +137,7 @@ def add_fused_power(
         return recording, placement, {}
     owners = dict(recording.channel_source)
     for name in added:
-        counter = name[: -len(FUSED_SUFFIX) - 1]
+        counter = fused_counter(name)
         if counter in owners:
             owners[name] = owners[counter]
     return (

@@ -21,7 +21,7 @@ from .energy import (
     WindowEnergy,
     window_energy,
 )
-from .fusion import FUSED_SUFFIX
+from .fusion import fused_counter
 from .samples import DUPLICATE, IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, STEPPED, SampleSeries
 from .stats import Spread
 from .tickgrid import COLUMN as OFF_GRID_COLUMN
@@ -139,7 +139,7 @@ def _channel_energy(
     if channel.quantity == Quantity.ENERGY and channel.name in evidence:
         return evidence_window(evidence[channel.name], s.times_s, s.values, start_s, end_s, channel.resolution_s)
     we = window_energy(channel.quantity, s.times_s, s.values, start_s, end_s, channel.resolution_s)
-    counter = channel.name[: -len(FUSED_SUFFIX) - 1] if channel.name.endswith("." + FUSED_SUFFIX) else None
+    counter = fused_counter(channel.name)
     if counter is not None and counter in evidence and math.isfinite(we.energy_j):
         random = fused_window(evidence[counter], start_s, end_s)
         return WindowEnergy(we.energy_j, we.flags, "fused", random)
@@ -263,17 +263,16 @@ def tick_grids(
 ) -> dict[str, tuple[str, TickGrid]]:
     """Per channel whose windows interpolate between a counter's ticks (the counter, and its
     fused power), that counter and its ticks' grid, where the check can tell (``tickgrid.py``)."""
-    grids: dict[str, TickGrid] = {}
-    for name, channel in channels.items():
-        if channel.quantity == Quantity.ENERGY and name in series:
-            grid = TickGrid.check(series[name].times_s)
-            if grid is not None:
-                grids[name] = grid
-    out = {name: (name, grid) for name, grid in grids.items()}
+    grids = {
+        name: TickGrid.check(series[name].times_s)
+        for name, channel in channels.items()
+        if channel.quantity == Quantity.ENERGY and name in series
+    }
+    out: dict[str, tuple[str, TickGrid]] = {}
     for name in channels:
-        counter = name[: -len(FUSED_SUFFIX) - 1] if name.endswith("." + FUSED_SUFFIX) else None
-        if counter is not None and counter in grids:
-            out[name] = (counter, grids[counter])
+        counter = name if name in grids else fused_counter(name)
+        if counter is not None and (grid := grids.get(counter)) is not None:
+            out[name] = (counter, grid)
     return out
 
 
@@ -286,7 +285,7 @@ def off_grid_warnings(windows: pd.DataFrame) -> list[str]:
             continue
         flagged = windows[windows[column].notna()]
         for channel, group in flagged.groupby("channel", sort=False):
-            if str(channel).endswith("." + FUSED_SUFFIX):
+            if fused_counter(str(channel)) is not None:
                 continue
             ms = float(group[column].max())
             if column == OFF_GRID_COLUMN:
@@ -300,8 +299,8 @@ def off_grid_warnings(windows: pd.DataFrame) -> list[str]:
                     f"{channel}: the counter's ticks spread {ms:.1f} ms (robust sd) about a regular update "
                     f"grid, more than the {1e3 * REGULAR_SD_S:.0f} ms of a counter polled freely: its poller was "
                     f"late at many ticks (a host short of CPU?), or the counter updates irregularly; its "
-                    f"{len(group)} window(s) are flagged {IRREGULAR_TICKS}, their bounds take the spread as each "
-                    "stamp's error"
+                    f"{len(group)} window(s) are flagged {IRREGULAR_TICKS}, and the spread joins each stamp's error "
+                    "in their bounds"
                 )
     return out
 
