@@ -61,12 +61,17 @@ class Burner:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self):
-        k = 0
-        while not self._stop.wait(max(0.0, self._t0 + k * self.update_s - time.monotonic())):
-            k = int((time.monotonic() - self._t0) / self.update_s) + 1
+        due_s = time.monotonic()
+        while not self._stop.wait(max(0.0, due_s - time.monotonic())):
+            # the start read once per update: a test that resets it (moves ``_t0``) between the
+            # update and the next wait must not pair the new start with the old update's count
+            # (a wait of the whole time since the old start: the counter would stop)
+            t0 = self._t0
+            k = int((time.monotonic() - t0) / self.update_s) + 1
             uj = int(self.watts * (k - 1) * self.update_s * 1e6) % self.max_uj
             for zone in self.zones:
                 write_atomic(zone / "energy_uj", f"{uj}\n")
+            due_s = t0 + k * self.update_s
 
     def __enter__(self):
         self._thread.start()
