@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from energyframe.core.clock import ClockModel, ClockPair
-from energyframe.core.edges import COUNTER, FUSED, Evidence, evidence_window, fused_edge
+from energyframe.core.edges import ANCHORED, COUNTER, FUSED, Evidence, evidence_window, fused_edge
 from energyframe.core.energy import SHORT_WINDOW, counter_energy
 from energyframe.core.fusion import ShapeSeries, fuse, fused_channels
 from energyframe.core.windows import compute_windows
@@ -199,3 +199,82 @@ def test_an_edge_with_no_fine_samples_is_bounded_by_the_worst_step():
     edge = math.hypot(unseen, stamps)
     assert we.estimator == COUNTER
     assert math.isclose(we.random_j, 1.96 * math.sqrt(2) * edge, rel_tol=0.01)
+
+
+# -- a rise just before a synchronised start -------------------------------------------------------
+
+
+def bursts(early_s, seed=7, delay_s=0.003, stamped_early=11):
+    """A counter and exact 20-ms means of 120 W idle with 700 W bursts of 0.15 s, each starting
+    ``delay_s`` after its window opens; the means around burst ``stamped_early``'s rise are
+    stamped ``early_s`` early (the rest are right, so the run-wide offset stays ~0)."""
+    rng = np.random.default_rng(seed)
+    starts = 1.0 + 0.5 * np.arange(22) + np.cumsum(rng.uniform(0, 0.05, 22))
+    on = starts + delay_s
+
+    def energy(t):
+        t = np.atleast_1d(t)[:, None]
+        return 120.0 * t[:, 0] + 580.0 * np.clip(t - on[None, :], 0.0, 0.15).sum(axis=1)
+
+    end = starts[-1] + 0.6
+    n = int(end / 0.1)
+    ticks = np.sort(rng.uniform(0, 0.1) + 0.1 * np.arange(n) + rng.uniform(-0.001, 0.001, n))
+    ticks = ticks[(ticks > 0.05) & (ticks < end)]
+    u = 0.007 + 0.02 * np.arange(1, int(end / 0.02))
+    stamps, means = u[1:].copy(), np.diff(energy(u)) / 0.02
+    k = stamped_early
+    stamps[(stamps > on[k] - 0.03) & (stamps < on[k] + 0.05)] -= early_s
+    counter = 1e6 + energy(ticks)
+    result = fuse(ticks, counter, [ShapeSeries("buffer", stamps, means, 0.02, "period")])
+    return ticks, counter, Evidence.of(result), starts, energy
+
+
+def period_window(early_s, k=11, **kw):
+    """Burst ``k``'s period window read without and with a synchronised start, and its truth."""
+    ticks, counter, evidence, starts, energy = bursts(early_s, **kw)
+    a, b = starts[k], starts[k] + 0.45
+    plain = evidence_window(evidence, ticks, counter, a, b, 0.1)
+    synced = evidence_window(evidence, ticks, counter, a, b, 0.1, synced=True)
+    return plain, synced, float(energy(b)[0] - energy(a)[0])
+
+
+@pytest.mark.parametrize("early_s", [0.02, 0.025, 0.03])
+def test_a_rise_the_samples_place_before_a_synced_start_moves_onto_it(early_s):
+    plain, synced, truth = period_window(early_s)
+    assert plain.estimator.startswith(FUSED) and synced.estimator.startswith(ANCHORED)
+    assert abs(plain.energy_j - truth) > 2.0  # a rise 20-30 ms early puts ~580 W x that outside
+    assert abs(synced.energy_j - truth) < 0.15 * abs(plain.energy_j - truth)
+    assert abs(synced.energy_j - truth) <= synced.random_j
+    # the bound keeps the unmoved reading inside: work that ran until the sync rises there too
+    assert synced.random_j >= abs(synced.energy_j - plain.energy_j)
+
+
+def test_no_edge_is_anchored_where_the_samples_place_the_rise_after_the_start():
+    plain, synced, truth = period_window(0.0)
+    assert synced.estimator == plain.estimator == FUSED
+    assert synced.energy_j == plain.energy_j and synced.random_j == plain.random_j
+    # nor any other burst's window (their samples are right), nor a window opened mid-burst
+    ticks, counter, evidence, starts, _ = bursts(0.025)
+    for k, a in enumerate(starts[1:-1], start=1):
+        we = evidence_window(evidence, ticks, counter, a, a + 0.45, 0.1, synced=True)
+        assert we.estimator.startswith(ANCHORED) == (k == 11)
+        late = evidence_window(evidence, ticks, counter, a + 0.05, a + 0.45, 0.1, synced=True)
+        assert not late.estimator.startswith(ANCHORED)  # the load rose 47 ms before: not this window's
+
+
+def test_an_unsynced_window_never_anchors_and_a_steady_load_has_no_rise_to_anchor():
+    ticks, counter, evidence, starts, _ = bursts(0.025)
+    edge = fused_edge(evidence, starts[11])
+    assert edge.estimator == FUSED and fused_edge(evidence, starts[11], opens=True).estimator == ANCHORED
+    for seed in range(2):  # the cap's ripple (the simulated steady load) is no load starting
+        load = sim.steady_load(np.random.default_rng(seed), 0.2, "cap")
+        channels, series = sim.read(load.trace, np.random.default_rng(100 + seed))
+        results = {}
+        channels, series = fused_channels(channels, series, results=results)
+        steady_evidence, c = Evidence.of(results["gpu0"]), series["gpu0"]
+        estimators = [
+            evidence_window(steady_evidence, c.times_s, c.values, r.start_s, r.end_s, 0.1, synced=True).estimator
+            for r in load.records
+        ]
+        assert FUSED in " ".join(estimators)  # edges that took the samples' shape...
+        assert not any(e.startswith(ANCHORED) for e in estimators)  # ...but none anchored

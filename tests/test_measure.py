@@ -128,3 +128,34 @@ def test_a_run_writes_run_json_once_after_its_claim(tmp_path, monkeypatch):
     assert writes[-1] == "run.json"  # last: a run.json that says complete means every file is there
     assert not (out / "sources.partial.json").exists()
     assert RunResult.load(out).status == "complete"
+
+
+def test_each_window_records_whether_the_device_was_synced_as_it_opened(tmp_path):
+    from energyframe.results.load import journal_records
+    from energyframe.results.store import WINDOWS_PARTIAL
+
+    out = tmp_path / "m"
+    with ef.measure(power=[SignalSource(name="gpu", watts=200.0)], sync=None, out=out) as m:
+        with m.window("plain"):
+            spin(0.01)
+        m.begin_window("synced", sync=lambda: None)  # a window's own sync
+        spin(0.01)
+        m.end_window("synced")
+        # the journal a killed run is rebuilt from says it too
+        journal = journal_records(out / WINDOWS_PARTIAL, m.clock)
+    assert [(r.phase, r.synced) for r in m.records] == [("plain", False), ("synced", True)]
+    assert [(r.phase, r.synced) for r in journal] == [("plain", False), ("synced", True)]
+    with ef.measure(power=None) as auto:  # "auto": torch's CUDA where it is in use
+        with auto.window("w"):
+            spin(0.01)
+    assert auto.records[0].synced
+
+
+def test_a_journal_written_before_the_synced_column_reads_as_not_synced(tmp_path):
+    from energyframe.core.clock import ClockModel, ClockPair
+    from energyframe.results.load import journal_records
+
+    path = tmp_path / "windows.partial.csv"
+    path.write_text("event,phase,trial,start_s,end_s,iterations\nclosed,w,0,10.0,11.0,1\n")
+    (record,) = journal_records(path, ClockModel(ClockPair(0.0, 0.0, 0.0)))
+    assert record.phase == "w" and not record.synced

@@ -15,6 +15,12 @@ shares at an edge is what the samples say the counter gets wrong there: an edge 
 where ``|D|`` is more than ``STEP_SIGMAS`` times what the samples' noise alone gives (a step
 inside the edge's tick interval), ``counter`` otherwise.
 
+A third reading, ``anchored``, is for the start edge of a window whose device was synchronised
+as it opened: the window's work cannot begin before its start. A load that rises less than one
+sample period before that edge is then read as the window's own, misplaced by the samples (they
+cannot place a step more finely than their period): the edge reads the fused shape with that
+rise moved onto the edge, and its bound keeps the unmoved reading inside (docs/measurement.md).
+
 Each edge also gives the window's random uncertainty (``uncertainty.py`` combines it): the tick
 stamps (each within ``STAMP_S`` of the counter's change), and what the chosen estimator may
 misplace inside the interval.
@@ -30,15 +36,18 @@ import numpy as np
 from .energy import SHORT_WINDOW, WindowEnergy, counter_energy, power_energy
 from .fusion import FusionResult
 from .samples import SampleSeries
+from .shapes import STEP_SHARE
 from .stats import Z95
-from .ticks import COUNTER, FUSED, STAMP_SD_S, Edge, counter_edge, interval, stamp_sd
+from .ticks import ANCHORED, COUNTER, FUSED, STAMP_SD_S, Edge, counter_edge, interval, stamp_sd
 
 __all__ = [
+    "ANCHORED",
     "COUNTER",
     "FUSED",
     "Z95",
     "Edge",
     "Evidence",
+    "anchored_edge",
     "counter_edge",
     "evidence_window",
     "fused_edge",
@@ -60,6 +69,14 @@ PLACEMENT_SHARE = 0.6
 #: under a load without steps, the share of the samples' noise that the interpolation's own error
 #: may hide from |D| (calibrated on the steady simulation, tests/test_edges.py)
 UNSEEN_SHARE = 0.6
+#: a rise moved onto a synchronised start edge is at least this share of the step its tick
+#: interval holds (``Evidence.jump_w``): the step that made the edge ``fused``
+ANCHOR_SHARE = 0.5
+#: ... and at least this share of the power it rises to: a load starting, not the ripple of a
+#: steady load at its power cap (±8 % on an H100, docs/validation.md)
+ANCHOR_RISE = STEP_SHARE
+#: the fused power is read in bins this long to find a rise (``rise_near``). Units: s.
+RISE_BIN_S = 0.001
 
 
 def _fused_share(fused: SampleSeries, t0: float, t: float) -> float:
@@ -109,9 +126,11 @@ class Evidence:
         return cls(fusion, jump, place)
 
 
-def fused_edge(evidence: Evidence, t: float) -> Edge:
+def fused_edge(evidence: Evidence, t: float, opens: bool = False) -> Edge:
     """An edge of a counter with fused power beside it: ``fused`` where the samples show a step
-    in the edge's tick interval, ``counter`` otherwise."""
+    in the edge's tick interval, ``counter`` otherwise; with ``opens`` (the start of a window
+    opened after a device sync), ``anchored`` where that step is a rise placed just before it
+    (``anchored_edge``)."""
     result = evidence.fusion
     ticks, counter = result.ticks_s, result.counter_j
     i = interval(ticks, t)
@@ -138,7 +157,65 @@ def fused_edge(evidence: Evidence, t: float) -> Edge:
     f = float(np.clip(shares / increment, 0.0, 1.0)) if increment > 0 else x
     placement = evidence.jump_w[i] * evidence.placement_sd_s
     sd = math.hypot(stamp_sd(f, p0, p1), placement)
-    return Edge(FUSED, d, sd, True, True)
+    edge = Edge(FUSED, d, sd, True, True)
+    return anchored_edge(evidence, t, edge) if opens else edge
+
+
+def rise_near(series: SampleSeries, t: float, reach_s: float) -> tuple[float, float, float]:
+    """The rise of ``series`` around ``t``, read as mean power over ``RISE_BIN_S`` bins (a
+    zero-width knot carries no energy and is no level): from the first bin at ``t - reach_s``
+    to the highest bin within ``reach_s`` of ``t``. Returns where the bins first reach halfway
+    up (NaN where they do not rise), the rise's size, and the highest level. Units: s, W, W."""
+    # only the knots around t: a run of hours has millions
+    lo = max(int(np.searchsorted(series.times_s, t - reach_s, side="left")) - 1, 0)
+    hi = int(np.searchsorted(series.times_s, t + reach_s, side="right")) + 1
+    times, values = series.times_s[lo:hi], series.values[lo:hi]
+    if times.size < 2:
+        return math.nan, 0.0, math.nan
+    cumulative = np.concatenate(([0.0], np.cumsum(np.diff(times) * (values[1:] + values[:-1]) / 2)))
+    edges = t - reach_s + RISE_BIN_S * np.arange(int(round(2 * reach_s / RISE_BIN_S)) + 1)
+    if edges[0] < times[0] or edges[-1] > times[-1]:
+        return math.nan, 0.0, math.nan
+    level = np.diff(np.interp(edges, times, cumulative)) / RISE_BIN_S
+    base, top = float(level[0]), float(np.max(level))
+    rise = top - base
+    if not rise > 0:
+        return math.nan, 0.0, top
+    k = int(np.argmax(level >= base + rise / 2))  # the first bin at or above halfway
+    return float(edges[k]), rise, top
+
+
+def anchored_edge(evidence: Evidence, t: float, edge: Edge) -> Edge:
+    """``edge`` (a ``fused`` one) read again at the start of a window opened after a device sync:
+    where the samples place the interval's step as a rise less than one sample period before
+    ``t``, the shape is moved by that much, so that the rise lies on ``t``, and the edge's share
+    of the increment is read from the moved shape. Otherwise ``edge`` as it is.
+
+    The bound is the ``fused`` edge's, widened so that its 95 % reaches the ``fused`` reading:
+    a rise just before a synchronised start can also be work that ran, outside any window, until
+    the sync (docs/measurement.md).
+    """
+    result = evidence.fusion
+    reach = result.period_s
+    if edge.estimator != FUSED or not reach > 0:
+        return edge
+    ticks, counter = result.ticks_s, result.counter_j
+    i = interval(ticks, t)
+    where, rise, top = rise_near(result.series, t, reach)
+    if not (t - reach <= where < t) or rise < ANCHOR_SHARE * evidence.jump_w[i] or rise < ANCHOR_RISE * top:
+        return edge
+    shift = t - where
+    t0, t1 = float(ticks[i]), float(ticks[i + 1])
+    whole = _fused_share(result.series, t0 - shift, t1 - shift)
+    before = _fused_share(result.series, t0 - shift, t - shift)
+    if not (whole > 0 and math.isfinite(before)):  # the moved shape runs off the series' start
+        return edge
+    increment = float(counter[i + 1] - counter[i])
+    x = float(np.clip((t - t0) / (t1 - t0), 0.0, 1.0))
+    d = increment * before / whole - x * increment
+    # work that began just before the sync (not in a window) also rises there: the bound keeps
+    # the samples' own placement inside it
+    return Edge(ANCHORED, d, math.hypot(edge.sd_j, (d - edge.correction_j) / Z95), True, True)
 
 
 def _noise_j(result: FusionResult, x: float) -> float:
@@ -151,7 +228,7 @@ def _noise_j(result: FusionResult, x: float) -> float:
 
 
 def estimator_name(start: Edge, end: Edge) -> str:
-    """``counter`` or ``fused`` where both edges took it, else ``START/END``."""
+    """``counter`` or ``fused`` where both edges took it, else ``START/END`` (``anchored/fused``)."""
     return start.estimator if start.estimator == end.estimator else f"{start.estimator}/{end.estimator}"
 
 
@@ -162,12 +239,14 @@ def evidence_window(
     start_s: float,
     end_s: float,
     resolution_s: float,
+    synced: bool = False,
 ):
     """A counter window with each edge's estimator chosen by the fine samples around it.
 
     The interpolated counter's energy and flags (``energy.counter_energy``), plus each edge's
     correction; the random bound from both edges. ``short_window`` stays only where a window
-    shorter than two update periods has a step at an edge, or no samples to tell.
+    shorter than two update periods has a step at an edge, or no samples to tell. ``synced``:
+    the device was synchronised as the window opened, so its start edge may be ``anchored``.
     """
     base = counter_energy(times_s, counter_j, start_s, end_s, resolution_s)
     if not math.isfinite(base.energy_j) or evidence.fusion.ticks_s.size < 2:
@@ -175,7 +254,7 @@ def evidence_window(
     first, last = evidence.fusion.ticks_s[0], evidence.fusion.ticks_s[-1]
     if start_s < first or end_s > last:
         return base
-    a, b = fused_edge(evidence, start_s), fused_edge(evidence, end_s)
+    a, b = fused_edge(evidence, start_s, opens=synced), fused_edge(evidence, end_s)
     flags = base.flags
     if SHORT_WINDOW in flags and a.evidence and b.evidence and not (a.step or b.step):
         flags = tuple(f for f in flags if f != SHORT_WINDOW)

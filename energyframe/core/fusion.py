@@ -103,6 +103,8 @@ class FusionResult:
             scaled by the series' overall gain, as the series placed it (before the local
             shift and the interval's own scale): how far the shape and the counter disagreed
             there (NaN where no series shaped it). Units: J.
+        period_s: the sample period of the finest shape series: how finely the samples can
+            place a step by themselves (NaN without shapes). Units: s.
     """
 
     series: SampleSeries
@@ -115,6 +117,7 @@ class FusionResult:
     ticks_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     counter_j: np.ndarray = field(default_factory=lambda: np.zeros(0))
     mismatch_j: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    period_s: float = math.nan
 
     @property
     def residual_j(self) -> float:
@@ -366,6 +369,7 @@ def fuse(
         ticks_s=t,
         counter_j=e,
         mismatch_j=plan.mismatch,
+        period_s=float(shapes[0].period_s) if shapes else math.nan,
     )
 
 

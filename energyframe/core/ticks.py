@@ -18,6 +18,9 @@ STAMP_S = 0.002
 STAMP_SD_S = STAMP_S / math.sqrt(3.0)
 COUNTER = "counter"
 FUSED = "fused"
+#: a window's start edge read as ``fused`` with the rise the samples place just before it moved
+#: onto it (``edges.anchored_edge``)
+ANCHORED = "anchored"
 
 
 @dataclass(frozen=True)
@@ -25,9 +28,9 @@ class Edge:
     """One window edge: the estimator it took and how far the energy up to it may be off.
 
     Args:
-        estimator: ``counter`` or ``fused``.
+        estimator: ``counter``, ``fused`` or ``anchored``.
         correction_j: what the estimator adds to the interpolated counter at this edge (D where
-            ``fused``, 0 where ``counter``). Units: J.
+            ``fused`` or ``anchored``, 0 where ``counter``). Units: J.
         sd_j: one standard deviation of the error of the energy up to this edge. Units: J.
         step: whether the samples show a step inside the edge's tick interval.
         evidence: whether fine samples shaped the edge's tick interval at all.

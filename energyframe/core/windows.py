@@ -81,8 +81,11 @@ class WindowRecord:
     Args:
         phase: the phase (or user window) name.
         trial: 0-based index among the windows of that phase.
-        start_s, end_s: monotonic seconds, each taken after a device sync.
+        start_s, end_s: monotonic seconds, each taken after the device sync (if any).
         iterations: iterations of the phase's step inside the window.
+        synced: the window opened after a device sync (a sync other than none), so none of its
+            work began before ``start_s`` and what ran before it had finished
+            (``edges.anchored_edge`` relies on it).
     """
 
     phase: str
@@ -90,6 +93,7 @@ class WindowRecord:
     start_s: float
     end_s: float
     iterations: int = 1
+    synced: bool = False
 
     @property
     def duration_s(self) -> float:
@@ -119,12 +123,15 @@ def channel_energy(
     end_s: float,
     evidence: Mapping[str, Evidence] | None = None,
     grids: Mapping[str, tuple[str, TickGrid]] | None = None,
+    synced: bool = False,
 ) -> WindowEnergy:
     """One window on one channel: a counter with fine samples beside it chooses each edge's
-    estimator (``edges.py``); the fused channel gets its own edges' bound; the rest as
-    ``energy.window_energy`` reads them. Where ``grids`` has the channel (``tick_grids``), the
-    stamps' errors its counter's grid shows are added (``tickgrid.py``)."""
-    we = _channel_energy(channel, series, start_s, end_s, evidence or {})
+    estimator (``edges.py``; ``synced``: the device was synchronised as the window opened, so a
+    rise the samples place just before its start is the window's own); the fused channel gets
+    its own edges' bound; the rest as ``energy.window_energy`` reads them. Where ``grids`` has
+    the channel (``tick_grids``), the stamps' errors its counter's grid shows are added
+    (``tickgrid.py``)."""
+    we = _channel_energy(channel, series, start_s, end_s, evidence or {}, synced)
     if grids and channel.name in grids:
         counter, grid = grids[channel.name]
         ticks = series[counter]
@@ -133,11 +140,18 @@ def channel_energy(
 
 
 def _channel_energy(
-    channel: Channel, series: Mapping[str, SampleSeries], start_s: float, end_s: float, evidence: Mapping[str, Evidence]
+    channel: Channel,
+    series: Mapping[str, SampleSeries],
+    start_s: float,
+    end_s: float,
+    evidence: Mapping[str, Evidence],
+    synced: bool,
 ) -> WindowEnergy:
     s = series[channel.name]
     if channel.quantity == Quantity.ENERGY and channel.name in evidence:
-        return evidence_window(evidence[channel.name], s.times_s, s.values, start_s, end_s, channel.resolution_s)
+        return evidence_window(
+            evidence[channel.name], s.times_s, s.values, start_s, end_s, channel.resolution_s, synced
+        )
     we = window_energy(channel.quantity, s.times_s, s.values, start_s, end_s, channel.resolution_s)
     counter = fused_counter(channel.name)
     if counter is not None and counter in evidence and math.isfinite(we.energy_j):
@@ -196,7 +210,8 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
         rejected: per channel, when readings that cannot be physical were kept out of its series
             (``SampleStore.rejected_times``); the windows near them are flagged.
         evidence: per counter channel, what its fused power says about each tick interval
-            (``edges.Evidence``): its windows then choose each edge's estimator.
+            (``edges.Evidence``): its windows then choose each edge's estimator (a window
+            opened after a device sync, ``WindowRecord.synced``, may read its start ``anchored``).
     """
     idle = idle or {}
     rejected = rejected or {}
@@ -217,7 +232,7 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
             rows.append({**base, "channel": "", "flags": ""})
             continue
         for channel in integrable:
-            we = channel_energy(channel, series, w.start_s, w.end_s, evidence, grids)
+            we = channel_energy(channel, series, w.start_s, w.end_s, evidence, grids, w.synced)
             flags = list(we.flags)
             if channel.name in rejected:
                 for flag in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s):

@@ -42,7 +42,7 @@ from ..errors import (
     UsageError,
 )
 from ..live.listener import LiveListener
-from ..model import Channel, WorkloadContext
+from ..model import Channel, WorkloadContext, no_sync
 from ..plugin import PowerSource, Workload
 from ..ranks.connect import connect
 from ..ranks.coordinator import Alone, Coordinator
@@ -75,6 +75,8 @@ class WindowHandle:
     iterations: int
     start_s: float
     record: WindowRecord | None = None
+    #: whether the device was synced as the window opened (``WindowRecord.synced``)
+    synced: bool = False
     _submit: Callable[[WindowRecord], Pending] | None = field(default=None, repr=False)
     _pending: Pending | None = field(default=None, repr=False)
 
@@ -351,9 +353,10 @@ class Measurement:
         ``sync`` overrides the measurement's device sync for this window."""
         self._check_running()
         iterations = checked_iterations(iterations)
-        (sync or self.sync)()
+        sync = sync or self.sync
+        sync()
         self.coordinator.edge(f"open window {name!r}")
-        handle = WindowHandle(name, iterations, time.monotonic(), _submit=self.live.submit)
+        handle = WindowHandle(name, iterations, time.monotonic(), synced=sync is not no_sync, _submit=self.live.submit)
         self._open.setdefault(name, []).append(handle)
         return handle
 
@@ -393,14 +396,14 @@ class Measurement:
             handle.iterations = iterations
         trial = self._trials.get(name, 0)
         self._trials[name] = trial + 1
-        record = WindowRecord(name, trial, handle.start_s, end, handle.iterations)
+        record = WindowRecord(name, trial, handle.start_s, end, handle.iterations, handle.synced)
         self.records.append(record)
         handle.record = record
         if self.live.watched:  # a subscriber hears of every window
             handle._pending = self.live.submit(record)
         if self.writer is not None and self.clock is not None:
             self.writer.window_closed(
-                name, trial, self.clock.to_unix(record.start_s), self.clock.to_unix(end), record.iterations
+                name, trial, self.clock.to_unix(record.start_s), self.clock.to_unix(end), record.iterations, record.synced
             )
         if interrupted:
             self._interrupted.add((name, trial))

@@ -66,9 +66,11 @@ class RunWriter:
         self.journal = WindowJournal(self.out / WINDOWS_PARTIAL)
         write_json(self.out / SOURCES_PARTIAL, {"sources": sources})
 
-    def window_closed(self, phase: str, trial: int, start_unix: float, end_unix: float, iterations: int) -> None:
+    def window_closed(
+        self, phase: str, trial: int, start_unix: float, end_unix: float, iterations: int, synced: bool = False
+    ) -> None:
         if self.journal is not None:
-            self.journal.closed(phase, trial, start_unix, end_unix, iterations)
+            self.journal.closed(phase, trial, start_unix, end_unix, iterations, synced)
 
     def window_interrupted(self, phase: str, trial: int) -> None:
         if self.journal is not None:

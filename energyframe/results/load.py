@@ -40,7 +40,7 @@ from ..errors import StoreError
 from ..model import Channel
 from . import store
 from .meta import INCOMPLETE, MetaError, RunMeta, SourceRecord
-from .store import JOURNAL_COLUMNS, SOURCES_PARTIAL, WINDOWS_PARTIAL
+from .store import JOURNAL_COLUMNS, JOURNAL_SYNCED, SOURCES_PARTIAL, WINDOWS_PARTIAL
 
 REBUILT = "the windows were rebuilt from the journal of a run that did not finish"
 RESUMMARIZED = (
@@ -131,7 +131,7 @@ def journal_records(
             continue
         start = float(clock.to_monotonic_from_unix(row["start_s"]))
         end = float(clock.to_monotonic_from_unix(row["end_s"]))
-        records.append(WindowRecord(row["phase"], row["trial"], start, end, row["iterations"]))
+        records.append(WindowRecord(row["phase"], row["trial"], start, end, row["iterations"], row["synced"]))
     return records
 
 
@@ -197,7 +197,7 @@ def _journal_row(row: dict[str, str]) -> dict | str:
     if end < start:
         return f"its window ends (end_s {row['end_s']}) before it starts (start_s {row['start_s']})"
     return {"event": "closed", "phase": row["phase"], "trial": trial, "start_s": start, "end_s": end,
-            "iterations": iterations}  # fmt: skip
+            "iterations": iterations, "synced": row.get(JOURNAL_SYNCED) == "1"}  # fmt: skip
 
 
 def _whole(text: str) -> int | None:

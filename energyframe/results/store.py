@@ -40,6 +40,9 @@ WINDOWS_PARTIAL = "windows.partial.csv"
 #: they start), so that a run whose process died can be rebuilt
 SOURCES_PARTIAL = "sources.partial.json"
 JOURNAL_COLUMNS = ["event", "phase", "trial", "start_s", "end_s", "iterations"]
+#: the journal's column saying whether a window opened after a device sync ("1") or not ("0");
+#: a journal without it (written before it existed) reads as not synced
+JOURNAL_SYNCED = "synced"
 
 
 def _symlink_loop(directory: Path) -> str | None:
@@ -221,7 +224,7 @@ class WindowJournal:
         self.path = path
         self._file: IO[str] | None = open(path, "w", newline="")  # noqa: SIM115 (closed by close())
         self._writer = csv.writer(self._file)
-        self._row(JOURNAL_COLUMNS)
+        self._row([*JOURNAL_COLUMNS, JOURNAL_SYNCED])
 
     def _row(self, row: list) -> None:
         if self._file is None:
@@ -232,17 +235,19 @@ class WindowJournal:
         except OSError as e:
             raise StoreError(_write_error(self.path, e)) from e
 
-    def closed(self, phase: str, trial: int, start_s: float, end_s: float, iterations: int) -> None:
-        """A window closed. Units: Unix s."""
-        self._row(["closed", phase, trial, repr(start_s), repr(end_s), iterations])
+    def closed(
+        self, phase: str, trial: int, start_s: float, end_s: float, iterations: int, synced: bool = False
+    ) -> None:
+        """A window closed (``synced``: it opened after a device sync). Units: Unix s."""
+        self._row(["closed", phase, trial, repr(start_s), repr(end_s), iterations, int(synced)])
 
     def interrupted(self, phase: str, trial: int) -> None:
         """The window just closed was closed by an interruption before its work ended."""
-        self._row(["interrupted", phase, trial, "", "", ""])
+        self._row(["interrupted", phase, trial, "", "", "", ""])
 
     def discarded(self, phase: str, trial: int) -> None:
         """The last closed window of ``phase`` was discarded (measured again, longer)."""
-        self._row(["discarded", phase, trial, "", "", ""])
+        self._row(["discarded", phase, trial, "", "", "", ""])
 
     def close(self) -> None:
         if self._file is not None:
