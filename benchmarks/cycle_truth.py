@@ -312,3 +312,78 @@ def other_truths(
         profile = fit_profile(ticks_s, counter_j, segments, bin_s, smoothing * f)
         out[f"smoothing x{f:g}"] = window_truth(profile, ticks_s, counter_j, segments, windows_s)
     return out
+
+
+# -- the idle truth -------------------------------------------------------------------------------
+
+#: an edge's tick interval is in settled idle when it begins at least this long after the load
+#: stopped (the burst's power has decayed to idle within ~50 ms on an H100). Units: s.
+SETTLE_S = 0.06
+#: the idle power of one gap is pooled with this many gaps on either side: a gap holds one or two
+#: whole tick intervals, each off by its two stamps' errors
+IDLE_POOL = 3
+
+
+def idle_truth(
+    ticks_s: np.ndarray,
+    counter_j: np.ndarray,
+    segments: Segments,
+    windows_s: np.ndarray,
+    settle_s: float = SETTLE_S,
+    pool: int = IDLE_POOL,
+) -> np.ndarray:
+    """Each window's energy where both its edges lie in settled idle, NaN elsewhere. Units: J.
+
+    A window opened after a device sync on an idle GPU has none of its work before its start,
+    and the GPU draws its idle power there. When the tick before each edge lies in the idle
+    that precedes it, the counter between those two ticks is exact, and the window's energy is
+    that increment, less the idle power from the first tick to the start, plus the idle power
+    from the last tick to the end. Only the idle power is estimated: the counter's own mean
+    over the whole tick intervals of settled idle in the gap and ``pool`` gaps either side (or,
+    where those hold none, twice as many, and so on). Its
+    error is the idle power's drift and the two ticks' stamps at idle power (~0.15 J each at
+    130 W), not the shape of any burst: the cycle truth, by contrast, splits an edge's interval
+    by the mean cycle's profile, and a cycle whose burst differs from the mean moves that split.
+
+    Args:
+        segments: ``on`` and ``off`` segments; an ``off`` segment is idle.
+        windows_s: (n, 2) window starts and ends. Units: s.
+    """
+    t = np.asarray(ticks_s, dtype=float)
+    e = np.asarray(counter_j, dtype=float)
+    ok = np.isfinite(t) & np.isfinite(e)
+    t, e = t[ok], e[ok]
+    w = np.asarray(windows_s, dtype=float).reshape(-1, 2)
+    out = np.full(w.shape[0], np.nan)
+    idle = [i for i, k in enumerate(segments.kinds) if k == "off"]
+    if t.size < 2 or not idle:
+        return out
+    lo = segments.starts_s[idle] + settle_s  # settled idle of each gap: [lo, hi]
+    hi = segments.ends_s[idle]
+    inc, span = np.diff(e), np.diff(t)
+    whole = (inc >= 0)[None, :] & (t[:-1][None, :] >= lo[:, None]) & (t[1:][None, :] <= hi[:, None])
+    gap_j, gap_s = whole @ np.where(inc >= 0, inc, 0.0), whole @ span
+    power = np.full(lo.size, np.nan)
+    for g in range(lo.size):
+        reach = max(pool, 1)
+        while reach <= lo.size:  # a gap may hold no whole tick interval of settled idle
+            near = slice(max(0, g - reach), g + reach + 1)
+            if gap_s[near].sum() > 0:
+                power[g] = gap_j[near].sum() / gap_s[near].sum()
+                break
+            reach *= 2
+
+    def settled(x: float) -> tuple[int, int]:
+        """The tick at or before ``x`` and the gap whose settled idle holds [tick, x] (-1: none)."""
+        i = int(np.searchsorted(t, x, side="right")) - 1
+        if i < 0:
+            return i, -1
+        g = int(np.searchsorted(lo, t[i], side="right")) - 1
+        return i, g if g >= 0 and x <= hi[g] else -1
+
+    for n, (x, y) in enumerate(w):
+        (i, ga), (k, gb) = settled(x), settled(y)
+        if ga < 0 or gb < 0 or k <= i or np.any(inc[i:k] < 0):
+            continue
+        out[n] = (e[k] - e[i]) - power[ga] * (x - t[i]) + power[gb] * (y - t[k])
+    return out

@@ -17,7 +17,11 @@ hidden ticks' own stamp spread: where the two differ, the truth's noise is part 
 
 The truth of a step window is the cycle truth (``cycle_truth.py``, docs/measurement.md): the
 counter between the ticks inside the window, plus the mean cycle profile's share of each edge's
-tick interval. The steady windows (200 ms and 1 s, ±10 %, inside back-to-back GEMMs) have the
+tick interval. Beside it, for the windows whose edges both lie in settled idle, the idle truth
+(``cycle_truth.idle_truth``): the counter between the ticks before the two edges, less the
+idle power from the first tick to the start, plus it from the last tick to the end. It needs
+no profile, so a burst that differs from the mean cycle does not move it; the cycle truth's
+distance from it is printed too. The steady windows (200 ms and 1 s, ±10 %, inside back-to-back GEMMs) have the
 truth of the steady power (the counter over the whole 20-40 s of GEMMs) times their duration.
 
 Per configuration: median / max |error| and bias of energyframe's default number (``gpu0``, the
@@ -64,7 +68,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cycle_truth import Segments, fit_profile, other_truths, window_truth  # noqa: E402
+from cycle_truth import Segments, fit_profile, idle_truth, other_truths, window_truth  # noqa: E402
 from held_out_ticks import bound_figures, held_out, held_out_stats, stamp_spread_ms  # noqa: E402
 from run_data import counter_energy_of, from_result, gpu_info, load_run  # noqa: E402
 
@@ -83,6 +87,9 @@ METHODS = (DEFAULT, FUSED, COUNTER, ZEUS)
 #: the key, in ``analyse_steps``'s windows, of how far each window's cycle truth moves when its
 #: profile is fitted otherwise (``cycle_truth.other_truths``). Units: J.
 TRUTH_MOVES = "truth moves"
+#: the key, in ``analyse_steps``'s windows, of each method's windows against the idle truth
+#: (``cycle_truth.idle_truth``): per method, that truth. Units: J.
+IDLE_TRUTH = "idle truth"
 
 
 @dataclass(frozen=True)
@@ -173,9 +180,27 @@ def table_row(name: str, windows: dict) -> dict:
     row["confident"] = method_stats(np.asarray(truth)[~short], np.asarray(energy)[~short])
     if TRUTH_MOVES in windows:
         row["truth_moves"] = truth_moves(np.asarray(truth), np.asarray(energy), windows[TRUTH_MOVES], ~short)
+    if IDLE_TRUTH in windows:
+        row["idle_truth"] = idle_row(windows, short)
     names, counts = np.unique(np.asarray(estimators, dtype=str), return_counts=True)
     row["estimators"] = {str(k): int(v) for k, v in zip(names, counts)}
     return row
+
+
+def idle_row(windows: dict, short: np.ndarray) -> dict:
+    """The default (its unflagged windows) and Zeus against the idle truth, the default's bound
+    against it, and how far the cycle truth lies from it."""
+    idle = windows[IDLE_TRUTH]
+    truth, energy, bound = (np.asarray(x, dtype=float) for x in windows[DEFAULT][:3])
+    mine = np.where(short, np.nan, idle[DEFAULT])
+    out = {
+        DEFAULT: method_stats(mine, energy),
+        "bound": bound_stats(mine, energy, bound),
+        "cycle_truth": method_stats(idle[DEFAULT], truth),
+    }
+    if ZEUS in windows and ZEUS in idle:
+        out[ZEUS] = method_stats(idle[ZEUS], np.asarray(windows[ZEUS][1], dtype=float))
+    return out
 
 
 def print_table(rows: list[dict], title: str) -> None:
@@ -223,6 +248,27 @@ def print_table(rows: list[dict], title: str) -> None:
             print(
                 f"{r['config']:22s}  {m['median_pct']:.2f} / {m['max_pct']:.2f} %, {m['beyond']} of {m['n']} beyond,"
                 f" worst window's truth moves {m['worst_window_pct']:.2f} %"
+            )
+    idle = [r for r in rows if "idle_truth" in r]
+    if idle:
+        print(
+            "\nagainst the idle truth (cycle_truth.idle_truth: windows whose edges lie in settled idle; the"
+            " counter between the ticks before the edges, the idle power before each edge): median / max |error| %,"
+            " bias %, windows; the default's unflagged windows inside its bound and the ratio; and how far the cycle"
+            " truth lies from it"
+        )
+        for r in idle:
+            i = r["idle_truth"]
+            cells = []
+            for name in (DEFAULT, ZEUS):
+                m = i.get(name)
+                cells.append(
+                    f"{name} {m['median_abs_pct']:.2f} / {m['max_abs_pct']:.2f}, {m['bias_pct']:+.2f} ({m['n']})" if m and m["n"] else f"{name} -"
+                )
+            b, c = i["bound"], i["cycle_truth"]
+            print(
+                f"{r['config']:22s}  " + "  |  ".join(cells)
+                + f"  |  inside {100 * b['coverage']:.1f} %, ratio {b['ratio']:.2f}  |  cycle truth {c['median_abs_pct']:.2f} / {c['max_abs_pct']:.2f}"
             )
     print("estimators of the default:", "; ".join(f"{r['config']}: {r['estimators']}" for r in rows))
     held = [r for r in rows if "held_out" in r]
@@ -478,7 +524,8 @@ def recomputed(result, rows):
     channel = recording.channels["gpu0"]
     rows = rows.copy()
     for index, (a, b) in zip(rows.index, rows[["start_s", "end_s"]].to_numpy(float)):
-        w = channel_energy(channel, placement.series, a, b, placement.evidence, grids)
+        # every window of the step family opens after a device sync (record_steps, record_steady)
+        w = channel_energy(channel, placement.series, a, b, placement.evidence, grids, synced=True)
         rows.loc[index, ["energy_j", "energy_random_j"]] = [w.energy_j, w.random_j]
         rows.loc[index, "estimator"] = w.estimator
         rows.loc[index, "flags"] = ";".join(w.flags)
@@ -510,11 +557,13 @@ def analyse_steps(run_dir: Path, zeus_windows, off_s: float) -> dict:
         COUNTER: (truth, np.array([interpolate(a, b) for a, b in spans])),
         # the largest move of each window's truth (NaN where no variant has a truth there)
         TRUTH_MOVES: np.where(np.isfinite(moves).any(axis=1), np.fmax.reduce(moves, axis=1), np.nan),
+        IDLE_TRUTH: {DEFAULT: idle_truth(ticks, counter, segments, spans)},
     }
     if zeus_windows:
         clock = ClockModel.from_json(result.meta["clock"])
         z = np.array([(clock.to_unix(a), clock.to_unix(b), e) for a, b, e in zeus_windows])
         out[ZEUS] = (window_truth(profile, ticks, counter, segments, z[:, :2]), z[:, 2])
+        out[IDLE_TRUTH][ZEUS] = idle_truth(ticks, counter, segments, z[:, :2])
     return out
 
 

@@ -10,7 +10,14 @@ import pytest
 # the truth serves the transient benchmark, and lives beside it
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from cycle_truth import Segments, fit_profile, other_truths, profile_energy, window_truth  # noqa: E402
+from cycle_truth import (  # noqa: E402
+    Segments,
+    fit_profile,
+    idle_truth,
+    other_truths,
+    profile_energy,
+    window_truth,
+)
 
 from tests.sensors import PulseLoad, square_wave, tick_times
 
@@ -191,3 +198,54 @@ def test_too_few_cycles_for_half_a_profile_leave_only_the_other_half_unknown():
     others = other_truths(ticks, counter, edges, w, np.array([0]))
     assert np.isnan(others["other_half"]).all()
     assert np.isfinite(others["smoothing x4"]).all()
+
+
+# -- the idle truth ----------------------------------------------------------------------------
+
+
+def periods_of(edges):
+    """Windows from each burst's start to the next one's (the step family's periods), but the
+    first cycle's and the last one's."""
+    return np.column_stack((edges[1:-2, 0], edges[2:-1, 0] - 1e-4))
+
+
+def test_the_idle_truth_is_exact_whatever_each_burst_draws():
+    # bursts that differ by up to ±30 % from cycle to cycle: the cycle truth splits an edge's
+    # tick interval by the mean burst and is off; the idle truth never looks at a burst
+    edges, ticks, counter, segments, energy = run(seed=3, cycles=60, rise_s=0.005, fall_s=0.04, spread=0.3)
+    w = periods_of(edges)
+    exact = energy(w[:, 1]) - energy(w[:, 0])
+    got = idle_truth(ticks, counter, segments, w)
+    assert np.all(np.isfinite(got))  # every edge's tick lies in the idle before it
+    assert worst_pct(got, exact) < 1e-6
+    cycle = window_truth(fit_profile(ticks, counter, segments), ticks, counter, segments, w)
+    assert worst_pct(cycle, exact) > 0.5  # what the idle truth is for
+
+
+def test_the_idle_truth_carries_the_idle_powers_drift_only_through_its_own_gaps():
+    # the idle power steps from 110 to 130 W halfway through: each edge takes its own gaps' idle
+    edges, ticks, counter, segments, energy = run(seed=4, cycles=60)
+    half = float(edges[30, 0])
+    drift = lambda t: 20.0 * np.maximum(np.atleast_1d(t) - half, 0.0)  # noqa: E731
+    w = periods_of(edges)
+    got = idle_truth(ticks, counter + drift(ticks), segments, w)
+    exact = energy(w[:, 1]) - energy(w[:, 0]) + drift(w[:, 1]) - drift(w[:, 0])
+    far = np.abs(w[:, 0] - half) > 4.0  # further than the pooled gaps reach
+    assert worst_pct(got[far], exact[far]) < 1e-6
+    assert worst_pct(got, exact) < 0.5
+
+
+def test_the_idle_truth_leaves_out_an_edge_whose_tick_is_not_in_settled_idle():
+    edges, ticks, counter, segments, energy = run(seed=6, cycles=30)
+    inside_burst = np.column_stack((edges[2:-2, 0] + 0.2, edges[3:-1, 0] - 1e-4))  # opens in a burst
+    assert np.all(np.isnan(idle_truth(ticks, counter, segments, inside_burst)))
+    # a window opening 80 ms after a burst stopped: the tick before it lies in the burst's last
+    # 20 ms, in the first 60 ms of idle (where the power may still fall) or in settled idle
+    after_stop = np.column_stack((edges[2:-2, 1] + 0.08, edges[3:-1, 0] - 1e-4))
+    got = idle_truth(ticks, counter, segments, after_stop)
+    t_before = ticks[np.searchsorted(ticks, after_stop[:, 0], side="right") - 1]
+    settled = t_before >= edges[2:-2, 1] + 0.06
+    assert settled.any() and (~settled).any()
+    assert np.all(np.isnan(got[~settled])) and np.all(np.isfinite(got[settled]))
+    exact = energy(after_stop[:, 1]) - energy(after_stop[:, 0])
+    assert worst_pct(got[settled], exact[settled]) < 1e-6

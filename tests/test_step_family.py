@@ -78,6 +78,16 @@ def test_the_analysis_of_a_recorded_run_reads_the_truth_and_every_method(recorde
     assert moves.shape == truth.shape and np.all(moves[known] >= 0)
     assert row["truth_moves"]["n"] == row["confident"]["n"]
     assert row["truth_moves"]["median_pct"] < 1.0
+    # the idle truth of the windows whose edges lie in settled idle (200 ms of idle: most of
+    # them), against the exact energy: only the ticks' stamps at idle power (±2 ms) move it
+    idle = out[bench.IDLE_TRUTH][bench.DEFAULT]
+    settled = np.isfinite(idle)
+    assert settled.sum() >= 0.8 * len(exact)
+    assert np.max(np.abs(idle[settled] / exact[settled] - 1)) < 0.01
+    assert np.median(np.abs(idle[settled] / exact[settled] - 1)) < 0.002
+    assert row["idle_truth"][bench.DEFAULT]["n"] == int((settled & ~np.isin(flags, ["short_window"])).sum())
+    assert row["idle_truth"][bench.ZEUS]["n"] >= 0.8 * len(zeus)
+    assert row["idle_truth"]["cycle_truth"]["median_abs_pct"] < 1.0
 
 
 def test_the_simulated_table_prints_every_method(tmp_path, capsys):
