@@ -362,7 +362,7 @@ def idle_truth(
     hi = segments.ends_s[idle]
     inc, span = np.diff(e), np.diff(t)
     whole = (inc >= 0)[None, :] & (t[:-1][None, :] >= lo[:, None]) & (t[1:][None, :] <= hi[:, None])
-    gap_j, gap_s = whole @ np.where(inc >= 0, inc, 0.0), whole @ span
+    gap_j, gap_s = whole @ inc, whole @ span
     power = np.full(lo.size, np.nan)
     for g in range(lo.size):
         reach = max(pool, 1)

@@ -36,7 +36,7 @@ import numpy as np
 from .energy import SHORT_WINDOW, WindowEnergy, counter_energy, power_energy
 from .fusion import FusionResult
 from .samples import SampleSeries
-from .shapes import STEP_SHARE
+from .shapes import STEP_SHARE, Signal
 from .stats import Z95
 from .ticks import ANCHORED, COUNTER, FUSED, STAMP_SD_S, Edge, counter_edge, interval, stamp_sd
 
@@ -158,7 +158,7 @@ def fused_edge(evidence: Evidence, t: float, opens: bool = False) -> Edge:
     placement = evidence.jump_w[i] * evidence.placement_sd_s
     sd = math.hypot(stamp_sd(f, p0, p1), placement)
     edge = Edge(FUSED, d, sd, True, True)
-    return anchored_edge(evidence, t, edge) if opens else edge
+    return anchored_edge(evidence, i, t, edge) if opens else edge
 
 
 def rise_near(series: SampleSeries, t: float, reach_s: float) -> tuple[float, float, float]:
@@ -170,13 +170,10 @@ def rise_near(series: SampleSeries, t: float, reach_s: float) -> tuple[float, fl
     lo = max(int(np.searchsorted(series.times_s, t - reach_s, side="left")) - 1, 0)
     hi = int(np.searchsorted(series.times_s, t + reach_s, side="right")) + 1
     times, values = series.times_s[lo:hi], series.values[lo:hi]
-    if times.size < 2:
-        return math.nan, 0.0, math.nan
-    cumulative = np.concatenate(([0.0], np.cumsum(np.diff(times) * (values[1:] + values[:-1]) / 2)))
     edges = t - reach_s + RISE_BIN_S * np.arange(int(round(2 * reach_s / RISE_BIN_S)) + 1)
-    if edges[0] < times[0] or edges[-1] > times[-1]:
+    if times.size < 2 or edges[0] < times[0] or edges[-1] > times[-1]:
         return math.nan, 0.0, math.nan
-    level = np.diff(np.interp(edges, times, cumulative)) / RISE_BIN_S
+    level = Signal(times, values).between(edges[:-1], edges[1:]) / RISE_BIN_S
     base, top = float(level[0]), float(np.max(level))
     rise = top - base
     if not rise > 0:
@@ -185,11 +182,12 @@ def rise_near(series: SampleSeries, t: float, reach_s: float) -> tuple[float, fl
     return float(edges[k]), rise, top
 
 
-def anchored_edge(evidence: Evidence, t: float, edge: Edge) -> Edge:
-    """``edge`` (a ``fused`` one) read again at the start of a window opened after a device sync:
-    where the samples place the interval's step as a rise less than one sample period before
-    ``t``, the shape is moved by that much, so that the rise lies on ``t``, and the edge's share
-    of the increment is read from the moved shape. Otherwise ``edge`` as it is.
+def anchored_edge(evidence: Evidence, i: int, t: float, edge: Edge) -> Edge:
+    """``edge``, a ``fused`` one in tick interval ``i``, read again at the start of a window opened
+    after a device sync: where the samples place the interval's step as a rise less than one
+    sample period before ``t``, the shape is moved by that much, so that the rise lies on ``t``,
+    and the edge's share of the increment is read from the moved shape. Otherwise ``edge`` as it
+    is.
 
     The bound is the ``fused`` edge's, widened so that its 95 % reaches the ``fused`` reading:
     a rise just before a synchronised start can also be work that ran, outside any window, until
@@ -197,10 +195,9 @@ def anchored_edge(evidence: Evidence, t: float, edge: Edge) -> Edge:
     """
     result = evidence.fusion
     reach = result.period_s
-    if edge.estimator != FUSED or not reach > 0:
+    if not reach > 0:
         return edge
     ticks, counter = result.ticks_s, result.counter_j
-    i = interval(ticks, t)
     where, rise, top = rise_near(result.series, t, reach)
     if not (t - reach <= where < t) or rise < ANCHOR_SHARE * evidence.jump_w[i] or rise < ANCHOR_RISE * top:
         return edge
