@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import energyframe as ef
+from energyframe.core.tickgrid import REGULAR_SD_S
 from energyframe.errors import OptionError, PowerSourceError
 from energyframe.plugin import Quantity, SourceContext
 from energyframe.power.nvml import NVMLPowerSource, load_pynvml
@@ -105,26 +106,54 @@ def test_steady_power_is_measured_on_every_channel(fake_nvml, mode):
     assert [g["uuid"] for g in info["gpus"]][0] == H200
 
 
+#: runs of the starved poller made at most, until one shows its late ticks on a regular grid
+STARVED_RUNS = 3
+
+
 @pytest.mark.parametrize("mode", ["process", "thread"])
 def test_a_starved_pollers_late_ticks_flag_the_windows_beside_them(fake_nvml, tmp_path, mode):
-    # a host short of CPU keeps the poller away for 40 ms right after it read the old value of
-    # every fourth tick: the tick is stamped ~20 ms late. The windows with such a tick beside an
-    # edge say so, and their bound holds the truth (constant power: 700 W times the duration)
-    log = tmp_path / "starved.txt"
-    scenario = fake_nvml([gpu(starve={"every": 4, "stall_s": 0.04, "log": str(log)})])
-    result = run_windows(NVMLPowerSource(name="nvml", mode=mode, channels="samples"), windows=8, seconds=0.35)
+    # a host short of CPU keeps the poller away for 60 ms right after it read the old value of
+    # every fourth tick (4 ms or less before it): the tick is stamped 22-30 ms off the grid, well
+    # beyond OFF_GRID_S (15 ms). A 40-ms stall put it 10-20 ms off on a loaded host, where the
+    # poller's own cadence and the one-sided fit at the run's ends took some of it back. The
+    # windows with such a tick beside an edge say so, and their bound holds the truth (constant
+    # power: 700 W times the duration).
+    # A host loaded enough to spread even the other stamps by more than REGULAR_SD_S (3 ms; seen
+    # once in 15 runs beside two busy loops on 2 cores) leaves no grid to be off: then every
+    # window says `irregular_ticks` and its bound holds the truth, and the run is made again
+    for attempt in range(STARVED_RUNS):
+        log = tmp_path / f"starved-{attempt}.txt"
+        scenario = fake_nvml([gpu(starve={"every": 4, "stall_s": 0.06, "log": str(log)})])
+        source = NVMLPowerSource(name="nvml", mode=mode, channels="samples")
+        result = run_windows(source, windows=8, seconds=0.35)
+        w = result.windows[result.windows["channel"] == "gpu0"]
+        truth_j = 700.0 * w["duration_s"]
+        assert ((w["energy_j"] - truth_j).abs() <= w["energy_bound_j"]).all()
+        irregular = w["flags"].str.contains("irregular_ticks")
+        if not irregular.any():
+            break
+        assert irregular.all() and (w["tick_spread_ms"] > 1e3 * REGULAR_SD_S).all()
+        assert any(m.startswith("gpu0: ") and "irregular" in m for m in result.meta["warnings"])
+    else:
+        pytest.fail(f"in {STARVED_RUNS} runs the host spread every stamp beyond a regular grid")
     starved = {round(float(line) / 0.1) for line in log.read_text().split()}
     assert len(starved) >= 3
-    w = result.windows[result.windows["channel"] == "gpu0"]
+    # the ticks beside an edge are the two stamped either side of it (an edge a few ms past a
+    # tick's true time may still lie before its stamp); each stamp is numbered by the tick it
+    # lies nearest, and the first is the source's first read, not a tick
+    samples = result.samples[result.samples["channel"] == "gpu0"]
+    stamps = np.sort(samples["time_s"].to_numpy())
+    numbers = np.round((stamps - scenario["t0_wall"]) / 0.1).astype(int)
     beside = 0
     for row in w.itertuples():
-        edges = [(t - scenario["t0_wall"]) / 0.1 for t in (row.start_s, row.end_s)]
-        ticks = {k for e in edges for k in (math.floor(e), math.floor(e) + 1)}
+        ticks = set()
+        for t in (row.start_s, row.end_s):
+            i = int(np.searchsorted(stamps, t))
+            ticks |= {int(numbers[j]) for j in (i - 1, i) if 0 < j < stamps.size}
         if not ticks & starved:
             continue
         beside += 1
         assert "tick_off_grid" in row.flags and row.tick_off_grid_ms > 15.0
-        assert abs(row.energy_j - 700.0 * row.duration_s) <= row.energy_bound_j
     assert beside >= 2
     assert any(m.startswith("gpu0: ") and "off the counter's update grid" in m for m in result.meta["warnings"])
 
