@@ -201,7 +201,20 @@ def test_two_machines_joined_by_a_c10d_rendezvous(place):
 FAILING = """
     import os, signal, sys, time
     import energyframe as ef
+    import torch.distributed  # the rank's join imports it; here, before the barrier below
     from energyframe.plugin import Phase, Workload
+
+    # a barrier of files: every rank has made its imports before any joins, so that the join's
+    # timeout (3 s in the silent-rank test) is spent on the join. On a host loaded by two test
+    # suites at once, one rank's import of torch finished more than 3 s after the other's.
+    RANK = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+    WORLD = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
+    open(f"ready-{RANK}", "w").close()
+    given_up = time.monotonic() + 120.0  # a bound on the wait, never reached when both start
+    while not all(os.path.exists(f"ready-{r}") for r in range(WORLD)):
+        if time.monotonic() > given_up:
+            sys.exit("the other ranks never started")
+        time.sleep(0.01)
 
     class Failing(Workload):
         '''Steps of 50 ms; rank 1 fails in its step number AT (raise, SIGTERM, or stops answering).'''
@@ -216,7 +229,7 @@ FAILING = """
         def step(self):
             time.sleep(0.05)
             self.n += 1
-            if int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 1 and self.n == self.at:
+            if RANK == 1 and self.n == self.at:
                 if self.how == "raise":
                     raise RuntimeError("boom on rank 1")
                 if self.how == "sigterm":
