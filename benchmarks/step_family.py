@@ -21,8 +21,9 @@ tick interval. Beside it, for the windows whose edges both lie in settled idle, 
 (``cycle_truth.idle_truth``): the counter between the ticks before the two edges, less the
 idle power from the first tick to the start, plus it from the last tick to the end. It needs
 no profile, so a burst that differs from the mean cycle does not move it; the cycle truth's
-distance from it is printed too. The steady windows (200 ms and 1 s, ±10 %, inside back-to-back GEMMs) have the
-truth of the steady power (the counter over the whole 20-40 s of GEMMs) times their duration.
+distance from it is printed too. The steady windows (200 ms and 1 s, ±10 %, inside
+back-to-back GEMMs) have the truth of the steady power (the counter over the whole 20-40 s of
+GEMMs) times their duration.
 
 Per configuration: median / max |error| and bias of energyframe's default number (``gpu0``, the
 estimator chosen per edge), of ``gpu0.fused`` and of the interpolated counter, and of Zeus; the
