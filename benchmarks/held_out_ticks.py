@@ -26,6 +26,7 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
+import pandas as pd
 from tick_stamps import grid_residual
 
 from energyframe.core.edges import Evidence, evidence_window
@@ -93,16 +94,31 @@ def least_ratio(error: np.ndarray) -> float:
     return float(np.quantile(error, 0.95) / max(np.median(error), 1e-12))
 
 
+def rank_correlation(error: np.ndarray, bound: np.ndarray) -> float:
+    """How well a bound tells which windows will be off: the rank correlation (Spearman's, ties
+    at their mean rank) of the windows' |error| with their bound. 1: the larger the bound, the
+    larger the error, always; 0: the bound's size says nothing of which windows err. Only a bound
+    that ranks the errors can read a ratio below ``least_ratio``. NaN with fewer than 3 windows
+    or where either side is constant."""
+    ranks = pd.DataFrame({"error": np.abs(np.asarray(error, dtype=float)), "bound": np.asarray(bound, dtype=float)})
+    ranks = ranks[np.isfinite(ranks).all(axis=1)].rank()
+    if len(ranks) < 3 or (ranks.nunique() < 2).any():
+        return math.nan
+    return float(np.corrcoef(ranks["error"], ranks["bound"])[0, 1])
+
+
 def bound_figures(error: np.ndarray, bound: np.ndarray) -> dict:
     """How a stated bound did on these windows (|error| and bound in the same unit): the share
     whose truth lies inside it, the median bound over the median |error| (the bound is not
-    vacuous where this is at most 3), and the least that ratio could be (``least_ratio``)."""
+    vacuous where this is at most 3), the least that ratio could be (``least_ratio``), and how
+    well the bound ranks the errors (``rank_correlation``)."""
     error = np.abs(np.asarray(error, dtype=float))
     bound = np.asarray(bound, dtype=float)
     return {
         "coverage": float(np.mean(error <= bound)),
         "ratio": float(np.median(bound) / max(np.median(error), 1e-12)),
         "least_ratio": least_ratio(error),
+        "rank_correlation": rank_correlation(error, bound),
     }
 
 

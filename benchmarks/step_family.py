@@ -139,7 +139,7 @@ def bound_stats(truth: np.ndarray, energy: np.ndarray, bound: np.ndarray) -> dic
     """``held_out_ticks.bound_figures`` of the windows with a truth, and the median bound in %."""
     ok = np.isfinite(truth) & np.isfinite(energy) & np.isfinite(bound)
     if not np.any(ok):
-        return {"coverage": math.nan, "ratio": math.nan, "least_ratio": math.nan, "median_bound_pct": math.nan}
+        return {"coverage": math.nan, "ratio": math.nan, "least_ratio": math.nan, "rank_correlation": math.nan, "median_bound_pct": math.nan}
     return {
         **bound_figures(energy[ok] - truth[ok], bound[ok]),
         "median_bound_pct": float(np.median(100.0 * bound[ok] / truth[ok])),
@@ -255,8 +255,8 @@ def print_table(rows: list[dict], title: str) -> None:
         print(
             "\nagainst the idle truth (cycle_truth.idle_truth: windows whose edges lie in settled idle; the"
             " counter between the ticks before the edges, the idle power before each edge): median / max |error| %,"
-            " bias %, windows; the default's unflagged windows inside its bound and the ratio; and how far the cycle"
-            " truth lies from it"
+            " bias %, windows; the default's unflagged windows inside its bound, the ratio, the least ratio, and how"
+            " well the bound ranks their errors (rank correlation); and how far the cycle truth lies from it"
         )
         for r in idle:
             i = r["idle_truth"]
@@ -269,7 +269,8 @@ def print_table(rows: list[dict], title: str) -> None:
             b, c = i["bound"], i["cycle_truth"]
             print(
                 f"{r['config']:22s}  " + "  |  ".join(cells)
-                + f"  |  inside {100 * b['coverage']:.1f} %, ratio {b['ratio']:.2f}  |  cycle truth {c['median_abs_pct']:.2f} / {c['max_abs_pct']:.2f}"
+                + f"  |  inside {100 * b['coverage']:.1f} %, ratio {b['ratio']:.2f}, least {b['least_ratio']:.2f},"
+                f" ranks {b.get('rank_correlation', math.nan):+.2f}  |  cycle truth {c['median_abs_pct']:.2f} / {c['max_abs_pct']:.2f}"
             )
     print("estimators of the default:", "; ".join(f"{r['config']}: {r['estimators']}" for r in rows))
     held = [r for r in rows if "held_out" in r]
@@ -277,7 +278,7 @@ def print_table(rows: list[dict], title: str) -> None:
         print(
             "\nthe default against held-out ticks (held_out_ticks.py: every other tick hidden, windows between"
             " hidden ticks; median / max |error| %, inside bound %, inside it widened by the truth's own stamps %, ratio,"
-            " least ratio), and the ticks' distance from the counter's update grid (robust sd; p95 / p99 / max, ms)"
+            " least ratio, rank correlation of bound and error), and the ticks' distance from the counter's update grid (robust sd; p95 / p99 / max, ms)"
         )
         for r in held:
             cells = []
@@ -288,7 +289,7 @@ def print_table(rows: list[dict], title: str) -> None:
                 cells.append(
                     f"{span}: {s['median_abs_pct']:.2f} / {s['max_abs_pct']:.2f}, {100 * s['coverage']:.1f} %"
                     f" ({100 * s.get('coverage_with_truth_stamps', math.nan):.1f} %), {s['ratio']:.2f},"
-                    f" {s.get('least_ratio', math.nan):.2f}"
+                    f" {s.get('least_ratio', math.nan):.2f}, {s.get('rank_correlation', math.nan):+.2f}"
                 )
             st = r["stamps_ms"]
             print(f"{r['config']:22s}  " + "  |  ".join(cells) + f"  |  stamps sd {st.get('sd', math.nan):.2f}, {st['p95']:.1f} / {st['p99']:.1f} / {st['max']:.1f}")

@@ -179,6 +179,22 @@ def test_a_bound_sized_in_hindsight_reads_the_least_ratio():
     assert gauss == pytest.approx(2.91, abs=0.1)
 
 
+def test_only_a_bound_that_ranks_the_errors_reads_below_the_least_ratio():
+    bench = load_benchmark("step_family")
+    rng = np.random.default_rng(11)
+    # windows of two kinds: most err by ~0.2 J, one in ten by ~3 J (heavy tails, as on load steps)
+    scale = np.where(rng.random(2000) < 0.1, 3.0, 0.2)
+    truth = np.full(2000, 100.0)
+    energy = truth + scale * rng.standard_normal(2000)
+    knows = bench.bound_stats(truth, energy, 1.96 * scale)  # a bound that knows each window's scale
+    assert knows["rank_correlation"] > 0.4
+    assert knows["coverage"] >= 0.94 and knows["ratio"] < knows["least_ratio"]
+    blind = bench.bound_stats(truth, energy, 1.96 * rng.permutation(scale))  # the same sizes, shuffled
+    assert abs(blind["rank_correlation"]) < 0.1 and blind["coverage"] < 0.9
+    # a bound of one size ranks nothing: no correlation to read
+    assert math.isnan(bench.bound_stats(truth, energy, np.ones(2000))["rank_correlation"])
+
+
 def test_the_truth_moves_are_counted_against_each_window_s_own_error():
     bench = load_benchmark("step_family")
     truth = np.array([100.0, 100.0, 100.0, 50.0, 100.0])
