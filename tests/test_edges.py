@@ -204,10 +204,11 @@ def test_an_edge_with_no_fine_samples_is_bounded_by_the_worst_step():
 # -- a rise just before a synchronised start -------------------------------------------------------
 
 
-def bursts(early_s, seed=7, delay_s=0.003, stamped_early=11):
+def burst_readings(early_s, seed=7, delay_s=0.003, stamped_early=11):
     """A counter and exact 20-ms means of 120 W idle with 700 W bursts of 0.15 s, each starting
     ``delay_s`` after its window opens; the means around burst ``stamped_early``'s rise are
-    stamped ``early_s`` early (the rest are right, so the run-wide offset stays ~0)."""
+    stamped ``early_s`` early (the rest are right, so the run-wide offset stays ~0). Returns the
+    ticks, the counter, the means' stamps and values, the windows' starts and the true energy."""
     rng = np.random.default_rng(seed)
     starts = 1.0 + 0.5 * np.arange(22) + np.cumsum(rng.uniform(0, 0.05, 22))
     on = starts + delay_s
@@ -224,7 +225,12 @@ def bursts(early_s, seed=7, delay_s=0.003, stamped_early=11):
     stamps, means = u[1:].copy(), np.diff(energy(u)) / 0.02
     k = stamped_early
     stamps[(stamps > on[k] - 0.03) & (stamps < on[k] + 0.05)] -= early_s
-    counter = 1e6 + energy(ticks)
+    return ticks, 1e6 + energy(ticks), stamps, means, starts, energy
+
+
+def bursts(early_s, **kw):
+    """``burst_readings`` fused: the ticks, the counter, the evidence, the starts, the truth."""
+    ticks, counter, stamps, means, starts, energy = burst_readings(early_s, **kw)
     result = fuse(ticks, counter, [ShapeSeries("buffer", stamps, means, 0.02, "period")])
     return ticks, counter, Evidence.of(result), starts, energy
 
@@ -260,6 +266,39 @@ def test_no_edge_is_anchored_where_the_samples_place_the_rise_after_the_start():
         assert we.estimator.startswith(ANCHORED) == (k == 11)
         late = evidence_window(evidence, ticks, counter, a + 0.05, a + 0.45, 0.1, synced=True)
         assert not late.estimator.startswith(ANCHORED)  # the load rose 47 ms before: not this window's
+
+
+@pytest.mark.parametrize("gap_s", [0.0, 0.0002, 0.005])
+def test_a_window_ending_just_before_an_anchored_start_gives_up_what_that_start_takes(gap_s):
+    # back-to-back synced windows (a loop of periods): window 10 ends gap_s before window 11
+    # opens, whose rise the samples place 25 ms early; the instant is split once
+    ticks, counter, evidence, starts, energy = bursts(0.025)
+    a, b, c = starts[10], starts[11] - gap_s, starts[11]
+    alone = evidence_window(evidence, ticks, counter, a, b, 0.1, synced=True)
+    before = evidence_window(evidence, ticks, counter, a, b, 0.1, synced=True, next_open_s=c)
+    after = evidence_window(evidence, ticks, counter, c, c + 0.45, 0.1, synced=True)
+    assert after.estimator.startswith(ANCHORED) and before.estimator.endswith(ANCHORED)
+    truth = float(energy(b)[0] - energy(a)[0])
+    assert alone.energy_j - truth > 1.0  # read alone, the early rise is counted here too
+    assert abs(before.energy_j - truth) < 0.15 * (alone.energy_j - truth)
+    assert abs(before.energy_j - truth) <= before.random_j
+    # the two windows hold what one window over both holds, less the gap between them (idle:
+    # 120 W), once
+    both = evidence_window(evidence, ticks, counter, a, c + 0.45, 0.1, synced=True).energy_j
+    assert before.energy_j + after.energy_j == pytest.approx(both - 120.0 * gap_s, abs=0.05)
+    assert alone.energy_j + after.energy_j > both - 120.0 * gap_s + 1.0
+
+
+def test_an_end_edge_shares_no_start_that_is_not_its_neighbour():
+    ticks, counter, evidence, starts, _ = bursts(0.025)
+    a, b = starts[10], starts[11] - 0.03  # 30 ms before the next synced start: beyond a sample period
+    alone = evidence_window(evidence, ticks, counter, a, b, 0.1, synced=True)
+    far = evidence_window(evidence, ticks, counter, a, b, 0.1, synced=True, next_open_s=starts[11])
+    assert (far.energy_j, far.estimator) == (alone.energy_j, alone.estimator)
+    # a start before the end is no neighbour after it; a start with no rise placed early moves nothing
+    for other in (a + 0.2, starts[12]):
+        we = evidence_window(evidence, ticks, counter, a, starts[11], 0.1, synced=True, next_open_s=other)
+        assert not we.estimator.endswith(ANCHORED)
 
 
 def test_an_unsynced_window_never_anchors_and_a_steady_load_has_no_rise_to_anchor():

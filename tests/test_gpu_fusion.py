@@ -148,12 +148,12 @@ def test_windows_opening_on_a_burst_from_idle_hold_the_idle_truth(burst_dir):
     assert np.median(error_pct) <= 2.0 and error_pct.max() <= 8.0, np.round(np.sort(error_pct)[-5:], 2)
     inside = np.abs(energy[judged] - truth[judged]) <= bound[judged]
     assert inside.mean() >= 0.9
+    # a start may be anchored, and an end just before the next window's anchored start reads as
+    # that start does (the periods are back to back)
+    names = ("anchored", "fused", "counter")
     estimators = set(gpu["estimator"])
-    assert estimators <= {f"{a}/{b}" for a in ("anchored", "fused", "counter") for b in ("fused", "counter")} | {
-        "fused",
-        "counter",
-    }, estimators
-    # an anchored start keeps the samples' own reading inside its bound, so it is never the
+    assert estimators <= {f"{a}/{b}" for a in names for b in names if a != b} | set(names), estimators
+    # an anchored edge keeps the samples' own reading inside its bound, so it is never the
     # reason a truth falls outside
-    anchored = gpu["estimator"].str.startswith("anchored").to_numpy()
+    anchored = gpu["estimator"].str.contains("anchored").to_numpy()
     assert np.all(inside[anchored[judged]]), gpu[anchored]

@@ -129,3 +129,62 @@ def test_a_live_window_reads_only_the_recent_readings_and_the_same_ones():
         whole = store.series("gpu0").between(since, math.inf)
         recent = store.series_since("gpu0", since)
         assert np.array_equal(recent.times_s, whole.times_s) and np.array_equal(recent.values, whole.values)
+
+
+def test_a_live_window_ending_as_a_synced_window_opens_reads_its_end_as_the_final_run():
+    # back-to-back synced windows whose samples place window 11's rise 25 ms early: window 11's
+    # start takes that rise (edges.anchored_edge), so window 10's end gives it up; live, window
+    # 11 is still open when window 10's number is computed
+    from energyframe.core.pipeline import add_fused_power, integrate, place_samples
+    from tests.test_edges import burst_readings
+
+    ticks, counter, stamps, means, starts, _ = burst_readings(0.025)
+    channels = {
+        "gpu0": Channel("gpu0", Quantity.ENERGY, Scope.GPU, 0.1, ClockBase.MONOTONIC),
+        "gpu0.power_samples": Channel(
+            "gpu0.power_samples", Quantity.POWER, Scope.GPU, 0.02, ClockBase.MONOTONIC, primary=False
+        ),
+    }
+    series = {"gpu0": SampleSeries(ticks, counter), "gpu0.power_samples": SampleSeries(stamps, means)}
+    windows = [WindowRecord("period", k, starts[k], starts[k + 1], synced=True) for k in (10, 11)]
+
+    def snapshot(records=(), opened_s=()):
+        return Recording(
+            clock=ClockModel(ClockPair(1.79e9, 0.0, 0.0)),
+            channels=channels,
+            channel_source={name: "nvml" for name in channels},
+            series=series,
+            samples=None,
+            records=list(records),
+            opened_s=list(opened_s),
+        )
+
+    def live_number(opened_s):
+        live = LiveWindows(lambda since: snapshot(opened_s=opened_s), lambda end: [], lambda: ["gpu0"], print)
+        value = live.submit(windows[0]).result()
+        live.stop()
+        return value
+
+    value = live_number([starts[10], starts[11]])  # window 11 open: its start is known
+    recording_ = snapshot(records=windows)
+    placement = place_samples(recording_, None, print)
+    recording_, placement, _ = add_fused_power(recording_, placement, print)
+    rows, _ = integrate(recording_, placement, None)
+    final = rows[(rows["trial"] == 10) & (rows["channel"] == "gpu0")].iloc[0]
+    assert final["estimator"].endswith("anchored") and value.estimator == final["estimator"]
+    assert value.energy_j == final["energy_j"]  # the same number, live and final
+    # not knowing the open window, the live number would count its rise in window 10 too
+    assert live_number([starts[10]]).energy_j > value.energy_j + 1.0
+
+
+def test_the_live_snapshot_holds_every_synced_start_so_far_open_windows_included():
+    from energyframe.model import no_sync
+
+    with ef.measure(power=[SignalSource(name="gpu")]) as m:
+        with m.window("a"):
+            spin(0.01)
+        with m.window("b") as b:
+            m.begin_window("c", sync=no_sync)
+            opened = m._live_recording(0.0).opened_s
+            m.end_window("c", sync=no_sync)
+        assert sorted(opened) == [m.records[0].start_s, b.start_s]  # "c" opened with no sync

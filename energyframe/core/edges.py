@@ -126,11 +126,16 @@ class Evidence:
         return cls(fusion, jump, place)
 
 
-def fused_edge(evidence: Evidence, t: float, opens: bool = False) -> Edge:
+def fused_edge(evidence: Evidence, t: float, opens: bool = False, anchor_s: float | None = None) -> Edge:
     """An edge of a counter with fused power beside it: ``fused`` where the samples show a step
     in the edge's tick interval, ``counter`` otherwise; with ``opens`` (the start of a window
     opened after a device sync), ``anchored`` where that step is a rise placed just before it
-    (``anchored_edge``)."""
+    (``anchored_edge``). ``anchor_s``: a window opened after a device sync at ``anchor_s``, at
+    or just after this edge (an end edge; ``opens`` is ``anchor_s == t``): the edge reads the
+    shape that window's start reads, so that a rise moved onto that start is not also counted
+    before it."""
+    if opens:
+        anchor_s = t
     result = evidence.fusion
     ticks, counter = result.ticks_s, result.counter_j
     i = interval(ticks, t)
@@ -158,7 +163,7 @@ def fused_edge(evidence: Evidence, t: float, opens: bool = False) -> Edge:
     placement = evidence.jump_w[i] * evidence.placement_sd_s
     sd = math.hypot(stamp_sd(f, p0, p1), placement)
     edge = Edge(FUSED, d, sd, True, True)
-    return anchored_edge(evidence, i, t, edge) if opens else edge
+    return anchored_edge(evidence, i, t, edge, anchor_s) if anchor_s is not None else edge
 
 
 def rise_near(series: SampleSeries, t: float, reach_s: float) -> tuple[float, float, float]:
@@ -182,12 +187,15 @@ def rise_near(series: SampleSeries, t: float, reach_s: float) -> tuple[float, fl
     return float(edges[k]), rise, top
 
 
-def anchored_edge(evidence: Evidence, i: int, t: float, edge: Edge) -> Edge:
-    """``edge``, a ``fused`` one in tick interval ``i``, read again at the start of a window opened
-    after a device sync: where the samples place the interval's step as a rise less than one
-    sample period before ``t``, the shape is moved by that much, so that the rise lies on ``t``,
-    and the edge's share of the increment is read from the moved shape. Otherwise ``edge`` as it
-    is.
+def anchored_edge(evidence: Evidence, i: int, t: float, edge: Edge, anchor_s: float | None = None) -> Edge:
+    """``edge``, a ``fused`` one in tick interval ``i``, read again for the start of a window
+    opened after a device sync at ``anchor_s`` (``t`` itself where omitted): where the samples
+    place the interval's step as a rise less than one sample period before that start, the shape
+    is moved by that much, so that the rise lies on the start, and the edge's share of the
+    increment is read from the moved shape. Otherwise ``edge`` as it is.
+
+    An end edge at or just before such a start (``anchor_s > t``) reads the same moved shape: the
+    instant is split once, and a rise that the start takes is not also counted before it.
 
     The bound is the ``fused`` edge's, widened so that its 95 % reaches the ``fused`` reading:
     a rise just before a synchronised start can also be work that ran, outside any window, until
@@ -195,13 +203,14 @@ def anchored_edge(evidence: Evidence, i: int, t: float, edge: Edge) -> Edge:
     """
     result = evidence.fusion
     reach = result.period_s
-    if not reach > 0:
+    anchor = t if anchor_s is None else anchor_s
+    if not reach > 0 or not t <= anchor < t + reach:
         return edge
     ticks, counter = result.ticks_s, result.counter_j
-    where, rise, top = rise_near(result.series, t, reach)
-    if not (t - reach <= where < t) or rise < ANCHOR_SHARE * evidence.jump_w[i] or rise < ANCHOR_RISE * top:
+    where, rise, top = rise_near(result.series, anchor, reach)
+    if not (anchor - reach <= where < anchor) or rise < ANCHOR_SHARE * evidence.jump_w[i] or rise < ANCHOR_RISE * top:
         return edge
-    shift = t - where
+    shift = anchor - where
     t0, t1 = float(ticks[i]), float(ticks[i + 1])
     whole = _fused_share(result.series, t0 - shift, t1 - shift)
     before = _fused_share(result.series, t0 - shift, t - shift)
@@ -237,6 +246,7 @@ def evidence_window(
     end_s: float,
     resolution_s: float,
     synced: bool = False,
+    next_open_s: float | None = None,
 ):
     """A counter window with each edge's estimator chosen by the fine samples around it.
 
@@ -244,6 +254,10 @@ def evidence_window(
     correction; the random bound from both edges. ``short_window`` stays only where a window
     shorter than two update periods has a step at an edge, or no samples to tell. ``synced``:
     the device was synchronised as the window opened, so its start edge may be ``anchored``.
+    ``next_open_s``: the first start of a window opened after a device sync at or after this
+    window's end; within a sample period of the end, the end edge reads the shape that start
+    reads (``fused_edge``'s ``anchor_s``), so that adjacent windows split their shared instant
+    once.
     """
     base = counter_energy(times_s, counter_j, start_s, end_s, resolution_s)
     if not math.isfinite(base.energy_j) or evidence.fusion.ticks_s.size < 2:
@@ -251,7 +265,8 @@ def evidence_window(
     first, last = evidence.fusion.ticks_s[0], evidence.fusion.ticks_s[-1]
     if start_s < first or end_s > last:
         return base
-    a, b = fused_edge(evidence, start_s, opens=synced), fused_edge(evidence, end_s)
+    after = next_open_s if next_open_s is not None and next_open_s >= end_s else None
+    a, b = fused_edge(evidence, start_s, opens=synced), fused_edge(evidence, end_s, anchor_s=after)
     flags = base.flags
     if SHORT_WINDOW in flags and a.evidence and b.evidence and not (a.step or b.step):
         flags = tuple(f for f in flags if f != SHORT_WINDOW)

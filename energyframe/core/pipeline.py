@@ -48,6 +48,9 @@ class Recording:
         sources: the power sources, for provenance and per-window annotations.
         interrupted: the windows (phase, trial) a Ctrl-C or SIGTERM closed before their work
             ended: kept, and flagged ``interrupted``.
+        opened_s: starts of windows opened after a device sync that ``records`` does not hold
+            (still open, or closed after a live window's snapshot; monotonic s): a window ending
+            just before one reads its end edge as that start does (``edges.anchored_edge``).
     """
 
     clock: ClockModel
@@ -63,6 +66,7 @@ class Recording:
     work: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     sources: Sequence[Any] = ()  # the PowerSource instances
     interrupted: frozenset[tuple[str, int]] = frozenset()
+    opened_s: Sequence[float] = ()
 
 
 #: the flag of a window closed by a Ctrl-C or SIGTERM before its work ended
@@ -167,6 +171,7 @@ def integrate(
         annotate,
         placed_rejections(recording.rejected, placement.time_maps),
         placement.evidence,
+        recording.opened_s,
     )
     return windows, idle
 

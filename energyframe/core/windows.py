@@ -124,14 +124,16 @@ def channel_energy(
     evidence: Mapping[str, Evidence] | None = None,
     grids: Mapping[str, tuple[str, TickGrid]] | None = None,
     synced: bool = False,
+    next_open_s: float | None = None,
 ) -> WindowEnergy:
     """One window on one channel: a counter with fine samples beside it chooses each edge's
     estimator (``edges.py``; ``synced``: the device was synchronised as the window opened, so a
-    rise the samples place just before its start is the window's own); the fused channel gets
+    rise the samples place just before its start is the window's own; ``next_open_s``: the first
+    synced start at or after its end, whose reading its end edge shares); the fused channel gets
     its own edges' bound; the rest as ``energy.window_energy`` reads them. Where ``grids`` has
     the channel (``tick_grids``), the stamps' errors its counter's grid shows are added
     (``tickgrid.py``)."""
-    we = _channel_energy(channel, series, start_s, end_s, evidence or {}, synced)
+    we = _channel_energy(channel, series, start_s, end_s, evidence or {}, synced, next_open_s)
     if grids and channel.name in grids:
         counter, grid = grids[channel.name]
         ticks = series[counter]
@@ -146,11 +148,12 @@ def _channel_energy(
     end_s: float,
     evidence: Mapping[str, Evidence],
     synced: bool,
+    next_open_s: float | None = None,
 ) -> WindowEnergy:
     s = series[channel.name]
     if channel.quantity == Quantity.ENERGY and channel.name in evidence:
         return evidence_window(
-            evidence[channel.name], s.times_s, s.values, start_s, end_s, channel.resolution_s, synced
+            evidence[channel.name], s.times_s, s.values, start_s, end_s, channel.resolution_s, synced, next_open_s
         )
     we = window_energy(channel.quantity, s.times_s, s.values, start_s, end_s, channel.resolution_s)
     counter = fused_counter(channel.name)
@@ -203,6 +206,7 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
     annotate: Annotator | None = None,
     rejected: Mapping[str, Mapping[str, np.ndarray]] | None = None,
     evidence: Mapping[str, Evidence] | None = None,
+    opened_s: Sequence[float] = (),
 ) -> pd.DataFrame:
     """One row per window and integrable channel (one row per window when there is none).
 
@@ -211,14 +215,20 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
             (``SampleStore.rejected_times``); the windows near them are flagged.
         evidence: per counter channel, what its fused power says about each tick interval
             (``edges.Evidence``): its windows then choose each edge's estimator (a window
-            opened after a device sync, ``WindowRecord.synced``, may read its start ``anchored``).
+            opened after a device sync, ``WindowRecord.synced``, may read its start ``anchored``,
+            and a window that ends just before such a start reads its end as that start does).
+        opened_s: starts of synced windows not in ``records`` (still open as a live window is
+            computed): an end edge just before one reads it as the final run will.
     """
     idle = idle or {}
     rejected = rejected or {}
     integrable = [c for c in channels.values() if c.integrable]
     grids = tick_grids(channels, series)
+    synced_starts = np.sort(np.array([w.start_s for w in records if w.synced] + list(opened_s), dtype=float))
     rows = []
     for w in records:
+        k = int(np.searchsorted(synced_starts, w.end_s, side="left"))
+        next_open = float(synced_starts[k]) if k < synced_starts.size else None
         base = {
             "phase": w.phase,
             "trial": w.trial,
@@ -232,7 +242,7 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
             rows.append({**base, "channel": "", "flags": ""})
             continue
         for channel in integrable:
-            we = channel_energy(channel, series, w.start_s, w.end_s, evidence, grids, w.synced)
+            we = channel_energy(channel, series, w.start_s, w.end_s, evidence, grids, w.synced, next_open)
             flags = list(we.flags)
             if channel.name in rejected:
                 for flag in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s):

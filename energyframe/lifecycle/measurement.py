@@ -454,7 +454,11 @@ class Measurement:
         assert self.recorder is not None
         store = self.recorder.store
         series = {n: store.series_since(n, since_s) for n in store.channels}
-        return self._recording_of(series, empty_samples_frame())  # not every sample so far, per window
+        # not every sample so far, per window; every synced start so far, closed or open, so that
+        # a live window ending just before one reads its end as the final run will
+        opened = [r.start_s for r in list(self.records) if r.synced]
+        opened += [h.start_s for stack in dict(self._open).values() for h in list(stack) if h.synced]
+        return self._recording_of(series, empty_samples_frame(), opened_s=opened)
 
     def _live_wait(self, end_s: float) -> list[str]:
         assert self.recorder is not None
