@@ -525,9 +525,14 @@ def recomputed(result, rows):
     grids = tick_grids(recording.channels, placement.series)
     channel = recording.channels["gpu0"]
     rows = rows.copy()
+    # every window of the step family opens after a device sync (record_steps, record_steady): an
+    # end edge shares its reading with the first start at or after it (windows.compute_windows)
+    every = result.windows
+    starts = np.sort(every.loc[every["channel"] == "gpu0", "start_s"].to_numpy(float))
     for index, (a, b) in zip(rows.index, rows[["start_s", "end_s"]].to_numpy(float)):
-        # every window of the step family opens after a device sync (record_steps, record_steady)
-        w = channel_energy(channel, placement.series, a, b, placement.evidence, grids, synced=True)
+        k = int(np.searchsorted(starts, b, side="left"))
+        next_open = float(starts[k]) if k < starts.size else None
+        w = channel_energy(channel, placement.series, a, b, placement.evidence, grids, True, next_open)
         rows.loc[index, ["energy_j", "energy_random_j"]] = [w.energy_j, w.random_j]
         rows.loc[index, "estimator"] = w.estimator
         rows.loc[index, "flags"] = ";".join(w.flags)
