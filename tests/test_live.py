@@ -186,5 +186,7 @@ def test_the_live_snapshot_holds_every_synced_start_so_far_open_windows_included
         with m.window("b") as b:
             m.begin_window("c", sync=no_sync)
             opened = m._live_recording(0.0).opened_s
+            since_b = m._live_recording(b.start_s).opened_s
             m.end_window("c", sync=no_sync)
         assert sorted(opened) == [m.records[0].start_s, b.start_s]  # "c" opened with no sync
+        assert since_b == [b.start_s]  # only what a window from then on could end before

@@ -454,11 +454,32 @@ class Measurement:
         assert self.recorder is not None
         store = self.recorder.store
         series = {n: store.series_since(n, since_s) for n in store.channels}
-        # not every sample so far, per window; every synced start so far, closed or open, so that
-        # a live window ending just before one reads its end as the final run will
-        opened = [r.start_s for r in list(self.records) if r.synced]
-        opened += [h.start_s for stack in dict(self._open).values() for h in list(stack) if h.synced]
+        # not every sample so far, per window; the synced starts since, so that a live window
+        # ending just before one reads its end as the final run will
+        opened = self._synced_starts_since(since_s)
         return self._recording_of(series, empty_samples_frame(), opened_s=opened)
+
+    def _synced_starts_since(self, since_s: float) -> list[float]:
+        """Starts at or after ``since_s`` of windows opened after a device sync, closed or still
+        open. Windows are recorded as they close, in the order of their ends, so only the tail
+        of the record is read: a live number in a run of many windows costs no more than in a
+        short one."""
+        starts = []
+        records = self.records
+        k = len(records)
+        while k > 0:
+            k -= 1
+            try:
+                r = records[k]
+            except IndexError:  # the last window was discarded meanwhile (discard_window)
+                continue
+            if r.end_s < since_s:
+                break
+            if r.synced and r.start_s >= since_s:
+                starts.append(r.start_s)
+        for stack in list(self._open.values()):
+            starts += [h.start_s for h in list(stack) if h.synced and h.start_s >= since_s]
+        return starts
 
     def _live_wait(self, end_s: float) -> list[str]:
         assert self.recorder is not None
