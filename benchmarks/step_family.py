@@ -516,7 +516,7 @@ def recomputed(result, rows):
     checkout computes them from the run's samples: placed as a run places them, fused, each
     edge's estimator chosen by the evidence, the counter's ticks checked against their grid."""
     from energyframe.core.pipeline import add_fused_power
-    from energyframe.core.windows import channel_energy, tick_grids
+    from energyframe.core.windows import channel_energy, first_start_after, tick_grids
 
     run, recording, placement = placed(result)
     # the run's own steps: each channel's timing applied, then the fused channel and its evidence,
@@ -530,8 +530,7 @@ def recomputed(result, rows):
     every = result.windows
     starts = np.sort(every.loc[every["channel"] == "gpu0", "start_s"].to_numpy(float))
     for index, (a, b) in zip(rows.index, rows[["start_s", "end_s"]].to_numpy(float)):
-        k = int(np.searchsorted(starts, b, side="left"))
-        next_open = float(starts[k]) if k < starts.size else None
+        next_open = first_start_after(starts, b)
         w = channel_energy(channel, placement.series, a, b, placement.evidence, grids, True, next_open)
         rows.loc[index, ["energy_j", "energy_random_j"]] = [w.energy_j, w.random_j]
         rows.loc[index, "estimator"] = w.estimator

@@ -265,8 +265,8 @@ def evidence_window(
     first, last = evidence.fusion.ticks_s[0], evidence.fusion.ticks_s[-1]
     if start_s < first or end_s > last:
         return base
-    after = next_open_s if next_open_s is not None and next_open_s >= end_s else None
-    a, b = fused_edge(evidence, start_s, opens=synced), fused_edge(evidence, end_s, anchor_s=after)
+    # anchored_edge reads a start only where it lies at or within a sample period after the end
+    a, b = fused_edge(evidence, start_s, opens=synced), fused_edge(evidence, end_s, anchor_s=next_open_s)
     flags = base.flags
     if SHORT_WINDOW in flags and a.evidence and b.evidence and not (a.step or b.step):
         flags = tuple(f for f in flags if f != SHORT_WINDOW)

@@ -197,6 +197,14 @@ def rejection_flags(
     return flags
 
 
+def first_start_after(starts_s: np.ndarray, end_s: float) -> float | None:
+    """The first of ``starts_s`` (sorted starts of windows opened after a device sync) at or
+    after ``end_s``: the start whose reading a window ending at ``end_s`` shares
+    (``edges.evidence_window``'s ``next_open_s``). ``None`` where there is none."""
+    k = int(np.searchsorted(starts_s, end_s, side="left"))
+    return float(starts_s[k]) if k < len(starts_s) else None
+
+
 def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejection flags, idle baseline, annotations)
     records: Sequence[WindowRecord],
     channels: Mapping[str, Channel],
@@ -227,8 +235,7 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
     synced_starts = np.sort(np.array([w.start_s for w in records if w.synced] + list(opened_s), dtype=float))
     rows = []
     for w in records:
-        k = int(np.searchsorted(synced_starts, w.end_s, side="left"))
-        next_open = float(synced_starts[k]) if k < synced_starts.size else None
+        next_open = first_start_after(synced_starts, w.end_s)
         base = {
             "phase": w.phase,
             "trial": w.trial,
