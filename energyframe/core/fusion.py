@@ -103,6 +103,9 @@ class FusionResult:
             scaled by the series' overall gain, as the series placed it (before the local
             shift and the interval's own scale): how far the shape and the counter disagreed
             there (NaN where no series shaped it). Units: J.
+        scale: per tick interval, the interval's own scale over the series' overall gain: the
+            fused power there is the shape at the run's gain times this (1 where no series
+            shaped it, or where the gain is unknown).
         period_s: the sample period of the finest shape series: how finely the samples can
             place a step by themselves (NaN without shapes). Units: s.
     """
@@ -118,6 +121,7 @@ class FusionResult:
     counter_j: np.ndarray = field(default_factory=lambda: np.zeros(0))
     mismatch_j: np.ndarray = field(default_factory=lambda: np.zeros(0))
     period_s: float = math.nan
+    scale: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def residual_j(self) -> float:
@@ -182,13 +186,14 @@ def _clean_counter(ticks_s, counter_j) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class _Plan:
-    """Per tick interval: which series shapes it (-1: none), its scale, its local shift and how
-    far the shape missed the counter before scaling."""
+    """Per tick interval: which series shapes it (-1: none), its scale, its local shift, how
+    far the shape missed the counter before scaling, and the series' overall gain."""
 
     mode: np.ndarray
     scale: np.ndarray
     shift: np.ndarray
     mismatch: np.ndarray
+    gain: np.ndarray
 
 
 def _shape_intervals(
@@ -229,6 +234,14 @@ def _shape_intervals(
     plan.scale[chosen] = k_i[usable]
     plan.shift[chosen] = d[usable]
     plan.mismatch[chosen] = (ei - gain * s0)[usable] if gain > 0 else np.nan
+    plan.gain[chosen] = gain
+
+
+def _own_scales(plan: _Plan) -> np.ndarray:
+    """Each interval's own scale over its series' overall gain (1 where unknown)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        own = plan.scale / plan.gain
+    return np.where((plan.mode >= 0) & np.isfinite(own) & (own > 0), own, 1.0)
 
 
 def _assemble(
@@ -324,7 +337,7 @@ def fuse(
     valid = increments >= 0  # a decrease is a reset: the energy across it is unknown
     a, b = rel[:-1], rel[1:]
     n = a.size
-    plan = _Plan(np.full(n, -1), np.zeros(n), np.zeros(n), np.full(n, np.nan))
+    plan = _Plan(np.full(n, -1), np.zeros(n), np.zeros(n), np.full(n, np.nan), np.full(n, np.nan))
     signals: list[Signal | None] = []
     offsets: list[OffsetEstimate] = []
     for k, shape in enumerate(shapes):
@@ -370,6 +383,7 @@ def fuse(
         counter_j=e,
         mismatch_j=plan.mismatch,
         period_s=float(shapes[0].period_s) if shapes else math.nan,
+        scale=_own_scales(plan),
     )
 
 
