@@ -317,3 +317,28 @@ def test_an_unsynced_window_never_anchors_and_a_steady_load_has_no_rise_to_ancho
         ]
         assert FUSED in " ".join(estimators)  # edges that took the samples' shape...
         assert not any(e.startswith(ANCHORED) for e in estimators)  # ...but none anchored
+
+
+@pytest.mark.parametrize("stamp_s", [-0.008, -0.004, 0.004])
+def test_a_counter_tick_stamped_off_just_after_a_synced_start_leaves_the_idle_before_it_idle(stamp_s):
+    # a poll that blocks as the load rises stamps the counter's next tick off its time: the
+    # interval holding the start then holds more (or less) than the samples show. The GPU was idle
+    # until the start, so the surplus is the window's: the part before the start reads the
+    # samples at the run's gain, not scaled up with the interval (which read -3.8 J here at 8 ms).
+    # Where the start lies just after a tick, the edge may take the counter (the local shift put
+    # the rise on that tick): it is anchored all the same (interpolated, -2.4 J at 8 ms)
+    ticks, counter, stamps, means, starts, energy = burst_readings(0.0)
+    checked = 0
+    for k in range(1, starts.size - 2):
+        j = int(np.searchsorted(ticks, starts[k] + 0.003))  # the first tick after the rise
+        if not ticks[j] + stamp_s > starts[k] + 0.003:
+            continue  # stamped before the rise: no longer the tick after it
+        moved = ticks.copy()
+        moved[j] += stamp_s
+        evidence = Evidence.of(fuse(moved, counter, [ShapeSeries("buffer", stamps, means, 0.02, "period")]))
+        a, b = starts[k], starts[k] + 0.45
+        we = evidence_window(evidence, moved, counter, a, b, 0.1, synced=True)
+        error = we.energy_j - float(energy(b)[0] - energy(a)[0])
+        assert abs(error) < 0.25 and abs(error) <= we.random_j, (k, we.estimator, error)
+        checked += 1
+    assert checked >= 15

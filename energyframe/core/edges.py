@@ -19,7 +19,9 @@ A third reading, ``anchored``, is for the start edge of a window whose device wa
 as it opened: the window's work cannot begin before its start. A load that rises less than one
 sample period before that edge is then read as the window's own, misplaced by the samples (they
 cannot place a step more finely than their period): the edge reads the fused shape with that
-rise moved onto the edge, and its bound keeps the unmoved reading inside (docs/measurement.md).
+rise moved onto the edge, the part before the rise at the run's gain (what the counter holds
+beyond the moved shape lies after the rise), and its bound keeps the unmoved reading inside
+(docs/measurement.md).
 
 Each edge also gives the window's random uncertainty (``uncertainty.py`` combines it): the tick
 stamps (each within ``STAMP_S`` of the counter's change), and what the chosen estimator may
@@ -158,7 +160,8 @@ def fused_edge(evidence: Evidence, t: float, opens: bool = False, anchor_s: floa
         # what the samples say the interpolation misses here (|D|) is the counter's own error
         # at this edge, if the samples are right; otherwise it overstates it
         sd = math.sqrt(stamp_sd(x, p0, p1) ** 2 + d**2 + (UNSEEN_SHARE * noise) ** 2)
-        return Edge(COUNTER, 0.0, sd, False, True)
+        plain = Edge(COUNTER, 0.0, sd, False, True)
+        return anchored_edge(evidence, i, t, plain, anchor_s) if anchor_s is not None else plain
     f = float(np.clip(shares / increment, 0.0, 1.0)) if increment > 0 else x
     placement = evidence.jump_w[i] * evidence.placement_sd_s
     sd = math.hypot(stamp_sd(f, p0, p1), placement)
@@ -188,11 +191,14 @@ def rise_near(series: SampleSeries, t: float, reach_s: float) -> tuple[float, fl
 
 
 def anchored_edge(evidence: Evidence, i: int, t: float, edge: Edge, anchor_s: float | None = None) -> Edge:
-    """``edge``, a ``fused`` one in tick interval ``i``, read again for the start of a window
-    opened after a device sync at ``anchor_s`` (``t`` itself where omitted): where the samples
-    place the interval's step as a rise less than one sample period before that start, the shape
-    is moved by that much, so that the rise lies on the start, and the edge's share of the
-    increment is read from the moved shape. Otherwise ``edge`` as it is.
+    """``edge`` (``fused`` or ``counter``) in tick interval ``i``, read again for the start of a
+    window opened after a device sync at ``anchor_s`` (``t`` itself where omitted): where the
+    samples place a rise less than one sample period before that start, the shape is moved by
+    that much, so that the rise lies on the start. The edge's share of the increment is then the
+    moved shape before it, read at the run's gain (``_level_share``): the GPU drew that until the
+    rise, and whatever the counter holds beyond the moved shape (a tick stamped off its time by a
+    poll that blocked as the load rose, the samples' own error in the load) lies after the rise,
+    in the window. Otherwise ``edge`` as it is.
 
     An end edge at or just before such a start (``anchor_s > t``) reads the same moved shape: the
     instant is split once, and a rise that the start takes is not also counted before it.
@@ -212,16 +218,33 @@ def anchored_edge(evidence: Evidence, i: int, t: float, edge: Edge, anchor_s: fl
         return edge
     shift = anchor - where
     t0, t1 = float(ticks[i]), float(ticks[i + 1])
-    whole = _fused_share(result.series, t0 - shift, t1 - shift)
-    before = _fused_share(result.series, t0 - shift, t - shift)
-    if not (whole > 0 and math.isfinite(before)):  # the moved shape runs off the series' start
-        return edge
+    before = _level_share(result, t0 - shift, t - shift)
+    if not (t0 - shift >= float(result.series.times_s[0]) and math.isfinite(before)):
+        return edge  # the moved shape runs off the series' start
     increment = float(counter[i + 1] - counter[i])
     x = float(np.clip((t - t0) / (t1 - t0), 0.0, 1.0))
-    d = increment * before / whole - x * increment
+    # before the rise the GPU draws what the samples show at the run's gain; what the counter
+    # holds beyond the moved shape lies after the rise, where the window's own work runs
+    d = float(np.clip(before, 0.0, max(increment, 0.0))) - x * increment
     # work that began just before the sync (not in a window) also rises there: the bound keeps
     # the samples' own placement inside it
     return Edge(ANCHORED, d, math.hypot(edge.sd_j, (d - edge.correction_j) / Z95), True, True)
+
+
+def _level_share(result: FusionResult, t0: float, t: float) -> float:
+    """The fused power's integral over [t0, t] at the run's gain: each tick interval's own scale
+    taken out (``FusionResult.scale``), so that the counter's disagreement with the shape in an
+    interval does not move energy into the part before a rise. Units: J."""
+    ticks, series = result.ticks_s, result.series
+    if not t > t0:
+        return 0.0
+    total = 0.0
+    for j in range(interval(ticks, t0), interval(ticks, t) + 1):
+        a, b = max(t0, float(ticks[j])), min(t, float(ticks[j + 1]))
+        if b > a:
+            own = float(result.scale[j]) if j < result.scale.size else 1.0
+            total += _fused_share(series, a, b) / own
+    return total
 
 
 def _noise_j(result: FusionResult, x: float) -> float:
