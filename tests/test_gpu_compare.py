@@ -26,7 +26,7 @@ def gpu_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpu-compare")
     out = {}
     for name, spec in (("a", SMALL), ("b", SMALL), ("large", LARGE)):
-        ef.run(spec, power=["nvml"], reporters=[], out=root / name, config=CONFIG)
+        ef.run(spec, power=["nvml"], reporters=[], out=root / name, settings=CONFIG)
         out[name] = root / name
     return out
 

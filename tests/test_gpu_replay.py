@@ -24,7 +24,7 @@ def test_bloom_560m_trace_replay_and_report(tmp_path):
         power=["nvml:gpus=0"],
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunSettings(trials=2, idle_s=1.0),
+        settings=ef.RunSettings(trials=2, idle_s=1.0),
     )
     report = json.loads((tmp_path / "run" / "comparison_report.json").read_text())
     assert report["full_model_inference_us"] > 0 and report["predicted_from_kernels_us"] > 0
@@ -95,7 +95,7 @@ def test_static_decode_is_one_graph_and_gives_the_eager_tokens(family):
 @pytest.mark.parametrize("spec", ["bloom-560m:seq_len=128", "opt-1.3b:mode=decode,new_tokens=8"])
 def test_language_models_run_as_one_cuda_graph(spec):
     result = ef.run(
-        f"{spec},execution=graph", power=["nvml:gpus=0"], reporters=[], config=ef.RunSettings(trials=2)
+        f"{spec},execution=graph", power=["nvml:gpus=0"], reporters=[], settings=ef.RunSettings(trials=2)
     )
     info = result.meta["workload"]["info"]
     assert info["execution"] == "cuda graph" and info["forward"] == "static"
@@ -112,7 +112,7 @@ def test_rotating_replay_reads_weights_from_memory(tmp_path):
         f"replay:trace={tmp_path / 'trace'},limit=4,l2=rotate,full=none",
         power=["nvml:gpus=0"],
         reporters=[],
-        config=ef.RunSettings(trials=2),
+        settings=ef.RunSettings(trials=2),
     )
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     rows = result.derived_table("replayed_ops").rows

@@ -29,7 +29,7 @@ def test_tiny_vicuna_tp1_on_the_gpu(tmp_path):
         power=["nvml:gpus=0"],
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunSettings(trials=2),
+        settings=ef.RunSettings(trials=2),
     )
     info = result.meta["workload"]["info"]
     assert info["dtype"] == "fp16" and info["device"] == "cuda:0"
@@ -45,7 +45,7 @@ def test_vicuna_7b_prefill_512_and_decode_fp16(tmp_path):
         power=["nvml:gpus=0"],
         reporters=["console"],
         out=tmp_path / "run",
-        config=ef.RunSettings(trials=3, idle_s=2.0),
+        settings=ef.RunSettings(trials=3, idle_s=2.0),
     )
     info = result.meta["workload"]["info"]
     assert 6.6e9 < info["parameters_on_this_rank"] < 6.8e9  # Llama-7B: 6.74 billion

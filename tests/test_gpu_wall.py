@@ -16,7 +16,7 @@ def test_meter_behind_the_gpu_is_aligned_with_sync_pulses():
             "matmul:M=8192,K=8192,N=8192,dtype=bf16",
             power=["nvml:gpus=0", f"wattsup:ports={meter.port}"],
             reporters=[],
-            config=ef.RunSettings(trials=2, min_window_s=5.0, sync_pulse=True, guard_s=3.0),
+            settings=ef.RunSettings(trials=2, min_window_s=5.0, sync_pulse=True, guard_s=3.0),
         )
     alignment = result.meta["alignment"]["wall"]
     assert alignment["reference"].startswith("gpu0") and alignment["applied"]

@@ -30,7 +30,7 @@ def gpu():
 
 @pytest.mark.parametrize("spec", KERNELS, ids=lambda s: s.split(":")[0])
 def test_builtin_kernel_is_graph_captured_and_measured(spec):
-    result = ef.run(spec, power=["nvml:gpus=0"], reporters=[], config=FAST)
+    result = ef.run(spec, power=["nvml:gpus=0"], reporters=[], settings=FAST)
     name = spec.split(":")[0]
     s = result.summary(name, "gpu0")
     assert result.meta["workload"]["info"]["execution"] == "cuda graph"
@@ -50,7 +50,7 @@ def test_pipeline_with_energy_and_idle_baseline():
             ("add", ElementwiseKernel(op="add", M=8192, N=8192)),
         ],
     )
-    result = ef.run(pipe, power=["nvml:gpus=0"], reporters=[], config=ef.RunSettings(idle_s=1.0))
+    result = ef.run(pipe, power=["nvml:gpus=0"], reporters=[], settings=ef.RunSettings(idle_s=1.0))
     totals = result.derived_table("summary").rows[0]
     assert 40 < totals["idle_power_w"] < 250
     assert totals["sum_energy_j"] > totals["dynamic_energy_j"] > 0
@@ -98,7 +98,7 @@ def test_per_layer_timed_at_capture_ahead_with_auto_granularity_and_kernel_gaps(
         "per-layer:model=resnet18,batch=8,validate=true,kernel_gaps=true,granularity=auto,"
         "window_s=0.1,lead_s=0.05,prepare=ahead"
     )
-    result = ef.run(spec, power=["nvml:gpus=0"], reporters=[], config=ef.RunSettings(idle_s=1.0))
+    result = ef.run(spec, power=["nvml:gpus=0"], reporters=[], settings=ef.RunSettings(idle_s=1.0))
     assert result.complete
     info = result.meta["workload"]["info"]
     summary = result.derived_table("summary").rows[0]
