@@ -342,3 +342,33 @@ def test_a_counter_tick_stamped_off_just_after_a_synced_start_leaves_the_idle_be
         assert abs(error) < 0.25 and abs(error) <= we.random_j, (k, we.estimator, error)
         checked += 1
     assert checked >= 15
+
+
+def fall_then_rise(start_s, early_s=0.01):
+    """120 W idle, a 700-W load that falls on a tick (1.15 s), and a synced window opening at
+    ``start_s`` whose own load rises 2 ms later, placed ``early_s`` early by exact 20-ms means.
+    Returns the ticks, the counter, the evidence and the true energy."""
+
+    def energy(t):
+        t = np.asarray(t, float)
+        return 120.0 * t + 580.0 * np.clip(t - 1.0, 0, 0.15) + 580.0 * np.clip(t - (start_s + 0.002), 0, 0.15)
+
+    ticks = 0.05 + 0.1 * np.arange(25)
+    u = 0.007 + 0.02 * np.arange(1, 120)
+    stamps, means = u[1:].copy(), np.diff(energy(u)) / 0.02
+    stamps[(stamps > start_s - 0.03) & (stamps < start_s + 0.05)] -= early_s
+    counter = 1e6 + energy(ticks)
+    evidence = Evidence.of(fuse(ticks, counter, [ShapeSeries("buffer", stamps, means, 0.02, "period")]))
+    return ticks, counter, evidence, energy
+
+
+def test_an_anchored_start_just_after_an_earlier_load_fell_does_not_read_that_load_into_its_idle():
+    # the rise moved onto the start brings the interval before it along, and there the earlier
+    # load was still on: read at the run's gain, its last 10 ms would count as idle before the
+    # start (-2.3 J); where the power did not hold still before the rise, the moved shape is
+    # scaled to the interval as a whole
+    ticks, counter, evidence, energy = fall_then_rise(1.245)
+    we = evidence_window(evidence, ticks, counter, 1.245, 1.645, 0.1, synced=True)
+    assert we.estimator.startswith(ANCHORED)
+    error = we.energy_j - float(energy(1.645) - energy(1.245))
+    assert abs(error) < 0.5 and abs(error) <= we.random_j

@@ -79,6 +79,10 @@ ANCHOR_SHARE = 0.5
 ANCHOR_RISE = STEP_SHARE
 #: the fused power is read in bins this long to find a rise (``rise_near``). Units: s.
 RISE_BIN_S = 0.001
+#: an anchored start reads the part of its interval before the rise at the run's gain only where
+#: the power held still from this many sample periods before the interval until the rise: a load
+#: that fell just before leaves a tail the 20-ms samples may miss (docs/measurement.md)
+SETTLED_PERIODS = 2.0
 
 
 def _fused_share(fused: SampleSeries, t0: float, t: float) -> float:
@@ -218,17 +222,39 @@ def anchored_edge(evidence: Evidence, i: int, t: float, edge: Edge, anchor_s: fl
         return edge
     shift = anchor - where
     t0, t1 = float(ticks[i]), float(ticks[i + 1])
-    before = _level_share(result, t0 - shift, t - shift)
-    if not (t0 - shift >= float(result.series.times_s[0]) and math.isfinite(before)):
+    if not t0 - shift >= float(result.series.times_s[0]):
         return edge  # the moved shape runs off the series' start
     increment = float(counter[i + 1] - counter[i])
     x = float(np.clip((t - t0) / (t1 - t0), 0.0, 1.0))
-    # before the rise the GPU draws what the samples show at the run's gain; what the counter
-    # holds beyond the moved shape lies after the rise, where the window's own work runs
-    d = float(np.clip(before, 0.0, max(increment, 0.0))) - x * increment
+    if _settled(result.series, t0 - SETTLED_PERIODS * reach, where - reach, ANCHOR_RISE * rise):
+        # before the rise the GPU draws what the samples show, at the run's gain; what the
+        # counter holds beyond the moved shape lies after the rise, where the window's work runs
+        before = float(np.clip(_level_share(result, t0 - shift, t - shift), 0.0, max(increment, 0.0)))
+    else:
+        # an earlier load fell just before: the surplus may be its tail, which the samples place
+        # early; the moved shape is scaled to the interval as a whole
+        whole = _fused_share(result.series, t0 - shift, t1 - shift)
+        if not whole > 0:
+            return edge
+        before = increment * _fused_share(result.series, t0 - shift, t - shift) / whole
+    d = before - x * increment
     # work that began just before the sync (not in a window) also rises there: the bound keeps
     # the samples' own placement inside it
     return Edge(ANCHORED, d, math.hypot(edge.sd_j, (d - edge.correction_j) / Z95), True, True)
+
+
+def _settled(series: SampleSeries, t0: float, t: float, within_w: float) -> bool:
+    """Whether the power over [t0, t] stays within ``within_w`` (``RISE_BIN_S`` bins' means)."""
+    if not t - t0 >= RISE_BIN_S:
+        return True
+    lo = max(int(np.searchsorted(series.times_s, t0, side="left")) - 1, 0)
+    hi = int(np.searchsorted(series.times_s, t, side="right")) + 1
+    times, values = series.times_s[lo:hi], series.values[lo:hi]
+    edges = t0 + RISE_BIN_S * np.arange(int((t - t0) / RISE_BIN_S) + 1)
+    if times.size < 2 or edges[0] < times[0]:
+        return True
+    level = Signal(times, values).between(edges[:-1], edges[1:]) / RISE_BIN_S
+    return bool(np.ptp(level) <= within_w)
 
 
 def _level_share(result: FusionResult, t0: float, t: float) -> float:
