@@ -152,10 +152,10 @@ def test_a_timing_only_run_with_every_reporter_writes_documented_files(tmp_path)
     out, seen = tmp_path / "run", set()
     ef.run(
         ListWorkload([snapshot_phase(out, seen)]),
-        power=None,
+        power="none",
         reporters=["console", "csv", "json", "plot"],
         out=out,
-        config=QUICK,
+        settings=QUICK,
     )
     files = check_run(out, seen)
     assert {"run.json", "windows.csv", "samples.parquet", "samples.partial.csv"} <= files
@@ -184,7 +184,7 @@ def test_runs_with_power_sources_write_documented_files(tmp_path, power_csv, fak
         ("nvidia-smi", ["nvidia-smi"]),
     ):
         out, seen = tmp_path / name, set()
-        ef.run(ListWorkload([snapshot_phase(out, seen)]), power=power, reporters=[], out=out, config=QUICK)
+        ef.run(ListWorkload([snapshot_phase(out, seen)]), power=power, reporters=[], out=out, settings=QUICK)
         written |= check_run(out, seen)
     assert {"raw/nvml/nvml-sampler.log", "raw/nvidia-smi/nvidia-smi.csv"} <= written
 
@@ -202,10 +202,10 @@ class TinyModel(ModelWorkload):
 
 def test_derived_tables_of_pipelines_and_per_layer_runs_are_documented(tmp_path):
     pipe = Pipeline("p", [("mm", MatmulKernel(M=16, K=16, N=16, dtype="fp32", unroll=2))])
-    ef.run(pipe, power=None, reporters=[], out=tmp_path / "pipeline", config=QUICK)
+    ef.run(pipe, power="none", reporters=[], out=tmp_path / "pipeline", settings=QUICK)
     assert {"stages.csv", "summary.csv"} <= check_run(tmp_path / "pipeline")
     model = TinyModel(name="tiny", per_layer=True, validate=True, unroll=2, device="cpu")
-    ef.run(model, power=None, reporters=[], out=tmp_path / "layers", config=QUICK)
+    ef.run(model, power="none", reporters=[], out=tmp_path / "layers", settings=QUICK)
     assert {"layers.csv", "summary.csv"} <= check_run(tmp_path / "layers")
     text = (DOCS / "result-format.md").read_text()
     for table in ("stages", "summary", "layers"):  # each table says which workloads write it
@@ -219,7 +219,7 @@ def test_a_replay_run_writes_documented_files(tmp_path):
     capture("bloom:hidden=32,layers=1,heads=2,vocab=64", tmp_path / "trace", steps=1, warmup=1)
     out = tmp_path / "run"
     ef.run(
-        f"replay:trace={tmp_path / 'trace'},unroll=2,limit=3", power=None, reporters=[], out=out, config=QUICK
+        f"replay:trace={tmp_path / 'trace'},unroll=2,limit=3", power="none", reporters=[], out=out, settings=QUICK
     )
     files = check_run(out)
     assert {
@@ -234,7 +234,7 @@ def test_a_replay_run_writes_documented_files(tmp_path):
 @pytest.mark.gpu
 def test_gpu_only_derived_tables_are_documented(tmp_path):
     out = tmp_path / "cold"
-    ef.run("matmul:M=1024,K=1024,N=1024,cold=true", power=["nvml"], reporters=[], out=out, config=QUICK)
+    ef.run("matmul:M=1024,K=1024,N=1024,cold=true", power=["nvml"], reporters=[], out=out, settings=QUICK)
     assert "cold.csv" in check_run(out)
 
 
@@ -247,7 +247,7 @@ def test_a_sweep_directory_is_documented(tmp_path):
         ef.load_kernel(source, k, block=(16, 16, 1), shapes=shapes) for k in ("matmul_naive", "matmul_tiled")
     ]
     ef.sweep(
-        kernels, N=[256, 512], M=[256], K=[256], power=["nvml"], out=tmp_path, config=QUICK, reporters=[]
+        kernels, N=[256, 512], M=[256], K=[256], power=["nvml"], out=tmp_path, settings=QUICK, reporters=[]
     )
     files = check_run(tmp_path, documented_as={"time_vs_N.png": "time_vs_<param>.png"})
     assert {"sweep.csv", "benchmark_results.json", "time_vs_N.png"} <= files

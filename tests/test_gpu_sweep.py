@@ -73,7 +73,7 @@ def test_sgemm_sweep_with_energy_ncu_and_plots(tmp_path):
 def test_planted_bug_is_caught_and_half_precision_runs(tmp_path):
     ok = ef.load_kernel(BUG, "add_ok", block=256)
     buggy = ef.load_kernel(BUG, "add_buggy", block=256)
-    result = ef.sweep([ok, buggy], n=[1 << 20], power=None, out=tmp_path / "bug", settings=FAST, reporters=[])
+    result = ef.sweep([ok, buggy], n=[1 << 20], power="none", out=tmp_path / "bug", settings=FAST, reporters=[])
     by = {r.kernel: r for r in result.results}
     # the first kernel is the reference of the others; it is checked for determinism itself
     # (deliberately changed: it was "unchecked")
@@ -88,7 +88,7 @@ def test_planted_bug_is_caught_and_half_precision_runs(tmp_path):
         half,
         n=[1 << 20],
         reference=lambda x, alpha: alpha * x,
-        power=None,
+        power="none",
         out=tmp_path / "half",
         settings=FAST,
         reporters=[],
@@ -110,7 +110,7 @@ def test_a_failing_configuration_is_recorded_and_the_sweep_goes_on(tmp_path):
 
 def test_determinism_is_checked_when_there_is_nothing_to_compare_against(tmp_path):
     saxpy = ef.load_kernel(SAXPY, "saxpy", inouts=["y"], args={"a": 2.0})
-    result = ef.sweep(saxpy, n=[1 << 22], power=None, out=tmp_path / "saxpy", settings=FAST, reporters=[])
+    result = ef.sweep(saxpy, n=[1 << 22], power="none", out=tmp_path / "saxpy", settings=FAST, reporters=[])
     (r,) = result.results
     assert r.block == (256, 1, 1) and r.warnings == ()  # the default block of a 1-D output
     assert r.status == "ok" and r.check["status"] == "deterministic", r.check
@@ -119,7 +119,7 @@ def test_determinism_is_checked_when_there_is_nothing_to_compare_against(tmp_pat
         saxpy,
         n=[1 << 22],
         reference=lambda x, y, a: a * x + y,  # y as it was before the launch
-        power=None,
+        power="none",
         out=tmp_path / "reference",
         settings=FAST,
         reporters=[],
@@ -128,17 +128,17 @@ def test_determinism_is_checked_when_there_is_nothing_to_compare_against(tmp_pat
 
     # a 16x16 block on a 1-D output: warned; the lost updates of a racy sum differ per launch
     wide = ef.load_kernel(SAXPY, "saxpy", block=(16, 16), inouts=["y"], args={"a": 2.0})
-    (r,) = ef.sweep(wide, n=[1 << 22], power=None, out=tmp_path / "wide", settings=FAST, reporters=[]).results
+    (r,) = ef.sweep(wide, n=[1 << 22], power="none", out=tmp_path / "wide", settings=FAST, reporters=[]).results
     assert r.warnings and "has 16 threads along y" in r.warnings[0]
     report = (tmp_path / "wide" / "benchmark_report.txt").read_text()
     assert "WARNING: saxpy: block 16x16x1 has 16 threads along y" in report
     racy = ef.load_kernel(SAXPY, "sum_racy", inouts=["out"], shapes={"out": 1}, grid="cdiv(n, bx)")
-    (r,) = ef.sweep(racy, n=[1 << 22], power=None, out=tmp_path / "racy", settings=FAST, reporters=[]).results
+    (r,) = ef.sweep(racy, n=[1 << 22], power="none", out=tmp_path / "racy", settings=FAST, reporters=[]).results
     assert r.check["status"] == "nondeterministic" and r.status == "mismatch", r.check
     assert "NONDETERMINISTIC" in (tmp_path / "racy" / "benchmark_report.txt").read_text()
     # without --inout its poisoned output stays NaN: nothing is claimed, the fix is named
     blind = ef.load_kernel(SAXPY, "saxpy", args={"a": 2.0})
-    (r,) = ef.sweep(blind, n=[1 << 16], power=None, out=tmp_path / "blind", settings=FAST, reporters=[]).results
+    (r,) = ef.sweep(blind, n=[1 << 16], power="none", out=tmp_path / "blind", settings=FAST, reporters=[]).results
     assert r.check["status"] == "unchecked" and "--inout y" in r.check["detail"]
 
 
