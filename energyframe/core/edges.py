@@ -178,14 +178,10 @@ def rise_near(series: SampleSeries, t: float, reach_s: float) -> tuple[float, fl
     zero-width knot carries no energy and is no level): from the first bin at ``t - reach_s``
     to the highest bin within ``reach_s`` of ``t``. Returns where the bins first reach halfway
     up (NaN where they do not rise), the rise's size, and the highest level. Units: s, W, W."""
-    # only the knots around t: a run of hours has millions
-    lo = max(int(np.searchsorted(series.times_s, t - reach_s, side="left")) - 1, 0)
-    hi = int(np.searchsorted(series.times_s, t + reach_s, side="right")) + 1
-    times, values = series.times_s[lo:hi], series.values[lo:hi]
     edges = t - reach_s + RISE_BIN_S * np.arange(int(round(2 * reach_s / RISE_BIN_S)) + 1)
-    if times.size < 2 or edges[0] < times[0] or edges[-1] > times[-1]:
+    level = _levels(series, edges)
+    if level is None:
         return math.nan, 0.0, math.nan
-    level = Signal(times, values).between(edges[:-1], edges[1:]) / RISE_BIN_S
     base, top = float(level[0]), float(np.max(level))
     rise = top - base
     if not rise > 0:
@@ -202,7 +198,9 @@ def anchored_edge(evidence: Evidence, i: int, t: float, edge: Edge, anchor_s: fl
     moved shape before it, read at the run's gain (``_level_share``): the GPU drew that until the
     rise, and whatever the counter holds beyond the moved shape (a tick stamped off its time by a
     poll that blocked as the load rose, the samples' own error in the load) lies after the rise,
-    in the window. Otherwise ``edge`` as it is.
+    in the window. That holds where the power held still from ``SETTLED_PERIODS`` sample periods
+    before the interval until the rise; after an earlier load fell there, the surplus may be its
+    tail, and the moved shape is scaled to the interval as a whole. Otherwise ``edge`` as it is.
 
     An end edge at or just before such a start (``anchor_s > t``) reads the same moved shape: the
     instant is split once, and a rise that the start takes is not also counted before it.
@@ -243,18 +241,27 @@ def anchored_edge(evidence: Evidence, i: int, t: float, edge: Edge, anchor_s: fl
     return Edge(ANCHORED, d, math.hypot(edge.sd_j, (d - edge.correction_j) / Z95), True, True)
 
 
-def _settled(series: SampleSeries, t0: float, t: float, within_w: float) -> bool:
-    """Whether the power over [t0, t] stays within ``within_w`` (``RISE_BIN_S`` bins' means)."""
-    if not t - t0 >= RISE_BIN_S:
-        return True
-    lo = max(int(np.searchsorted(series.times_s, t0, side="left")) - 1, 0)
-    hi = int(np.searchsorted(series.times_s, t, side="right")) + 1
+def _levels(series: SampleSeries, edges: np.ndarray) -> np.ndarray | None:
+    """The mean power of ``series`` in the ``RISE_BIN_S`` bins between consecutive ``edges`` (a
+    zero-width knot carries no energy and is no level); ``None`` where the series does not cover
+    them. Units: W."""
+    # only the knots around the edges: a run of hours has millions
+    lo = max(int(np.searchsorted(series.times_s, edges[0], side="left")) - 1, 0)
+    hi = int(np.searchsorted(series.times_s, edges[-1], side="right")) + 1
     times, values = series.times_s[lo:hi], series.values[lo:hi]
-    edges = t0 + RISE_BIN_S * np.arange(int((t - t0) / RISE_BIN_S) + 1)
-    if times.size < 2 or edges[0] < times[0]:
+    if times.size < 2 or edges[0] < times[0] or edges[-1] > times[-1]:
+        return None
+    return Signal(times, values).between(edges[:-1], edges[1:]) / RISE_BIN_S
+
+
+def _settled(series: SampleSeries, t0: float, t: float, within_w: float) -> bool:
+    """Whether the power over [t0, t] stays within ``within_w``, read in ``RISE_BIN_S`` bins
+    (where the series does not reach back that far, what it covers is judged)."""
+    t0 = max(t0, float(series.times_s[0])) if len(series) else t0
+    if not t - t0 >= 2 * RISE_BIN_S:
         return True
-    level = Signal(times, values).between(edges[:-1], edges[1:]) / RISE_BIN_S
-    return bool(np.ptp(level) <= within_w)
+    level = _levels(series, t0 + RISE_BIN_S * np.arange(int((t - t0) / RISE_BIN_S) + 1))
+    return level is None or bool(np.ptp(level) <= within_w)
 
 
 def _level_share(result: FusionResult, t0: float, t: float) -> float:
