@@ -12,9 +12,10 @@ from typing import Any
 from .core.pipeline import TimeAligner
 from .errors import UsageError
 from .kit.registry import PowerArg, resolve_power
-from .lifecycle.measurement import Measurement
+from .lifecycle.measurement import Measurement, describe_exception
 from .plugin import PowerSource
 from .ranks.coordinator import Coordinator
+from .results.meta import COMPLETE, INCOMPLETE
 from .results.result import RunResult
 
 
@@ -101,19 +102,22 @@ class _Session:
         except Exception as e:
             m.warn(f"call {n} of {label} raised {type(e).__name__}: {e}; that call has no window")
             raise
+        except BaseException as e:  # Ctrl-C, SIGTERM or sys.exit inside the call: the program stops
+            self.finish(INCOMPLETE, f"{describe_exception(e, m.recorder)} in call {n} of {label}")
+            raise
 
     def result(self) -> RunResult | None:
         if self.m is None:
             return None
         return self.m._result if self.m._result is not None else self.m.snapshot()
 
-    def finish(self) -> RunResult | None:
+    def finish(self, status: str = COMPLETE, reason: str | None = None) -> RunResult | None:
         """Stop the sources and save the run (once; later calls start a new one)."""
         if self.m is None or self.m.recorder is None:
             return None
         if self.m._result is None:
-            self.m.finish()
             atexit.unregister(self.finish)
+            self.m.finish(status, reason)
         return self.m._result
 
 

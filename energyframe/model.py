@@ -135,6 +135,12 @@ class Channel:
         )
 
 
+def primary_channel_names(channels: Iterable[Channel]) -> list[str]:
+    """The channels a run's figures are about (run.json's ``primary_channels``): those the source
+    calls primary and that hold power or energy, in order."""
+    return [c.name for c in channels if c.primary and c.integrable]
+
+
 class Sample(NamedTuple):
     """One reading: ``value`` of ``channel`` at ``time_s`` on the channel's clock."""
 

@@ -37,7 +37,7 @@ from ..core.windows import (
     summarize,
 )
 from ..errors import StoreError
-from ..model import Channel, DerivedTable, WindowAnnotation
+from ..model import Channel, DerivedTable, WindowAnnotation, primary_channel_names
 from ..plugin import PowerSource, Workload
 from ..results.provenance import run_provenance, source_record
 from ..results.result import RunResult
@@ -121,7 +121,7 @@ def run_meta(
         **run_provenance(),
         "clock": clock.to_json(),
         "sources": [source_record(s, source_channels.get(s.name, ())) for s in sources],
-        "primary_channels": [c.name for c in channels if c.primary and c.integrable],
+        "primary_channels": primary_channel_names(channels),
         "notes": list(notes),
         "warnings": list(warnings),
     }

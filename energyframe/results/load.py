@@ -37,7 +37,7 @@ from ..core.pipeline import INTERRUPTED, Recording, add_fused_power, flag_window
 from ..core.samples import SampleSeries, accept
 from ..core.windows import WindowRecord, summarize
 from ..errors import StoreError
-from ..model import Channel
+from ..model import Channel, primary_channel_names
 from . import store
 from .meta import INCOMPLETE, MetaError, RunMeta, SourceRecord
 from .store import JOURNAL_COLUMNS, JOURNAL_SYNCED, SOURCES_PARTIAL, WINDOWS_PARTIAL
@@ -65,10 +65,9 @@ def read_run(directory: Path | str) -> RunParts:
         StoreError: the directory is not a readable run (one line naming the file and the cause).
     """
     directory = Path(directory)
-    meta = store.read_run_meta(directory)
+    meta = _with_true_reason(_with_sources(directory, store.read_run_meta(directory)))
     samples, samples_origin = store.read_samples(directory)
     windows = store.read_windows(directory)
-    meta = _with_true_reason(meta)
     journal = directory / WINDOWS_PARTIAL
     windows_origin = ""
     if windows.empty and journal.exists():
@@ -102,7 +101,17 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:  # alive, someone else's
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A killed process its parent has not reaped yet: dead, though ``kill(pid, 0)`` finds it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (macOS), or gone meanwhile
+        return False
+    # the state follows the command's name, which is in parentheses and may hold any character
+    return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] == "Z"
 
 
 # -- the window journal -------------------------------------------------------------------------
@@ -222,7 +231,6 @@ def _rebuilt(
     clock = meta.clock.model() if meta.clock is not None else None
     if clock is None:
         raise StoreError(f"{directory / store.RUN_JSON} has no clock anchors; its windows cannot be rebuilt")
-    meta = _with_sources(directory, meta)
     channels = meta.channels
     series, rejected, counts = _series(samples, channels, clock)
     warnings: list[str] = list(meta.warnings)
@@ -252,11 +260,12 @@ def _rebuilt(
 
 
 def _with_sources(directory: Path, meta: RunMeta) -> RunMeta:
-    """The sources and their channels: run.json's once the run saved them, else the journal's
-    (run.json is written at the claim, before the sources start, and once at the end)."""
+    """The sources, their channels and the primary ones: run.json's once the run saved them,
+    else the journal's (run.json is written at the claim, before the sources start, and once at
+    the end: a run killed while measuring or while saving has only the claim's run.json)."""
     path = directory / SOURCES_PARTIAL
     if any(s.channels for s in meta.sources) or not path.exists():
-        return meta
+        return _with_primary(meta)
     try:
         journal = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -268,7 +277,14 @@ def _with_sources(directory: Path, meta: RunMeta) -> RunMeta:
         records = tuple(SourceRecord.from_json(s, f"sources[{i}]") for i, s in enumerate(sources))
     except MetaError as e:
         raise StoreError(f"{path}: {e}; the run cannot be rebuilt") from e
-    return meta.with_(sources=records)
+    return _with_primary(meta.with_(sources=records))
+
+
+def _with_primary(meta: RunMeta) -> RunMeta:
+    """run.json's primary channels, or, where the run never wrote them, its channels' own word."""
+    if meta.primary_channels:
+        return meta
+    return meta.with_(primary_channels=tuple(primary_channel_names(meta.channels.values())))
 
 
 def _series(samples: pd.DataFrame, channels: dict[str, Channel], clock: ClockModel):

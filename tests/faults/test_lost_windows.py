@@ -9,8 +9,11 @@ import errno
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -363,3 +366,105 @@ def test_a_rebuilt_run_gives_the_live_runs_numbers(tmp_path, fake_nvml):
                 channel,
                 column,
             )
+
+
+# -- a real process killed: run.json is the claim's, the sources are only in their journal ---------
+KILLED_RUN = """
+import os, sys
+import energyframe as ef
+from energyframe.results import store
+
+if sys.argv[3] == "save":  # killed while saving: windows.csv written, samples.parquet not
+    def killed(*args, **kwargs):
+        os._exit(9)
+    store.write_samples = killed
+ef.run("sleep:seconds=0.05", power="replay:file=" + sys.argv[1], reporters=[], out=sys.argv[2],
+       settings=ef.RunSettings(trials=int(sys.argv[4]), min_window_s=0.05, warmup_s=0.0))
+"""
+
+
+def closed_rows(journal: Path) -> int:
+    if not journal.exists():
+        return 0
+    return sum(1 for line in journal.read_text().splitlines() if line.startswith("closed,"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["measuring", "save"])
+def test_a_killed_run_shows_its_windows_in_every_command(tmp_path, power_csv, when):
+    # SIGKILL while measuring (or os._exit while saving) leaves run.json as the claim wrote it,
+    # without channels: the windows are still every command's, with the journal's channels
+    csv = power_csv(75.0, period_s=0.01, duration_s=600.0)
+    run = tmp_path / "killed"
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_RUN)
+    trials = "400" if when == "measuring" else "3"
+    process = subprocess.Popen([sys.executable, str(script), str(csv), str(run), when, trials])
+    try:
+        if when == "measuring":
+            journal = run / store.WINDOWS_PARTIAL
+            for _ in range(6000):  # up to 300 s of 50-ms looks for three closed windows
+                if closed_rows(journal) >= 3 or process.poll() is not None:
+                    break
+                time.sleep(0.05)
+            process.send_signal(signal.SIGKILL)
+        process.wait(timeout=300)
+    finally:
+        process.kill()
+    assert process.returncode in (-signal.SIGKILL, 9), process.returncode
+    claimed = json.loads((run / "run.json").read_text())
+    assert claimed["primary_channels"] == [] and claimed["sources"][0]["channels"] == []  # as the claim left it
+    result = load_run(run)
+    assert list(result.run_meta.primary_channels) == ["replay"]
+    assert "died before the run finished" in str(result.reason)
+    trials_seen = len(result.windows)
+    assert trials_seen >= 3
+    shown = cli("show", str(run), "--windows")
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.count("│ sleep │") >= 1 + trials_seen, shown.output  # the summary and every window
+    good = tmp_path / "good"
+    shutil.copytree(run, good)
+    every_command_sees_the_windows(run, good, tmp_path, trials=trials_seen)
+
+
+def test_a_measured_function_interrupted_by_ctrl_c_saves_the_run_incomplete(tmp_path, power_csv):
+    csv = power_csv(75.0, period_s=0.01, duration_s=60.0)
+    calls = []
+
+    @ef.measured(power=f"replay:file={csv}", out=tmp_path, sync=None)
+    def step():
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        time.sleep(0.05)
+
+    step()
+    step()
+    with pytest.raises(KeyboardInterrupt):
+        step()
+    result = step.last_result
+    assert result is not None and not result.complete
+    assert "interrupted by SIGINT" in str(result.reason) and "call 3 of step" in str(result.reason)
+    (saved,) = tmp_path.glob("*-measured")
+    meta = json.loads((saved / "run.json").read_text())
+    assert meta["status"] == "incomplete" and "interrupted by SIGINT" in meta["reason"]
+    assert load_run(saved).summary("step").trials == 2  # the calls that finished
+
+
+def test_a_killed_process_not_yet_reaped_counts_as_dead(tmp_path):
+    # a zombie (killed, its parent has not waited for it) still answers kill(pid, 0)
+    child = subprocess.Popen(["sleep", "60"])
+    child.kill()
+    for _ in range(200):  # until the kernel has made it a zombie: up to 10 s of 50-ms looks
+        state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "Z":
+            break
+        time.sleep(0.05)
+    try:
+        run = dead_run(tmp_path, "closed,sleep,0,1000.5,1001.0,10\r\n")
+        meta = json.loads((run / "run.json").read_text())
+        meta["reason"] = f"running (pid {child.pid}); if this stays, the process died"
+        (run / "run.json").write_text(json.dumps(meta))
+        assert f"the run's process (pid {child.pid}) died" in str(load_run(run).reason)
+    finally:
+        child.wait()
