@@ -159,3 +159,27 @@ def test_a_journal_written_before_the_synced_column_reads_as_not_synced(tmp_path
     path.write_text("event,phase,trial,start_s,end_s,iterations\nclosed,w,0,10.0,11.0,1\n")
     (record,) = journal_records(path, ClockModel(ClockPair(0.0, 0.0, 0.0)))
     assert record.phase == "w" and not record.synced
+
+
+def test_a_window_seen_elsewhere_is_recorded_after_the_fact(tmp_path):
+    # a server's request, say: its edges are this host's monotonic times, known only later
+    with ef.measure(power=[SignalSource(name="gpu", watts=200.0)], out=tmp_path / "m", sync=None) as m:
+        first = time.monotonic()
+        spin(0.05)
+        second = time.monotonic()
+        spin(0.05)
+        third = time.monotonic()
+        m.record_window("request", first, second)
+        m.record_window("request", first, third, iterations=2)  # overlapping is fine, ends in order
+        with pytest.raises(UsageError, match="before the last recorded window"):
+            m.record_window("request", first, second)
+        with pytest.raises(UsageError, match="ahead of now"):
+            m.record_window("request", first, time.monotonic() + 60.0)
+        with pytest.raises(UsageError, match="not a finite span"):
+            m.record_window("request", third, second)
+    w = m.result.windows
+    w = w[w["channel"] == "gpu"].sort_values("trial")
+    assert list(w["iterations"]) == [1, 2]
+    assert [r.synced for r in m.records] == [False, False]
+    assert w["energy_j"].to_list() == pytest.approx([200.0 * (second - first), 200.0 * (third - first)], rel=1e-3)
+    assert RunResult.load(tmp_path / "m").summary("request", "gpu").trials == 2

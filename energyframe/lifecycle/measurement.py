@@ -387,6 +387,32 @@ class Measurement:
             raise self.recorder.failure
         return record
 
+    def record_window(self, name: str, start_s: float, end_s: float, iterations: int = 1) -> WindowRecord:
+        """Record a window whose edges were seen elsewhere: another process's events (a server's
+        requests, a callback's steps), as this host's ``time.monotonic()`` seconds. Nothing is
+        synced at its edges (``synced`` is False). Windows are recorded in the order of their
+        ends, as ``end_window`` records them.
+
+        Raises:
+            UsageError: an edge that is not finite or lies ahead of now, an end before the
+                start, or an end before the last recorded window's end.
+        """
+        self._check_running()
+        iterations = checked_iterations(iterations)
+        start_s, end_s = float(start_s), float(end_s)
+        if not (math.isfinite(start_s) and math.isfinite(end_s)) or end_s < start_s:
+            raise UsageError(f"window {name!r}: edges {start_s!r}..{end_s!r} are not a finite span")
+        if end_s > time.monotonic():
+            raise UsageError(f"window {name!r} ends at {end_s:.6f} s, ahead of now (time.monotonic())")
+        if self.records and end_s < self.records[-1].end_s:
+            raise UsageError(
+                f"window {name!r} ends at {end_s:.6f} s, before the last recorded window "
+                f"({self.records[-1].end_s:.6f} s): record windows in the order of their ends"
+            )
+        handle = WindowHandle(name, iterations, start_s, synced=False, _submit=self.live.submit)
+        with self.coordinator.holding_signals():
+            return self._record_window(handle, end_s, None, False)
+
     def _record_window(
         self, handle: WindowHandle, end: float, iterations: int | None, interrupted: bool
     ) -> WindowRecord:
