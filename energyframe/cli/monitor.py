@@ -9,8 +9,24 @@ import time
 import click
 
 from ..errors import PowerSourceError, UsageError
+from .params import FiniteFloat
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
+#: the longest ``--duration``: a week (omit it to watch until Ctrl-C). Units: s.
+MAX_DURATION_S = 7 * 86_400
+#: the longest pause between two redraws. Units: s.
+MAX_REFRESH_S = 3_600.0
+
+
+def prometheus_address_option(command):
+    """``--prometheus-address``, shared by ``monitor`` and ``run``."""
+    return click.option(
+        "--prometheus-address",
+        default=None,
+        metavar="ADDRESS",
+        help="The interface the Prometheus exporter listens on. Default 127.0.0.1 (this machine "
+        "only); 0.0.0.0 (or ::) serves every interface, for a Prometheus server on another machine.",
+    )(command)
 
 
 def readings_table(readings, elapsed_s: float):
@@ -53,49 +69,63 @@ def readings_table(readings, elapsed_s: float):
     type=click.IntRange(min=0, max=65535),
     default=None,
     metavar="PORT",
-    help="Also serve the figures in the Prometheus format at http://HOST:PORT/metrics.",
+    help="Also serve the figures in the Prometheus format at http://ADDRESS:PORT/metrics "
+    "(ADDRESS: --prometheus-address, this machine only by default).",
 )
+@prometheus_address_option
 @click.option(
     "--duration",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True, max=MAX_DURATION_S),
     default=None,
     metavar="SECONDS",
-    help="Stop after this long. Default: until Ctrl-C.",
+    help="Stop after this long (at most a week). Default: until Ctrl-C.",
 )
 @click.option(
     "--refresh",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloat(min=0.1, max=MAX_REFRESH_S),
     default=1.0,
     show_default=True,
     metavar="SECONDS",
     help="How often the table is redrawn.",
 )
-def monitor(power: tuple[str, ...], prometheus_port: int | None, duration: float | None, refresh: float) -> None:
+def monitor(
+    power: tuple[str, ...],
+    prometheus_port: int | None,
+    prometheus_address: str | None,
+    duration: float | None,
+    refresh: float,
+) -> None:
     """Show each channel's power live (the mean over its last second of readings) and its energy
     since the start; Ctrl-C stops.
 
     \b
     energyframe monitor --power nvml
     energyframe monitor --power nvml --prometheus-port 9464
+    energyframe monitor --power nvml --prometheus-port 9464 --prometheus-address 0.0.0.0
     """
     from rich.console import Console
     from rich.live import Live
 
     from ..core.clock import ClockModel
-    from ..kit.registry import power_from_cli, resolve_power
+    from ..kit.registry import auto_power_sources, power_from_cli, resolve_power
     from ..lifecycle.recorder import Recorder
     from ..live.prometheus import serving
     from ..live.tracker import PowerTracker
 
+    if prometheus_address is not None and prometheus_port is None:
+        raise UsageError("--prometheus-address needs --prometheus-port (the port to serve on)")
     specs = power_from_cli(power)
     if specs == "none":
         raise UsageError("energyframe monitor needs a power source; 'none' measures nothing to show")
-    sources, notes = resolve_power(specs)
-    if not sources:
-        found = "; ".join(notes[1:]) or "none installed"
-        raise UsageError(f"energyframe monitor found no power source here ({found}); name one with --power")
+    if specs == "auto":  # not resolve_power's "measuring time only": a monitor has no time to measure
+        sources, notes = auto_power_sources()
+        if not sources:
+            found = "; ".join(notes) or "none installed"
+            raise UsageError(f"energyframe monitor found no power source here ({found}); name one with --power")
+    else:
+        sources, _ = resolve_power(specs)
     console = Console()
-    with serving(prometheus_port) as served:
+    with serving(prometheus_port, address=prometheus_address) as served:
         tracker = served[0] if served else PowerTracker()
         recorder = Recorder(sources, ClockModel(), None, warn=lambda m: console.print(f"warning: {m}"), listeners=[tracker])
         _watch(recorder, tracker, console, duration, refresh, Live)

@@ -14,6 +14,7 @@ import click
 from ..errors import UsageError
 from ..lifecycle.config import SETTINGS, RunSettings, check_setting, default_of
 from ..results.paths import click_out_path
+from .monitor import prometheus_address_option
 from .params import FiniteFloat, checked_path
 from .show import grid_intensity_option
 
@@ -144,8 +145,10 @@ def reporter_specs(given: tuple[str, ...], quiet: bool, grid_g_per_kwh: float | 
     default=None,
     metavar="PORT",
     help="While the run goes, serve live power and energy in the Prometheus format at "
-    "http://HOST:PORT/metrics (under torchrun: PORT + LOCAL_RANK). docs/live.md.",
+    "http://ADDRESS:PORT/metrics (under torchrun: PORT + LOCAL_RANK; ADDRESS: "
+    "--prometheus-address, this machine only by default). docs/live.md.",
 )
+@prometheus_address_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def run(
@@ -161,6 +164,7 @@ def run(
     grid_intensity: float | None,
     dist_timeout: float | None,
     prometheus_port: int | None,
+    prometheus_address: str | None,
     command: tuple[str, ...],
     **settings: Any,
 ) -> None:
@@ -198,7 +202,7 @@ def run(
         workload = per_layer_spec(workload, validate)
     the_workload: str | CommandWorkload = CommandWorkload(name="command", argv=list(command)) if command else str(workload)
     name = "command" if command else run_name(str(workload))
-    with serving(prometheus_port, world.rank, world.local_rank) as listeners:
+    with serving(prometheus_port, world.rank, world.local_rank, prometheus_address) as listeners:
         result = orchestrator.run(
             the_workload,
             power=power_from_cli(power),

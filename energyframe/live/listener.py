@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.clock import ClockModel
-from ..core.samples import invalid_reason
+from ..core.samples import in_si, invalid_reason
 from ..model import Channel, Sample
 
 
@@ -49,17 +49,26 @@ class LiveListener(ABC):
 
 
 class Fanout:
-    """Hands a drained batch to every listener; drops one that raises, with one warning."""
+    """Hands a drained batch to every listener; drops one that raises, with one warning.
+
+    Listeners get what a run integrates: channels in W or J, and readings converted to them
+    (a source that declares ``mW`` or ``mJ`` hands over thousands; the run's sample store
+    converts them as they arrive, and so does the fan-out)."""
 
     def __init__(self, listeners: Iterable[LiveListener], warn: Callable[[str], None]) -> None:
         self.listeners = list(listeners)
         self.warn = warn
+        self._scale: dict[str, float] = {}  # channel -> what one declared unit is in W or J
 
     def __bool__(self) -> bool:
         return bool(self.listeners)
 
     def channels(self, source: str, channels: Sequence[Channel]) -> None:
-        self._each("on_channels", source, channels)
+        converted = []
+        for channel in channels:
+            si_channel, self._scale[channel.name] = _in_si(channel)
+            converted.append(si_channel)
+        self._each("on_channels", source, converted)
 
     def samples(
         self, source: str, batch: Sequence[Sample], channels: Mapping[str, Channel], clock: ClockModel
@@ -68,15 +77,22 @@ class Fanout:
         if not self.listeners:
             return
         grouped: dict[str, tuple[list[float], list[float]]] = {}
+        si_channels: dict[str, Channel] = {}
         for sample in batch:
             channel = channels.get(sample.channel)
-            if channel is None or invalid_reason(channel, float(sample.value)) is not None:
+            if channel is None:
+                continue
+            if sample.channel not in si_channels:
+                si_channels[sample.channel], own_scale = _in_si(channel)
+                self._scale.setdefault(sample.channel, own_scale)
+            value = float(sample.value) * self._scale[sample.channel]
+            if invalid_reason(si_channels[sample.channel], value) is not None:
                 continue
             times, values = grouped.setdefault(sample.channel, ([], []))
             times.append(clock.to_monotonic(sample.time_s, channel.clock))
-            values.append(float(sample.value))
+            values.append(value)
         for name, (times, values) in grouped.items():
-            self._each("on_samples", source, channels[name], times, values)
+            self._each("on_samples", source, si_channels[name], times, values)
 
     def window(self, window: WindowEnergy) -> None:
         self._each("on_window", window)
@@ -98,3 +114,12 @@ class Fanout:
                 self.warn(
                     f"live listener {type(listener).__name__} failed and was dropped: {type(e).__name__}: {e}"
                 )
+
+
+def _in_si(channel: Channel) -> tuple[Channel, float]:
+    """The channel in W or J and its readings' factor; a unit the run refuses stays as it is
+    (the run does not start with it)."""
+    try:
+        return in_si(channel)
+    except ValueError:
+        return channel, 1.0

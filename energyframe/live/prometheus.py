@@ -2,6 +2,10 @@
 
     energyframe monitor --prometheus-port 9464
     energyframe run --prometheus-port 9464 --power nvml -- python train.py
+    energyframe monitor --prometheus-port 9464 --prometheus-address 0.0.0.0   # other machines too
+
+It listens on ``127.0.0.1`` (this machine only) unless told another address: live power says
+what a machine is doing, which is not everyone's to read.
 
 Metrics (every one labelled ``channel``, ``source``, ``scope``, ``primary``, ``gpu``, ``rank``,
 ``host``; only power and energy channels):
@@ -11,6 +15,8 @@ Metrics (every one labelled ``channel``, ``source``, ``scope``, ``primary``, ``g
 | ``energyframe_power_watts`` | gauge | mean power over the channel's readings of the last second |
 | ``energyframe_energy_joules_total`` | counter | energy since the exporter first saw the channel |
 | ``energyframe_samples_total`` | counter | readings received |
+| ``energyframe_refused_samples_total`` | counter | readings refused, by ``reason`` (``ahead``, ``late``) |
+| ``energyframe_counter_resets_total`` | counter | counter intervals left out (it went down or leapt) |
 | ``energyframe_last_sample_timestamp_seconds`` | gauge | Unix time of the latest reading |
 | ``energyframe_window_energy_joules`` | gauge | the last closed window's energy, by ``phase`` too |
 | ``energyframe_window_duration_seconds`` | gauge | that window's length, by ``phase`` too |
@@ -33,7 +39,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .listener import LiveListener
-from .tracker import ChannelReading, PowerTracker
+from .tracker import AHEAD, LATE, ChannelReading, PowerTracker
 
 log = logging.getLogger("energyframe")
 
@@ -41,6 +47,10 @@ LABELS = ("channel", "source", "scope", "primary", "gpu", "rank", "host")
 #: the conventional port of an exporter of this kind is one an operator picks; 9464 is free in
 #: Prometheus's default port allocations list for "energy" exporters
 DEFAULT_PORT = 9464
+#: this machine only; ``0.0.0.0`` (or ``::``) serves every interface
+DEFAULT_ADDRESS = "127.0.0.1"
+#: addresses that mean "every interface"
+_EVERY_INTERFACE = ("0.0.0.0", "::")
 
 
 class _Collector:
@@ -60,6 +70,16 @@ class _Collector:
             "energyframe_energy_joules", "Energy since the exporter first saw the channel.", labels=LABELS
         )
         samples = CounterMetricFamily("energyframe_samples", "Readings received.", labels=LABELS)
+        refused = CounterMetricFamily(
+            "energyframe_refused_samples",
+            "Readings refused: stamped ahead of now, or older than the last one integrated.",
+            labels=(*LABELS, "reason"),
+        )
+        resets = CounterMetricFamily(
+            "energyframe_counter_resets",
+            "Energy-counter intervals left out: the counter went down, or rose faster than any device draws.",
+            labels=LABELS,
+        )
         last = GaugeMetricFamily(
             "energyframe_last_sample_timestamp_seconds", "Unix time of the latest reading.", labels=LABELS
         )
@@ -70,9 +90,12 @@ class _Collector:
                 power.add_metric(labels, r.power_w)
             energy.add_metric(labels, r.energy_j)
             samples.add_metric(labels, r.samples)
+            for reason in (AHEAD, LATE):
+                refused.add_metric([*labels, reason], r.refused.get(reason, 0))
+            resets.add_metric(labels, r.resets)
             if math.isfinite(r.last_time_s):
                 last.add_metric(labels, r.last_time_s + wall_minus_mono)
-        yield from (power, energy, samples, last)
+        yield from (power, energy, samples, refused, resets, last)
         yield from self._windows()
 
     def _labels(self, r: ChannelReading) -> list[str]:
@@ -122,10 +145,11 @@ class PrometheusExporter:
     Args:
         tracker: what to serve.
         port: the TCP port (0: any free one; ``port`` then says which).
-        address: the interface to listen on (``0.0.0.0``: all; ``127.0.0.1``: this machine only).
+        address: the interface to listen on (``127.0.0.1``, the default: this machine only;
+            ``0.0.0.0`` or ``::``: every interface).
     """
 
-    def __init__(self, tracker: PowerTracker, port: int = DEFAULT_PORT, address: str = "0.0.0.0") -> None:
+    def __init__(self, tracker: PowerTracker, port: int = DEFAULT_PORT, address: str = DEFAULT_ADDRESS) -> None:
         from prometheus_client import CollectorRegistry
 
         self.tracker = tracker
@@ -146,6 +170,10 @@ class PrometheusExporter:
         """Listen; raises ``UsageError`` naming the port when it cannot (taken, not allowed)."""
         from prometheus_client import start_http_server
 
+        if not self.address.strip():
+            raise UsageError(
+                "--prometheus-address is empty; give 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+            )
         try:
             self._server, self._thread = start_http_server(
                 self.port, addr=self.address, registry=self.registry
@@ -168,27 +196,44 @@ class PrometheusExporter:
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.address in ("0.0.0.0", "") else self.address
+        """Where it listens, as it listens: ``http://0.0.0.0:9464/metrics`` when on every
+        interface (``where`` says so), never a loopback address it does not stand for."""
+        host = f"[{self.address}]" if ":" in self.address else self.address
         return f"http://{host}:{self.port}/metrics"
+
+    @property
+    def where(self) -> str:
+        """Who can scrape it, in words."""
+        if self.address in _EVERY_INTERFACE:
+            return "on every interface: other machines can scrape it"
+        if self.address in ("127.0.0.1", "::1", "localhost"):
+            return "this machine only (--prometheus-address 0.0.0.0 serves other machines)"
+        return f"on {self.address} only"
 
 
 @contextlib.contextmanager
-def serving(port: int | None, rank: int = 0, local_rank: int = 0) -> Iterator[list[LiveListener]]:
-    """The listeners a run is given: none without a port; else a tracker, served at
-    ``port + local_rank`` (each rank of a machine its own port) until the block ends.
+def serving(
+    port: int | None, rank: int = 0, local_rank: int = 0, address: str | None = None
+) -> Iterator[list[LiveListener]]:
+    """The listeners a run is given: none without a port; else a tracker, served on ``address``
+    (default ``DEFAULT_ADDRESS``, this machine only) at ``port + local_rank`` (each rank of a
+    machine its own port) until the block ends.
 
     Raises:
-        UsageError: the port is taken, not allowed, or past 65535 once the rank is added.
+        UsageError: the port is taken, not allowed, or past 65535 once the rank is added; an
+            address without a port, or one that cannot be listened on.
     """
     if port is None:
+        if address is not None:
+            raise UsageError("--prometheus-address needs --prometheus-port (the port to serve on)")
         yield []
         return
     own = port + local_rank if port else 0
     if own > 65535:
         raise UsageError(f"--prometheus-port {port} + local rank {local_rank} is past 65535")
     tracker = PowerTracker(rank=rank)
-    exporter = PrometheusExporter(tracker, own).start()
-    log.info("serving live power for Prometheus at %s", exporter.url)
+    exporter = PrometheusExporter(tracker, own, DEFAULT_ADDRESS if address is None else address).start()
+    log.info("serving live power for Prometheus at %s (%s)", exporter.url, exporter.where)
     try:
         yield [tracker]
     finally:

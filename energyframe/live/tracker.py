@@ -2,12 +2,23 @@
 seen, its last reading. What the terminal view and the Prometheus exporter show.
 
 Power is an average, never one reading: over the readings of the last ``span_s`` (1 s), the
-counter's difference over their time for an energy channel (NVML's counter moves every ~100 ms,
+counter's increments over their time for an energy channel (NVML's counter moves every ~100 ms,
 so two neighbouring readings say 0 W or a spike), the trapezoid integral over their time for a
 power channel (one reading alone: its value). Energy since the start is the counter's sum of
-increments (a decrease is a reset, as after a driver reload: never negative energy, that
-interval is left out) or the trapezoid integral of power, the same piecewise-linear signal a
-run's windows integrate.
+increments or the trapezoid integral of power, the same piecewise-linear signal a run's windows
+integrate, under a run's rules:
+
+- a reading stamped ahead of now (more than ``AHEAD_SLACK_S``) is refused: a window integrates
+  only readings up to its end, which is never later than now, so a source whose clock runs
+  ahead would otherwise claim the time between now and its stamp at once;
+- a reading older than the last one integrated is refused (late): energy already counted up to
+  that instant is never counted twice; a batch is put in time order first;
+- a counter that goes down (a driver reload) or rises faster than ``MAX_POWER_W`` (a reset read
+  as a wraparound) skips that one interval (a run's ``counter_reset``): the increments after it
+  count again, never negative energy, never a jump of kilojoules.
+
+Refused readings and skipped intervals are counted per channel (``ChannelReading.refused``,
+``ChannelReading.resets``) and served, so a dashboard sees them.
 """
 
 from __future__ import annotations
@@ -17,14 +28,20 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..core.samples import MAX_POWER_W
 from ..model import Channel, Quantity, Scope
 from .listener import LiveListener, WindowEnergy
 
 #: power is averaged over the readings of this span. Units: s.
 POWER_SPAN_S = 1.0
+#: a reading stamped up to this far ahead of now still counts (a stamp rounded up, a source's
+#: clock a few milliseconds off the run's); one further ahead is refused. Units: s.
+AHEAD_SLACK_S = 0.5
+#: why a reading was refused
+AHEAD, LATE = "ahead", "late"
 
 
 def gpu_label(channel: Channel) -> str:
@@ -42,40 +59,59 @@ def gpu_label(channel: Channel) -> str:
 class _State:
     channel: Channel
     source: str
-    recent: deque = field(default_factory=deque)  # (t, value) of the last span
+    recent: deque = field(default_factory=deque)  # (t, value) of the last span, integrated ones only
     energy_j: float = 0.0
     samples: int = 0
     last: tuple[float, float] | None = None
+    refused: dict[str, int] = field(default_factory=dict)
+    resets: int = 0
 
-    def add(self, t: float, value: float, span_s: float) -> None:
-        if self.last is not None and t > self.last[0]:
-            t0, v0 = self.last
-            if self.channel.quantity == Quantity.ENERGY:
-                self.energy_j += value - v0 if value >= v0 else 0.0  # a decrease is a reset
-            else:
-                self.energy_j += 0.5 * (v0 + value) * (t - t0)
-        if (
-            self.last is None or t >= self.last[0]
-        ):  # a reading out of order counts, but does not move time back
-            self.last = (t, value)
+    def add(self, t: float, value: float, now_s: float, span_s: float) -> None:
+        """One reading, in time order within its batch (``PowerTracker.on_samples`` sorts it)."""
         self.samples += 1
+        if t > now_s + AHEAD_SLACK_S:
+            self._refuse(AHEAD)
+            return
+        if self.last is not None and t < self.last[0]:
+            self._refuse(LATE)
+            return
+        if self.last is not None and t > self.last[0]:
+            increment = self._increment(self.last, (t, value))
+            if increment is None:
+                self.resets += 1
+            else:
+                self.energy_j += increment
+        self.last = (t, value)
         self.recent.append((t, value))
         while self.recent and self.recent[0][0] < t - span_s:
             self.recent.popleft()
 
+    def _refuse(self, reason: str) -> None:
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+
+    def _increment(self, a: tuple[float, float], b: tuple[float, float]) -> float | None:
+        """The energy between two readings; ``None`` for a counter's interval a run calls
+        ``counter_reset`` (it went down, or rose faster than ``MAX_POWER_W``). Units: J."""
+        (t0, v0), (t1, v1) = a, b
+        if self.channel.quantity != Quantity.ENERGY:
+            return 0.5 * (v0 + v1) * (t1 - t0)
+        if v1 < v0 or v1 - v0 > MAX_POWER_W * (t1 - t0):
+            return None
+        return v1 - v0
+
     def power_w(self) -> float:
-        points = sorted(self.recent)
+        points = list(self.recent)
         if not points:
             return math.nan
         if self.channel.quantity == Quantity.POWER and len(points) == 1:
             return points[0][1]
-        (t0, v0), (t1, v1) = points[0], points[-1]
-        if t1 <= t0:
-            return math.nan
-        if self.channel.quantity == Quantity.ENERGY:
-            return (v1 - v0) / (t1 - t0) if v1 >= v0 else math.nan
-        area = sum(0.5 * (a[1] + b[1]) * (b[0] - a[0]) for a, b in zip(points, points[1:]))
-        return area / (t1 - t0)
+        energy_j = duration_s = 0.0
+        for a, b in zip(points, points[1:]):
+            increment = self._increment(a, b) if b[0] > a[0] else None
+            if increment is not None:  # a reset's interval says nothing of the power
+                energy_j += increment
+                duration_s += b[0] - a[0]
+        return energy_j / duration_s if duration_s > 0 else math.nan
 
 
 @dataclass(frozen=True)
@@ -91,6 +127,11 @@ class ChannelReading:
     energy_j: float
     samples: int
     last_time_s: float
+    #: readings refused, by reason (``ahead``: stamped ahead of now; ``late``: older than the
+    #: last one integrated)
+    refused: Mapping[str, int] = field(default_factory=dict)
+    #: counter intervals left out (the counter went down, or rose faster than ``MAX_POWER_W``)
+    resets: int = 0
 
 
 class PowerTracker(LiveListener):
@@ -130,10 +171,12 @@ class PowerTracker(LiveListener):
     ) -> None:
         if not channel.integrable:
             return
+        now_s = self.now()
+        readings = sorted(zip(map(float, times_s), map(float, values)), key=lambda r: r[0])
         with self._lock:
             state = self._states.setdefault(channel.name, _State(channel, source))
-            for t, value in zip(times_s, values):
-                state.add(float(t), float(value), self.span_s)
+            for t, value in readings:
+                state.add(t, value, now_s, self.span_s)
 
     def on_window(self, window: WindowEnergy) -> None:
         with self._lock:
@@ -154,6 +197,8 @@ class PowerTracker(LiveListener):
                     s.energy_j,
                     s.samples,
                     s.last[0] if s.last else math.nan,
+                    dict(s.refused),
+                    s.resets,
                 )
                 for s in states
             ]

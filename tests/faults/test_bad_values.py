@@ -75,6 +75,14 @@ CASES = [
          f"Error: Invalid value for '--min-change': {RANGE} x>=0, got inf"),
     Case("report-alpha-nan", ("report", "{run}", "{run}", "--alpha", "nan", "--out", "{tmp}/r.html"),
          f"Error: Invalid value for '--alpha': {RANGE} 0<x<1, got nan"),
+    # monitor: a redraw every NaN seconds was a traceback, a NaN duration an exit 0 at once, an
+    # infinite one accepted
+    Case("monitor-refresh-nan", ("monitor", "--power", "replay:file=x.csv", "--refresh", "nan"),
+         f"Error: Invalid value for '--refresh': {RANGE} 0.1<=x<=3600, got nan"),
+    Case("monitor-duration-nan", ("monitor", "--power", "replay:file=x.csv", "--duration", "nan"),
+         f"Error: Invalid value for '--duration': {RANGE} 0<x<=604800, got nan"),
+    Case("monitor-duration-inf", ("monitor", "--power", "replay:file=x.csv", "--duration", "inf"),
+         f"Error: Invalid value for '--duration': {RANGE} 0<x<=604800, got inf"),
     # a list option given with no item
     Case("cpu-matmul-no-size", ("run", "--power", "none", "--workload", "cpu-matmul:sizes=,,", "--out", "{tmp}/r"),
          "Error: option 'sizes' of workload 'cpu-matmul' needs at least 1 value (comma-separated integers), "
