@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import logging
 import sys
+from typing import NoReturn
 
 import click
 
@@ -29,27 +30,58 @@ def _version() -> str:
         return "unknown"
 
 
+#: the exit code of a command stopped by SIGINT or SIGTERM (128 + SIGINT's number, as a shell says)
+INTERRUPTED_EXIT = 130
+
+
+def interrupted(what: str = "") -> NoReturn:
+    """A Ctrl-C that reached the command line itself (while it loads, or before a run started):
+    one line and exit 130, never click's ``Aborted!`` and exit 1, never a traceback."""
+    click.echo(f"Error: interrupted by SIGINT{what}", err=True)
+    sys.exit(INTERRUPTED_EXIT)
+
+
 class _Group(click.Group):
     """Turns library errors into ``Error: <message>`` and their exit code; with ``--debug`` the
-    traceback is shown instead."""
+    traceback is shown instead. A Ctrl-C is exit 130 with one line, wherever it comes."""
+
+    def make_context(self, *args, **kwargs) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            interrupted()
 
     def invoke(self, ctx: click.Context):
+        debug = bool(ctx.obj and ctx.obj.get("debug"))
         try:
             return super().invoke(ctx)
         except EnergyFrameError as e:
-            if ctx.obj and ctx.obj.get("debug"):
+            if debug:
                 raise
             click.echo(f"Error: {e}", err=True)
             sys.exit(e.exit_code)
-        except OSError as e:
-            # a path the user gave that the system cannot hold, met by a command that does not
-            # check its paths up front (the others refuse it as a bad option value)
-            if e.errno != errno.ENAMETOOLONG or (ctx.obj and ctx.obj.get("debug")):
+        except KeyboardInterrupt:
+            if debug:
                 raise
-            name = str(e.filename or "")
-            shown = name if len(name) <= 60 else f"{name[:40]}...{name[-12:]}"
-            click.echo(f"Error: cannot use {shown!r}: {e.strerror} (a name over 255 bytes or a path over 4095)", err=True)
-            sys.exit(2)
+            interrupted()
+        except OSError as e:
+            if debug:
+                raise
+            _system_error(e)
+
+
+def _system_error(e: OSError) -> NoReturn:
+    """An error of the system that no command turned into its own message, in one line."""
+    name = str(e.filename or "")
+    shown = name if len(name) <= 60 else f"{name[:40]}...{name[-12:]}"
+    if e.errno == errno.ENAMETOOLONG:
+        # a path the user gave that the system cannot hold, met by a command that does not
+        # check its paths up front (the others refuse it as a bad option value)
+        click.echo(f"Error: cannot use {shown!r}: {e.strerror} (a name over 255 bytes or a path over 4095)", err=True)
+        sys.exit(2)
+    reason = "no space left on the device" if e.errno == errno.ENOSPC else (e.strerror or str(e))
+    click.echo(f"Error: {f'cannot use {shown}: ' if shown else ''}{reason}", err=True)
+    sys.exit(1)
 
 
 @click.group(cls=_Group, context_settings=CONTEXT)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 from collections.abc import Callable
@@ -11,9 +12,10 @@ from typing import Any
 
 import click
 
-from ..errors import UsageError
+from ..errors import RunInterrupted, StoreError, UsageError
 from ..lifecycle.config import SETTINGS, RunSettings, check_setting, default_of
 from ..results.paths import click_out_path
+from ..results.store import RUN_JSON
 from .monitor import prometheus_address_option
 from .params import FiniteFloat, checked_path
 from .show import grid_intensity_option
@@ -202,22 +204,60 @@ def run(
         workload = per_layer_spec(workload, validate)
     the_workload: str | CommandWorkload = CommandWorkload(name="command", argv=list(command)) if command else str(workload)
     name = "command" if command else run_name(str(workload))
+    # rank 0 names the run directory and tells the other ranks
+    run_dir = out or (default_run_dir(name) if rank == 0 else None)
     with serving(prometheus_port, world.rank, world.local_rank, prometheus_address) as listeners:
-        result = orchestrator.run(
-            the_workload,
-            power=power_from_cli(power),
-            reporters=reporter_specs(reporters, bool(ctx.obj and ctx.obj.get("quiet")), grid_intensity),
-            # rank 0 names the run directory and tells the other ranks
-            out=out or (default_run_dir(name) if rank == 0 else None),
-            settings=RunSettings(**{k: v for k, v in settings.items() if v is not None}),
-            align=not no_align,
-            dist_timeout_s=dist_timeout,
-            reporter_errors=reporter_errors,
-            listeners=listeners,
+        result = _said_in_one_line(
+            run_dir,
+            lambda: orchestrator.run(
+                the_workload,
+                power=power_from_cli(power),
+                reporters=reporter_specs(reporters, bool(ctx.obj and ctx.obj.get("quiet")), grid_intensity),
+                out=run_dir,
+                settings=RunSettings(**{k: v for k, v in settings.items() if v is not None}),
+                align=not no_align,
+                dist_timeout_s=dist_timeout,
+                reporter_errors=reporter_errors,
+                listeners=listeners,
+            ),
         )
     code = result.run_meta.exit_code
     if code:
         sys.exit(code)
+
+
+def _said_in_one_line(run_dir: Path | None, run: Callable[[], Any]) -> Any:
+    """``run()``, with what it lets through as a named error: a Ctrl-C before the run started
+    (the run turns every later one into ``RunInterrupted``), a file the system would not let
+    it write."""
+    try:
+        return run()
+    except OSError as e:
+        unwritable = _unwritable(run_dir, e)
+        if unwritable is None:
+            raise
+        raise unwritable from e
+    except KeyboardInterrupt as e:
+        if run_dir is None or not (run_dir / RUN_JSON).exists():
+            raise RunInterrupted(
+                "interrupted by SIGINT before the run started (loading the plugins): nothing was measured"
+            ) from e
+        raise RunInterrupted("interrupted by SIGINT") from e
+
+
+def _unwritable(run_dir: Path | None, error: OSError) -> StoreError | None:
+    """A file of the run directory that the system would not let the run write, as the one line
+    the store says for it (a full disk met while the samples' journal is opened, before the
+    store's own checks); ``None`` for any other system error (raised as it is)."""
+    from ..results.store import write_error
+
+    if error.errno not in _WRITE_ERRNOS or run_dir is None:
+        return None
+    return StoreError(write_error(error.filename or run_dir, error))
+
+
+#: the system's answers that mean "this cannot be written here"
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG)
 
 
 def run_name(spec: str) -> str:

@@ -9,12 +9,14 @@ period, polled faster than it; a reporter that copes with every result). Templat
 
 from __future__ import annotations
 
+import errno
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from ..errors import UsageError
+from ..errors import EnergyFrameError, UsageError
 
 KINDS = ("power", "workload", "reporter")
 GROUPS = {"power": "energyframe.power", "workload": "energyframe.workloads", "reporter": "energyframe.reporters"}
@@ -332,7 +334,9 @@ def write_plugin(name: str, kind: str, where: Path) -> tuple[Path, list[Path]]:
     """Write the package ``energyframe-<name>`` under ``where``; returns its folder and the files.
 
     Raises:
-        UsageError: a bad name or kind, or a folder that exists already.
+        UsageError: a bad name or kind, a folder that exists already, or a ``where`` that cannot
+            be written (read-only, no permission, not a folder).
+        EnergyFrameError: the files could not be written (a full disk); nothing is left half.
     """
     if kind not in KINDS:
         raise UsageError(f"unknown plugin kind {kind!r}; valid: {', '.join(KINDS)}")
@@ -349,9 +353,24 @@ def write_plugin(name: str, kind: str, where: Path) -> tuple[Path, list[Path]]:
         f"tests/test_{names.module}.py": test,
     }
     written = []
-    for relative, template in files.items():
-        path = folder / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(names.fill(template))
-        written.append(path)
+    try:
+        for relative, template in files.items():
+            path = folder / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(names.fill(template))
+            written.append(path)
+    except OSError as e:
+        shutil.rmtree(folder, ignore_errors=True)  # it did not exist: half a package helps no one
+        raise _write_error(folder, e) from e
     return folder, written
+
+
+def _write_error(folder: Path, error: OSError) -> EnergyFrameError:
+    """One line for a package that could not be written: the user's folder (exit 2), or the
+    disk (exit 1)."""
+    reason = error.strerror or str(error)
+    if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR):
+        return UsageError(f"cannot write the package into {folder.parent}: {reason} (choose a writable --out)")
+    if error.errno == errno.ENOSPC:
+        reason = "no space left on the device"
+    return EnergyFrameError(f"cannot write the package {folder}: {reason}; nothing was left behind")

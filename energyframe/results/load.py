@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 from collections.abc import Callable
@@ -267,9 +266,9 @@ def _with_sources(directory: Path, meta: RunMeta) -> RunMeta:
     if any(s.channels for s in meta.sources) or not path.exists():
         return _with_primary(meta)
     try:
-        journal = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise StoreError(f"{path} cannot be read ({e}); the run cannot be rebuilt") from e
+        journal = store.read_json(path)
+    except StoreError as e:
+        raise StoreError(f"{e}; the run cannot be rebuilt") from e
     sources = journal.get("sources") if isinstance(journal, dict) else None
     if not isinstance(sources, list):
         raise StoreError(f"{path} holds no list of sources; the run cannot be rebuilt")

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -103,6 +104,12 @@ def claim_run_dir(directory: Path, meta: Mapping[str, Any] | None = None) -> Non
         raise StoreError(_write_error(directory / RUN_JSON, e)) from e
     finally:
         os.close(fd)
+
+
+def write_error(path: Path | str, error: OSError) -> str:
+    """One line for a file that could not be written: ``cannot write PATH: no space left on the
+    device`` (and what to do, where there is something to do)."""
+    return _write_error(Path(path), error)
 
 
 def _write_error(path: Path, error: OSError) -> str:
@@ -222,7 +229,10 @@ class WindowJournal:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file: IO[str] | None = open(path, "w", newline="")  # noqa: SIM115 (closed by close())
+        try:
+            self._file: IO[str] | None = open(path, "w", newline="")  # noqa: SIM115 (closed by close())
+        except OSError as e:
+            raise StoreError(_write_error(path, e)) from e
         self._writer = csv.writer(self._file)
         self._row([*JOURNAL_COLUMNS, JOURNAL_SYNCED])
 
@@ -346,24 +356,74 @@ def write_samples(path: Path, samples: pd.DataFrame) -> None:
     _atomic_write(path, lambda p: samples.to_parquet(p, index=False))
 
 
+#: byte-order marks of the encodings a JSON file could be saved in by another tool
+_BOMS = (
+    (b"\xef\xbb\xbf", "UTF-8 with a byte-order mark"),
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
+
 def read_json(path: Path) -> Any:
-    """The JSON in ``path``; a ``StoreError`` naming the file and the cause when it cannot be read.
-    (Callers check what it holds: ``read_meta`` wants a run description.)"""
+    """The JSON in ``path`` (UTF-8, as energyframe writes it); a ``StoreError`` naming the file and
+    the cause when it cannot be read: missing, not text, in another encoding, not JSON, or nested
+    deeper than a parser can follow. (Callers check what it holds: ``read_meta`` wants a run
+    description.)"""
     path = Path(path)
     if path.parent.exists() and not path.parent.is_dir():
         raise StoreError(f"{path.parent} is a file, not a run directory")
     try:
-        return json.loads(path.read_text())
+        data = path.read_bytes()
     except FileNotFoundError as e:
         raise StoreError(f"{path.parent} is not a run directory: it has no {path.name}") from e
     except IsADirectoryError as e:
         raise StoreError(f"{path} is a directory, not a JSON file") from e
-    except UnicodeDecodeError as e:
-        raise StoreError(f"{path} is not text (binary data at byte {e.start}): the file is damaged") from e
     except OSError as e:
         raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
+    encoding = next((name for bom, name in _BOMS if data.startswith(bom)), None)
+    if encoding is not None:
+        raise StoreError(
+            f"{path} is {encoding} text; energyframe reads and writes it as UTF-8 (save it as UTF-8 "
+            "without a byte-order mark)"
+        )
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise StoreError(f"{path} is not text (binary data at byte {e.start}): the file is damaged") from e
     except json.JSONDecodeError as e:
         raise StoreError(f"{path} is not valid JSON ({e})") from e
+    except RecursionError as e:
+        raise StoreError(_too_deep(path, f"more than {sys.getrecursionlimit()}")) from e
+    if _depth(value) > MAX_JSON_DEPTH:  # every reader after this one may recurse through it
+        raise StoreError(_too_deep(path, f"more than {MAX_JSON_DEPTH}"))
+    return value
+
+
+#: the deepest nesting a JSON file of a run may have: energyframe writes a few levels; a
+#: workload's own figures a few more
+MAX_JSON_DEPTH = 64
+
+
+def _too_deep(path: Path, levels: str) -> str:
+    return f"{path} nests its values {levels} levels deep: the file is damaged or crafted"
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and objects nest in ``value`` (0 for a plain value), without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def read_run_meta(directory: Path) -> RunMeta:

@@ -126,6 +126,32 @@ def run_json_with(**fields) -> Callable[[Path], Path]:
     return damage
 
 
+def nested_in_workload_info(run: Path) -> Path:
+    """A run.json that parses, with 900 lists nested in a free-form field (a reader that walks
+    it recursively would overflow the stack)."""
+    meta = json.loads((run / "run.json").read_text())
+    meta["workload"]["info"] = {"x": "NESTED"}
+    return write(run / "run.json", json.dumps(meta).replace('"NESTED"', "[" * 900 + "]" * 900))
+
+
+def utf_16_run_json(run: Path) -> Path:
+    """run.json saved again by an editor in UTF-16 (with its byte-order mark)."""
+    return write(run / "run.json", (run / "run.json").read_text().encode("utf-16"))
+
+
+def on_two_runs(command: str, damage_run: Callable[[Path], Path]):
+    """``compare`` or ``report`` of a damaged run against a whole copy of it."""
+
+    def damage(run: Path, tmp: Path):
+        good = Path(shutil.copytree(run, tmp / "good"))
+        path = damage_run(run)
+        argv = [command, str(good), str(run)]
+        out = tmp / "report.html"
+        return (argv + ["--out", str(out)] if command == "report" else argv), path, [out]
+
+    return damage
+
+
 def phase_spread_as_text(run: Path) -> Path:
     meta = json.loads((run / "run.json").read_text())
     meta["phases"][0]["time_per_iter_s"]["median"] = "fast"
@@ -307,6 +333,10 @@ CASES = [
             ("run-json-list", run_json([]), "should hold a JSON object, but holds a list"),
             ("run-json-truncated", lambda run: truncated(run / "run.json"), "is not valid JSON"),
             ("run-json-binary", run_json(BINARY), "is not text"),
+            # a RecursionError traceback once, in show, compare and report
+            ("run-json-nested-200000-deep", run_json("[" * 200_000 + "]" * 200_000), "levels deep"),
+            ("run-json-nested-in-a-field", nested_in_workload_info, "nests its values more than 64 levels deep"),
+            ("run-json-utf-16", utf_16_run_json, "is UTF-16 text; energyframe reads and writes it as UTF-8"),
             ("sources-as-text", run_json_with(sources="nvml"), "'sources' should be a list, not a string"),
             (
                 "warnings-as-number",
@@ -325,6 +355,11 @@ CASES = [
                 "phases[0].time_per_iter_s should be an object of numbers",
             ),
         ]
+    ],
+    *[
+        Case(f"{command}-run-json-nested-200000-deep", on_two_runs(command, run_json("[" * 200_000 + "]" * 200_000)),
+             1, "levels deep")
+        for command in ("compare", "report")
     ],
     Case(
         "show-a-file",
@@ -439,3 +474,12 @@ def test_a_malformed_file_is_a_one_line_error(case: Case, template: Path, tmp_pa
     assert "wrote" not in result.output
     for path in outputs:
         assert not path.exists(), f"{path} was written although the command failed"
+
+
+def test_the_python_api_names_the_file_of_a_utf_16_or_deeply_nested_run_json(template: Path, tmp_path: Path):
+    for name, damage in (("utf16", utf_16_run_json), ("nested", run_json("[" * 200_000 + "]" * 200_000))):
+        run = Path(shutil.copytree(template, tmp_path / name))
+        damage(run)
+        with pytest.raises(ef.StoreError) as raised:  # not a UnicodeDecodeError, not a RecursionError
+            ef.load_run(run)
+        assert str(raised.value).startswith(f"{run / 'run.json'} ")

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 from pathlib import Path
 
 import numpy as np
 
 from ...core.samples import ENERGY_UNITS, POWER_UNITS, SampleSeries, si_scale
-from ...errors import UsageError
+from ...errors import StoreError, UsageError
 from ...model import Channel, ClockBase, Quantity
 from .log import SAMPLES, PowerLog, in_time_order
 from .table import Table, first_line, numbers, skipped_warning, unit_channel
@@ -149,13 +148,12 @@ def _run_meta(path: Path) -> tuple[dict | None, str | None]:
     run_json = path.with_name("run.json")
     if not run_json.is_file():
         return None, None
+    from ...results.store import read_json
+
     try:
-        meta = json.loads(run_json.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        return (
-            None,
-            f"{run_json} cannot be read ({first_line(e)}); channels are described by their units only",
-        )
+        meta = read_json(run_json)
+    except StoreError as e:
+        return None, f"{e}; channels are described by their units only"
     if not isinstance(meta, dict) or not isinstance(meta.get("sources", []), list):
         return None, f"{run_json} is not a run description; channels are described by their units only"
     return meta, None
