@@ -526,10 +526,12 @@ def read_samples(directory: Path) -> tuple[pd.DataFrame, str]:
         return frame, SAMPLES_PARQUET
     partial = directory / PARTIAL_NAME
     if partial.exists() and partial.stat().st_size > 0:
-        # a process that died mid-line leaves a short last row: skip it
+        text = _whole_rows(partial)
+        if not text.strip():  # the process died before the header was whole: no sample
+            return pd.DataFrame(columns=SAMPLE_COLUMNS), PARTIAL_NAME
         try:
-            frame = pd.read_csv(partial, on_bad_lines="skip")
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as e:
+            frame = pd.read_csv(io.StringIO(text), on_bad_lines="skip")
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as e:
             raise StoreError(f"{_damaged(partial, e)}: the file is damaged; delete it to see the run") from e
         _check_samples(partial, frame)
         for column in ("time_s", "value"):
@@ -537,6 +539,37 @@ def read_samples(directory: Path) -> tuple[pd.DataFrame, str]:
         frame = frame.dropna(subset=["time_s", "value"])
         return frame.reset_index(drop=True), PARTIAL_NAME
     return pd.DataFrame(columns=SAMPLE_COLUMNS), ""
+
+
+def _whole_rows(path: Path) -> str:
+    """The text of a journal a process appended to until it died: its last row is left out when
+    no line end closes it (cut mid-field, mid-character, or zeros of a block the file system
+    had not written), and so is any row whose bytes are not text.
+
+    Raises:
+        StoreError: the file cannot be read (the system's reason).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
+    data = data[: data.rfind(b"\n") + 1]
+    if b"\0" not in data:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return "".join(text for text in map(_text_line, data.splitlines(keepends=True)) if text)
+
+
+def _text_line(line: bytes) -> str:
+    """The line as text, or ``""`` when it is not (bytes that are not UTF-8, zeros)."""
+    if b"\0" in line:
+        return ""
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
 
 
 def _check_samples(path: Path, frame: pd.DataFrame) -> None:

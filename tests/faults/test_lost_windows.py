@@ -187,6 +187,39 @@ def dead_run(tmp_path: Path, journal_rows: str) -> Path:
 
 
 @pytest.mark.parametrize(
+    "tail",
+    [
+        pytest.param("replay,wall,1006.0,50.0,µ", id="half-a-character"),  # the µ of a unit cut in two
+        pytest.param("replay,wall,1006.0,50", id="a-row-without-its-line-end"),
+        pytest.param("\0\0\0\0\0\0\0\0\0", id="zeros-after-a-crash"),
+        pytest.param("replay,wall,1006.0,\xff\xfe", id="bytes-that-are-not-text"),
+    ],
+)
+def test_a_torn_samples_journal_tail_is_left_out_and_the_run_read(tmp_path, tail):
+    """Once "the file is damaged; delete it to see the run" (a UnicodeDecodeError of pandas)."""
+    run = dead_run(tmp_path, "closed,a,0,1000.5,1001.0,10\r\nclosed,a,1,1001.5,1002.0,10\r\n")
+    journal = run / "samples.partial.csv"
+    raw = tail.encode("latin-1") if "\xff" in tail else tail.encode()
+    journal.write_bytes(journal.read_bytes() + raw[:-1])
+    result = load_run(run)
+    assert len(result.samples) == 60  # every whole row, none of the torn one
+    assert list(result.windows["trial"]) == [0, 1]
+    assert result.windows["mean_power_w"].round(6).eq(50.0).all()
+    shown = cli("show", str(run))
+    assert shown.exit_code == 0 and "damaged" not in shown.output, shown.output
+
+
+def test_a_samples_journal_row_that_is_not_text_is_left_out_and_the_rest_kept(tmp_path):
+    run = dead_run(tmp_path, "closed,a,0,1000.5,1001.0,10\r\n")
+    journal = run / "samples.partial.csv"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    lines[5] = b"replay,wall,1000.4,50.0,\xb5W\n"  # latin-1 where UTF-8 belongs, mid-file
+    journal.write_bytes(b"".join(lines))
+    result = load_run(run)
+    assert len(result.samples) == 59 and result.windows["mean_power_w"].round(6).eq(50.0).all()
+
+
+@pytest.mark.parametrize(
     "bad,why",
     [
         ("closed,a,1,nan,1002.0,10", "start_s 'nan' and end_s '1002.0' should be finite times"),
