@@ -58,7 +58,7 @@ class _Group(click.Group):
         except EnergyFrameError as e:
             if debug:
                 raise
-            click.echo(f"Error: {e}", err=True)
+            click.echo(f"Error: {_printable(e)}", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             if debug:
@@ -70,9 +70,25 @@ class _Group(click.Group):
             _system_error(e)
 
 
+def _printable(value: object, lines: bool = False) -> str:
+    """``results.display.printable``, imported when there is something to print (``--help``
+    stays fast)."""
+    from ..results.display import printable
+
+    return printable(value, lines)
+
+
+class _PrintableFormatter(logging.Formatter):
+    """Log lines (warnings that name a phase, a file, a value read from a run) with their
+    control characters escaped: a terminal shows them, never acts on them."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _printable(super().format(record), lines=True)
+
+
 def _system_error(e: OSError) -> NoReturn:
     """An error of the system that no command turned into its own message, in one line."""
-    name = str(e.filename or "")
+    name = _printable(e.filename or "")
     shown = name if len(name) <= 60 else f"{name[:40]}...{name[-12:]}"
     if e.errno == errno.ENAMETOOLONG:
         # a path the user gave that the system cannot hold, met by a command that does not
@@ -97,7 +113,7 @@ def main(ctx: click.Context, debug: bool, quiet: bool) -> None:
     logger = logging.getLogger("energyframe")
     if not any(getattr(h, "_energyframe_cli", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(_PrintableFormatter("%(message)s"))
         handler._energyframe_cli = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if debug else logging.WARNING if quiet else logging.INFO)
@@ -118,7 +134,7 @@ def _register_commands(group: click.Group) -> None:
                 continue
             except Exception as e:  # a third party's bug, reported, never fatal
                 error = f"{type(e).__name__}: {e}"
-        click.echo(f"warning: command plugin {name!r} failed to load: {error}", err=True)
+        click.echo(f"warning: command plugin {name!r} failed to load: {_printable(error)}", err=True)
 
 
 from .listing import list_plugins  # noqa: E402

@@ -73,8 +73,10 @@ def analyze(power_logs, run_dir, timing, windows, runs, tz, lag, out) -> None:
         f"{count} window(s); first: {first['duration_seconds']:.3f} s, {first['energy_joules']['total']:.1f} J, "
         f"{first['power_watts']['average']:.1f} W average over {first['num_power_samples']} samples"
     )
+    from ..results.display import printable
+
     for warning in report.get("warnings", []):
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(f"warning: {printable(warning)}", err=True)
     click.echo(f"wrote {out / 'energy_report.json'} and {out / 'windows.csv'}")
 
 

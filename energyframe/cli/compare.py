@@ -112,9 +112,11 @@ def compare(runs, table_format, figures, alpha, min_change, all_channels, labels
     elif table_format == "md":
         click.echo(compare_report.markdown_table(comparison), nl=False)
     elif table_format == "csv":
-        click.echo(compare_report.csv_table(comparison), nl=False)
+        from ..results.display import printable
+
+        click.echo(printable(compare_report.csv_table(comparison), lines=True), nl=False)
         for note in compare_report.notes(comparison):  # stdout stays one CSV table
-            click.echo(note, err=True)
+            click.echo(printable(note), err=True)
     else:
         click.echo(compare_report.json_table(comparison, saved), nl=False)
 

@@ -33,6 +33,8 @@ def readings_table(readings, elapsed_s: float):
     """The live view: one row per power or energy channel, primary channels first."""
     from rich.table import Table
 
+    from ..results.display import cell_text
+
     table = Table(title=f"energyframe monitor: live power ({elapsed_s:.0f} s)", title_justify="left")
     for column, justify in (
         ("channel", "left"),
@@ -46,9 +48,9 @@ def readings_table(readings, elapsed_s: float):
     for r in readings:
         power = f"{r.power_w:.1f} W" if math.isfinite(r.power_w) else "-"
         table.add_row(
-            r.channel if r.primary else f"[dim]{r.channel}[/dim]",
-            r.source,
-            r.scope,
+            cell_text(r.channel) if r.primary else f"[dim]{cell_text(r.channel)}[/dim]",
+            cell_text(r.source),
+            cell_text(r.scope),
             power,
             f"{r.energy_j:.1f} J",
             str(r.samples),
@@ -111,6 +113,7 @@ def monitor(
     from ..lifecycle.recorder import Recorder
     from ..live.prometheus import serving
     from ..live.tracker import PowerTracker
+    from ..results.display import cell_text
 
     if prometheus_address is not None and prometheus_port is None:
         raise UsageError("--prometheus-address needs --prometheus-port (the port to serve on)")
@@ -127,7 +130,7 @@ def monitor(
     console = Console()
     with serving(prometheus_port, address=prometheus_address) as served:
         tracker = served[0] if served else PowerTracker()
-        recorder = Recorder(sources, ClockModel(), None, warn=lambda m: console.print(f"warning: {m}"), listeners=[tracker])
+        recorder = Recorder(sources, ClockModel(), None, warn=lambda m: console.print(f"warning: {cell_text(m)}"), listeners=[tracker])
         _watch(recorder, tracker, console, duration, refresh, Live)
 
 

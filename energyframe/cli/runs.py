@@ -11,6 +11,10 @@ import click
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
+#: a pipe or a file gets the table at its natural width: no value cut to fit 80 columns
+PIPE_WIDTH = 1000
+
+
 @click.command(context_settings=CONTEXT)
 @click.argument("folder", type=click.Path(path_type=Path), default=Path("runs"), required=False)
 @click.option("--csv", "as_csv", is_flag=True, help="Write the table as CSV on stdout instead.")
@@ -20,35 +24,40 @@ def runs(folder: Path, as_csv: bool) -> None:
     from rich.table import Table
 
     from ..offline.runs import load_runs
-    from ..results.display import si
+    from ..results.display import cell_text, printable, si
 
     table = load_runs(folder)
     if as_csv:
-        click.echo(table.to_csv(index=False), nl=False)
+        click.echo(printable(table.to_csv(index=False), lines=True), nl=False)
         return
     if table.empty:
-        click.echo(f"no runs under {folder}")
+        click.echo(f"no runs under {printable(folder)}")
         return
-    shown = Table(title=f"runs under {folder}")
+    shown = Table(title=cell_text(f"runs under {folder}"), title_justify="left")
     for column in ("run", "status", "workload", "device", "phase", "channel", "trials", "time/iter", "energy/iter"):
-        shown.add_column(column, justify="right" if column in ("trials", "time/iter", "energy/iter") else "left")
+        justify = "right" if column in ("trials", "time/iter", "energy/iter") else "left"
+        shown.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in table.itertuples(index=False):
+        status = row.status if row.status == "complete" else f"{row.status}: {_text(row.reason, '')}"
         shown.add_row(
-            row.run,
-            row.status if row.status == "complete" else f"{row.status}: {row.reason or ''}",
-            str(row.workload or "-"),
-            str(row.device or "-"),
-            str(row.phase or "-"),
-            str(row.channel or "-"),
+            cell_text(row.run),
+            cell_text(status),
+            *(cell_text(_text(value)) for value in (row.workload, row.device, row.phase, row.channel)),
             "-" if _missing(row.trials) else str(int(row.trials)),
             "-" if _missing(row.time_per_iter_s) else si(row.time_per_iter_s, "s"),
             "-" if _missing(row.energy_per_iter_j) else si(row.energy_per_iter_j, "J"),
         )
-    Console(width=max(100, Console().width)).print(shown)
+    console = Console()
+    Console(width=console.width if console.is_terminal else PIPE_WIDTH).print(shown)
 
 
 def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _text(value, missing: str = "-") -> str:
+    """A text cell: ``missing`` for a value the run did not record (None or NaN), never ``nan``."""
+    return missing if _missing(value) or value == "" else str(value)
 
 
 def register_commands(cli: click.Group) -> None:

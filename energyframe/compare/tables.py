@@ -12,7 +12,7 @@ import pandas as pd
 from rich.table import Table
 
 from ..core.stats import Spread
-from ..results.display import md_table, md_text, relative_iqr, render, si, with_bound
+from ..results.display import cell_text, md_table, md_text, printable, relative_iqr, render, si, with_bound
 from ..results.rundir import SavedRun
 from ..results.store import json_safe
 from . import comparability
@@ -149,13 +149,13 @@ def text_table(comparison: Comparison, width: int = 1000) -> str:
     extra = notes(comparison)
     lines = ""
     if comparison.rows:  # with nothing in common, the notes say so: no empty table first
-        table = Table(title=header(comparison), title_justify="left", header_style="bold")
+        table = Table(title=cell_text(header(comparison)), title_justify="left", header_style="bold")
         for column in _columns(comparison):
-            table.add_column(column, overflow="fold")
+            table.add_column(cell_text(column), overflow="fold")
         for row in comparison.rows:
-            table.add_row(*_cells(comparison, row))
+            table.add_row(*map(cell_text, _cells(comparison, row)))
         lines = render(table, width=width)
-    return lines + ("\n".join(extra) + "\n" if extra else "")
+    return lines + ("\n".join(map(printable, extra)) + "\n" if extra else "")
 
 
 def markdown_table(comparison: Comparison) -> str:

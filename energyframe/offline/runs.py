@@ -102,7 +102,8 @@ def _figures(s) -> dict[str, Any]:
         "time_iqr_s": s.time_per_iter_s.iqr,
         "energy_per_iter_j": _finite(s.energy_per_iter_j.median),
         "energy_iqr_j": _finite(s.energy_per_iter_j.iqr),
-        "energy_uncertainty_j": _finite(getattr(s, "energy_uncertainty_j", math.nan)),
+        # the 95 % bound of the median energy per iteration (``PhaseSummary.energy_bound``)
+        "energy_uncertainty_j": _finite(s.energy_bound.total_j) if s.energy_bound is not None else None,
         "mean_power_w": _finite(s.mean_power_w.median),
         "flags": ",".join(s.flags),
     }

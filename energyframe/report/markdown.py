@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-from ..results.display import cell, md_code, md_table, md_text, relative_iqr, si
+from ..results.display import cell, md_code, md_table, md_text, relative_iqr, si, singular
 from ..results.result import RunResult
 
 
@@ -80,7 +80,7 @@ def run_markdown(result: RunResult, run_dir: Path | None = None, all_channels: b
             energy, time_s = s.energy_per_iter_j.median, s.time_per_iter_s.median
             if amount and s.channel and math.isfinite(energy):
                 work_lines.append(
-                    f"- {md_text(s.phase)} \\[{md_text(s.channel)}\\]: {energy / amount:.4g} J/{md_text(unit)}, "
+                    f"- {md_text(s.phase)} \\[{md_text(s.channel)}\\]: {energy / amount:.4g} J/{md_text(singular(unit))}, "
                     f"{amount / time_s:.4g} {md_text(unit)}/s"
                 )
     if work_lines:

@@ -10,11 +10,17 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 
 from ..options import Option
 from ..plugin import Reporter, RunResult
-from ..results.display import derived_table, precision_lines, summary_table, windows_table
+from ..results.display import (
+    cell_text,
+    derived_table,
+    precision_lines,
+    singular,
+    summary_table,
+    windows_table,
+)
 
 #: a pipe or a file gets a table this wide rather than rich's 80 columns
 PIPE_WIDTH = 160
@@ -54,7 +60,7 @@ class ConsoleReporter(Reporter):
         precision = (result.meta.get("config") or {}).get("precision_pct")
         if precision:
             for line in precision_lines(rows, float(precision)):
-                console.print(escape(line))
+                console.print(cell_text(line))
         for table in result.derived:
             console.print(derived_table(table))
         for s in rows:
@@ -62,24 +68,24 @@ class ConsoleReporter(Reporter):
                 energy, time_s = s.energy_per_iter_j.median, s.time_per_iter_s.median
                 if amount and s.channel:
                     console.print(
-                        escape(f"{s.phase} [{s.channel}]: {energy / amount:.4g} J/{unit}, ")
-                        + escape(f"{amount / time_s:.4g} {unit}/s")
+                        cell_text(f"{s.phase} [{s.channel}]: {energy / amount:.4g} J/{singular(unit)}, ")
+                        + cell_text(f"{amount / time_s:.4g} {unit}/s")
                     )
         grid = self.options["grid_g_per_kwh"]
         if grid is not None:
             for s in rows:
                 if s.channel and s.energy_per_iter_j.n:
                     grams = s.energy_per_iter_j.median / 3.6e6 * grid
-                    console.print(escape(f"{s.phase} [{s.channel}]: {grams:.4g} g CO2e per iteration at {grid:g} g/kWh"))
+                    console.print(cell_text(f"{s.phase} [{s.channel}]: {grams:.4g} g CO2e per iteration at {grid:g} g/kWh"))
         if self.options["windows"] and not result.windows.empty:
             primary = list(result.run_meta.primary_channels)
             console.print(windows_table(result.windows, self.options["all_channels"], primary))
         for warning in result.warnings:
-            console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+            console.print(f"[yellow]warning:[/yellow] {cell_text(warning)}")
         if not result.complete:
-            console.print(f"[red]run incomplete:[/red] {escape(str(result.reason))}")
+            console.print(f"[red]run incomplete:[/red] {cell_text(str(result.reason))}")
         if run_dir is not None and not self.options["facts"]:
-            console.print(escape(f"saved in {run_dir}"))
+            console.print(cell_text(f"saved in {run_dir}"))
 
     @staticmethod
     def _facts(console: Console, result: RunResult, run_dir: Path | None) -> None:
@@ -109,4 +115,4 @@ class ConsoleReporter(Reporter):
             lines.append(f"windows:  {len(result.windows)} rows rebuilt from {result.windows_origin}")
         for line in lines:
             if line is not None:
-                console.print(escape(line), soft_wrap=True)
+                console.print(cell_text(line), soft_wrap=True)

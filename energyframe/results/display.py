@@ -1,4 +1,11 @@
-"""Formatting for people: SI prefixes, the summary table. Stored values are never formatted."""
+"""Formatting for people: SI prefixes, the summary table. Stored values are never formatted.
+
+Text that comes from a run (a phase or window name, a channel, a warning, a path, an error)
+reaches the terminal through ``printable``: a control character is shown as its escape
+(``\x1b``), so a name holding ``ESC ] 0;... BEL ESC [2J`` cannot retitle the window, clear the
+screen or move the cursor; in rich tables and lines (``cell_text``) its ``[markup]`` is shown as
+written too.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +15,34 @@ import re
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..core.stats import Spread
 from ..core.windows import PhaseSummary
 
 _PREFIXES = [(1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n")]
+
+#: what a terminal acts on rather than shows: C0 controls (ESC, BEL, CR, backspace...), DEL, C1
+#: controls (0x9b is a one-byte CSI), and the marks that reverse the direction text is shown in
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_KEEPING_LINES = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(value: object, lines: bool = False) -> str:
+    """``value`` as text a terminal shows as written: every control character as its escape
+    (``"a\x1b[2Jb"`` -> ``a\\x1b[2Jb``). ``lines``: keep line ends (a message of several lines)."""
+    return (_CONTROL_KEEPING_LINES if lines else _CONTROL).sub(_escaped, str(value))
+
+
+def cell_text(value: object) -> str:
+    """``printable`` for rich (a table cell, a printed line): its ``[markup]`` shown as written."""
+    return escape(printable(value))
 
 
 def si(value: float | None, unit: str, digits: int = 4) -> str:
@@ -28,6 +57,40 @@ def si(value: float | None, unit: str, digits: int = 4) -> str:
             return f"{value / scale:.{digits}g} {prefix}{unit}"
     scale, prefix = _PREFIXES[-1]
     return f"{value / scale:.{digits}g} {prefix}{unit}"
+
+
+def plain_number(value: object, digits: int = 4) -> str:
+    """A number for people, without the float's noise: ``digits`` significant digits
+    (``0.9999994`` -> ``1``, ``0.0999999`` -> ``0.1``, ``0.300217`` -> ``0.3002``), and from
+    10 000 up, the whole number and its milliths (a Unix time ``1795905125.4656925`` ->
+    ``1795905125.466``), where ``:g`` would write ``1.79591e+09``. NaN or None -> ``-``;
+    anything not a number as it is."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if abs(value) >= 10_000:
+        return f"{value:.3f}".rstrip("0").rstrip(".")
+    return f"{value:.{digits}g}"
+
+
+#: plurals that do not end in a plain ``s``
+_IRREGULAR = {"queries": "query", "batches": "batch", "boxes": "box", "series": "series", "data": "datum"}
+
+
+def singular(unit: str) -> str:
+    """A unit of work as it reads after a slash or a number of one: ``items`` -> ``item``,
+    ``tokens`` -> ``token``, ``queries`` -> ``query`` (``J/item``, not ``J/items``); a unit that
+    is not a plural is left as it is (``s``, ``flop``, ``GB``)."""
+    if unit in _IRREGULAR:
+        return _IRREGULAR[unit]
+    if len(unit) > 3 and unit.endswith("ies"):
+        return unit[:-3] + "y"
+    if len(unit) > 2 and unit.endswith("s") and not unit.endswith(("ss", "us", "is")) and unit[-2].islower():
+        return unit[:-1]
+    return unit
 
 
 def percent(fraction: float) -> str:
@@ -76,7 +139,7 @@ def summary_table(summaries: Sequence[PhaseSummary], title: str | None = None, w
     (``uncertainty.py``) the energy, and the iteration count and dynamic energy (when no phase
     has one) are left out.
     """
-    table = Table(title=title, show_lines=False, header_style="bold")
+    table = Table(title=cell_text(title) if title is not None else None, show_lines=False, header_style="bold")
     dynamic = any(s.dynamic_energy_per_iter_j for s in summaries)
     if wide:
         columns = ["phase", "channel", "trials", "iters", "time/iter", "IQR", "energy/iter", "±95%", "IQR",
@@ -92,16 +155,17 @@ def summary_table(summaries: Sequence[PhaseSummary], title: str | None = None, w
         time_s, energy_j = si(s.time_per_iter_s.median, "s"), si(s.energy_per_iter_j.median, "J")
         dyn = si(s.dynamic_energy_per_iter_j.median, "J") if s.dynamic_energy_per_iter_j else "-"
         bound = s.energy_bound_pct if s.channel else math.nan
+        phase, channel, flags = cell_text(s.phase), cell_text(s.channel or "(timing only)"), cell_text(", ".join(s.flags))
         if wide:
-            cells = [s.phase, s.channel or "(timing only)", trials_cell(s), str(s.iterations), time_s,
+            cells = [phase, channel, trials_cell(s), str(s.iterations), time_s,
                      relative_iqr(s.time_per_iter_s), energy_j, bound_text(bound) or "-",
-                     relative_iqr(s.energy_per_iter_j), si(s.mean_power_w.median, "W"), dyn, ", ".join(s.flags)]
+                     relative_iqr(s.energy_per_iter_j), si(s.mean_power_w.median, "W"), dyn, flags]
         else:
-            cells = [s.phase, s.channel or "(timing only)", trials_cell(s),
+            cells = [phase, channel, trials_cell(s),
                      _with_spread(time_s, s.time_per_iter_s), with_bound(energy_j, bound),
                      si(s.mean_power_w.median, "W")]
             cells += [dyn] if dynamic else []
-            cells += [", ".join(s.flags)]
+            cells += [flags]
         table.add_row(*cells)
     return table
 
@@ -116,7 +180,7 @@ def precision_lines(summaries: Sequence[PhaseSummary], target_pct: float) -> lis
         if not parts:
             continue
         met = all(v <= target_pct for v in reached.values())
-        where = f"{s.phase} [{s.channel}]" if s.channel else s.phase
+        where = printable(f"{s.phase} [{s.channel}]" if s.channel else s.phase)
         lines.append(
             f"{where}: precision {', '.join(parts)} over {s.trials} trials "
             f"({'reached' if met else 'not reached'}: ±{target_pct:g} %)"
@@ -139,16 +203,16 @@ def windows_table(windows, all_channels: bool, primary: Sequence[str]) -> Table:
         if channel and not all_channels and channel not in primary:
             continue
         table.add_row(
-            str(row.phase),
+            cell_text(row.phase),
             str(row.trial),
-            channel or "(timing only)",
+            cell_text(channel or "(timing only)"),
             f"+{float(row.start_s) - origin:.3f} s",
             si(float(row.duration_s), "s"),
             str(row.iterations),
             si(float(row.time_per_iter_s), "s"),
             with_bound(si(_float(getattr(row, "energy_j", None)), "J"), _float(getattr(row, "energy_bound_pct", None)) or math.nan),
             si(_float(getattr(row, "mean_power_w", None)), "W"),
-            str(getattr(row, "flags", "") or "").replace(";", ", "),
+            cell_text(str(getattr(row, "flags", "") or "").replace(";", ", ")),
         )
     return table
 
@@ -187,20 +251,21 @@ def derived_table(table) -> Table:
     if not columns:
         for row in table.rows:
             columns += [c for c in row if c not in columns]
-    caption = table.note or None
+    caption = cell_text(table.note) if table.note else None
+    title = cell_text(table.title) if table.title else None
     if len(table.rows) == 1:
-        out = Table(title=table.title, caption=caption, caption_justify="left", show_header=False)
+        out = Table(title=title, caption=caption, caption_justify="left", show_header=False)
         out.add_column("figure")
         out.add_column("value", justify="right")
         row = table.rows[0]
         for column in columns:
-            out.add_row(column, cell(column, row.get(column)))
+            out.add_row(cell_text(column), cell_text(cell(column, row.get(column))))
         return out
-    out = Table(title=table.title, header_style="bold", caption=caption, caption_justify="left")
+    out = Table(title=title, header_style="bold", caption=caption, caption_justify="left")
     for column in columns:
-        out.add_column(column, overflow="fold")
+        out.add_column(cell_text(column), overflow="fold")
     for row in table.rows:
-        out.add_row(*(cell(c, row.get(c)) for c in columns))
+        out.add_row(*(cell_text(cell(c, row.get(c))) for c in columns))
     return out
 
 
@@ -216,14 +281,15 @@ _SPECIAL = re.compile(r"([\\`*_\[\]|#])")
 
 
 def md_text(value: object) -> str:
-    """Text that Markdown shows as written: no markup, no raw HTML, no table breaks."""
-    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Text that Markdown shows as written: no markup, no raw HTML, no table breaks, no control
+    character (``printable``)."""
+    text = printable(" ".join(str(value).splitlines())).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
 
 
 def md_code(value: object) -> str:
     """A path or an option set as inline code (shown as written), when it has no backquote."""
-    text = " ".join(str(value).splitlines())
+    text = printable(" ".join(str(value).splitlines()))
     return f"`{text}`" if "`" not in text else md_text(text)
 
 

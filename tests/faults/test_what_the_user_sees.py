@@ -217,3 +217,65 @@ def test_u_is_what_the_docs_say_it_is():
     comparison = statistics.compare_trials(["a", "b"], [windows_of([1.0, 2.0, 3.0]), windows_of([4.0, 5.0, 6.0])])
     (record,) = [r for r in tables.long_rows(comparison) if r["run"] == "b"]
     assert record["u"] == 0.0  # no trial of the reference is larger than one of b
+
+
+# -- runs, figures and units (the first hour) --------------------------------------------------
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> Path:
+    """A folder of runs: one timing-only (no workload device, no channel), one with energy and
+    work counted in items, with a reason long enough to be cut at 80 columns."""
+    from tests.fakes import SignalSource, busy_phase
+
+    root = tmp_path_factory.mktemp("runs")
+    with ef.measure(power="none", out=root / "timing-only") as m:
+        for _ in range(3):
+            with m.window("step"):
+                pass
+    ef.run(
+        ListWorkload([busy_phase(work={"items": 8.0})]),
+        power=[SignalSource(name="gpu", watts=200.0)],
+        reporters=[],
+        out=root / "with-energy",
+        settings=ef.RunSettings(trials=3, min_window_s=0.05, warmup_s=0.0),
+    )
+    return root
+
+
+def test_runs_prints_no_nan_and_cuts_no_value(two_runs: Path):
+    r = CliRunner().invoke(main, ["runs", str(two_runs)])
+    assert r.exit_code == 0, r.output
+    assert "nan" not in r.output and "…" not in r.output
+    row = next(line for line in r.output.splitlines() if "timing-only" in line)
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[:6] == ["timing-only", "complete", "-", "-", "step", "-"]  # workload, device, channel
+
+
+def test_load_runs_gives_the_energy_bound_of_each_row(two_runs: Path):
+    table = ef.load_runs(two_runs)
+    energy = table[table["run"] == "with-energy"].iloc[0]
+    summary = ef.load_run(two_runs / "with-energy").summary("busy")
+    assert summary.energy_bound is not None  # the run has one: the table must carry it
+    assert energy["energy_uncertainty_j"] == pytest.approx(summary.energy_bound.total_j)
+    assert energy["energy_uncertainty_j"] > 0
+    timing = table[table["run"] == "timing-only"].iloc[0]
+    assert pd.isna(timing["energy_uncertainty_j"])  # no energy, no bound: empty, never 0
+
+
+def test_work_units_read_singular_after_a_slash(two_runs: Path):
+    r = CliRunner().invoke(main, ["show", str(two_runs / "with-energy")])
+    line = next(line for line in r.output.splitlines() if " J/" in line)
+    assert " J/item, " in line and line.endswith(" items/s")
+    from energyframe.results.display import singular
+
+    assert [singular(u) for u in ("items", "requests", "tokens", "queries", "batches", "s", "class")] == [
+        "item", "request", "token", "query", "batch", "s", "class"
+    ]
+
+
+def test_figures_in_the_html_report_carry_no_float_noise():
+    from energyframe.results.display import plain_number
+
+    # a duration just under 1 s and a window of 10 update periods of 0.09999999999999998 s
+    assert plain_number(0.9999994) == "1" and plain_number(0.09999999999999998) == "0.1"
+    assert plain_number(0.3002171) == "0.3002" and plain_number(1795905125.4656925) == "1795905125.466"
+    assert plain_number(float("nan")) == "-" and plain_number(3) == "3" and plain_number("auto") == "auto"

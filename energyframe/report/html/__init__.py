@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UsageError
-from ...results.display import cell, relative_iqr, si, with_bound
+from ...results.display import cell, plain_number, relative_iqr, si, with_bound
 from ...results.meta import RunMeta
 from ...results.rundir import SavedRun
 from ...results.store import json_safe
@@ -64,11 +64,7 @@ def _cell(text: str, value: Any = None, field: str = "") -> dict:
 
 
 def _plain(value: Any) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
+    return plain_number(value)
 
 
 # -- the parts of a run --------------------------------------------------------------------------
