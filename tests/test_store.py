@@ -58,7 +58,13 @@ def test_windows_csv_round_trip_keeps_empty_text_and_exact_floats(tmp_path):
             "trial": [0],
             "channel": [""],
             "start_s": [1795317182.603125],
+            "end_s": [1795317183.603125],
+            "iterations": [1],
+            "time_per_iter_s": [1.0],
             "energy_j": [float("nan")],
+            "mean_power_w": [float("nan")],
+            "energy_per_iter_j": [float("nan")],
+            "dynamic_energy_per_iter_j": [float("nan")],
             "flags": [""],
         }
     )

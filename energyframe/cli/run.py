@@ -198,6 +198,7 @@ def run(
         raise UsageError("nothing to measure: give --workload SPEC or a command after --")
     if validate and not per_layer:
         raise UsageError("--validate compares a per-layer run with the whole model: add --per-layer")
+    _check_settings(settings)
     if per_layer:
         from ..workloads.perlayer import per_layer_spec
 
@@ -224,6 +225,15 @@ def run(
     code = result.run_meta.exit_code
     if code:
         sys.exit(code)
+
+
+def _check_settings(settings: dict[str, Any]) -> None:
+    """Refuse a setting that would be silently ignored (exit 2, before anything starts)."""
+    if settings.get("max_time_s") is not None and settings.get("precision_pct") is None:
+        raise UsageError(
+            "--max-time bounds a --precision run (the most seconds of windows per phase); without --precision "
+            "each phase measures --trials windows: add --precision P, or leave --max-time out"
+        )
 
 
 def _said_in_one_line(run_dir: Path | None, run: Callable[[], Any]) -> Any:

@@ -74,12 +74,61 @@ def read_run(directory: Path | str) -> RunParts:
         windows_origin = WINDOWS_PARTIAL
     elif not meta.phases and not windows.empty:
         meta = meta.with_(phases=tuple(summarize(windows)), warnings=(*meta.warnings, RESUMMARIZED))
+    elif not windows.empty:
+        meta = _summaries_of_the_windows(meta, windows)
     raw = meta.to_json()
     raw.pop("phases")
     raw["samples_origin"] = samples_origin
     if windows_origin:
         raw["windows_origin"] = windows_origin
     return RunParts(raw, windows, samples, meta.phases)
+
+
+#: how close a saved summary's figure must be to the one its windows give (windows.csv keeps
+#: every float exactly: any real difference is an edited or mismatched file)
+_AGREE_REL = 1e-9
+
+
+def _summaries_of_the_windows(meta: RunMeta, windows: pd.DataFrame) -> RunMeta:
+    """run.json's phase summaries, checked against the windows of windows.csv they were computed
+    from: a summary that disagrees (a run.json edited, or copied beside another run's windows)
+    is replaced by the one the windows give, and a warning names it and both figures."""
+    computed = {(s.phase, s.channel): s for s in summarize(windows, {s.phase: s.work for s in meta.phases})}
+    phases, differences = [], []
+    for saved in meta.phases:
+        fresh = computed.get((saved.phase, saved.channel))
+        difference = _difference(saved, fresh) if fresh is not None else None
+        phases.append(fresh if fresh is not None and difference else saved)
+        if difference:
+            differences.append(f"{saved.phase}{f' [{saved.channel}]' if saved.channel else ''}: {difference}")
+    if not differences:
+        return meta
+    warning = (
+        f"run.json's phase summaries disagree with windows.csv ({'; '.join(differences[:3])}"
+        f"{f'; and {len(differences) - 3} more' if len(differences) > 3 else ''}): the figures shown are "
+        "computed from windows.csv"
+    )
+    return meta.with_(phases=tuple(phases), warnings=(*meta.warnings, warning))
+
+
+def _difference(saved, fresh) -> str:
+    """What differs between a saved summary and the one its windows give (``""``: nothing)."""
+    figures = (
+        ("trials", saved.trials, fresh.trials, ""),
+        ("time/iter", saved.time_per_iter_s.median, fresh.time_per_iter_s.median, "s"),
+        ("energy/iter", saved.energy_per_iter_j.median, fresh.energy_per_iter_j.median, "J"),
+        ("power", saved.mean_power_w.median, fresh.mean_power_w.median, "W"),
+    )
+    for name, a, b, unit in figures:
+        if not _same(float(a), float(b)):
+            return f"{name} {a:.4g}{f' {unit}' if unit else ''} in run.json, {b:.4g}{f' {unit}' if unit else ''} from its windows"
+    return ""
+
+
+def _same(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return math.isclose(a, b, rel_tol=_AGREE_REL, abs_tol=1e-15)
 
 
 def _with_true_reason(meta: RunMeta) -> RunMeta:

@@ -462,6 +462,12 @@ def _damaged(path: Path, error: BaseException) -> str:
 #: windows.csv's text columns; every other standard column holds numbers
 _TEXT_WINDOW_COLUMNS = TEXT_COLUMNS
 _NUMERIC_WINDOW_COLUMNS = tuple(c for c in WINDOW_COLUMNS if c not in _TEXT_WINDOW_COLUMNS)
+#: the columns every windows.csv has held since the first format, which the phase summaries
+#: are computed from
+_FIGURE_COLUMNS = (
+    "channel", "start_s", "end_s", "iterations", "time_per_iter_s", "energy_j", "mean_power_w", "energy_per_iter_j",
+    "dynamic_energy_per_iter_j", "flags",
+)
 
 
 def read_windows(directory: Path) -> pd.DataFrame:
@@ -476,11 +482,7 @@ def read_windows(directory: Path) -> pd.DataFrame:
         raise StoreError(f"{_damaged(path, e)}: the file is damaged; {what_to_do}") from e
     except OSError as e:
         raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
-    missing = [c for c in ("phase", "trial") if c not in frame.columns]
-    if missing:
-        raise StoreError(
-            f"{path} lacks the column(s) {missing} of a windows.csv: the file is damaged; {what_to_do}"
-        )
+    _check_window_columns(path, frame, ("phase", "trial"), "of a windows.csv", what_to_do)
     for column in _NUMERIC_WINDOW_COLUMNS:
         if column not in frame.columns or pd.api.types.is_numeric_dtype(frame[column]):
             continue
@@ -492,10 +494,20 @@ def read_windows(directory: Path) -> pd.DataFrame:
                 f"{str(bad.iloc[0])[:40]!r}): the file is damaged; {what_to_do}"
             )
         frame[column] = numbers  # a header with no rows reads as text: no number is wrong there
+    # a window without its energy would be summarised as a timing-only one
+    _check_window_columns(path, frame, _FIGURE_COLUMNS, "that every windows.csv holds (each window's figures)", what_to_do)
     for column in _TEXT_WINDOW_COLUMNS:
         if column in frame.columns:
             frame[column] = frame[column].fillna("")
     return frame
+
+
+def _check_window_columns(
+    path: Path, frame: pd.DataFrame, columns: tuple[str, ...], which: str, what_to_do: str
+) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise StoreError(f"{path} lacks the column(s) {missing} {which}: the file is damaged; {what_to_do}")
 
 
 def read_parquet(source: Path | IO[bytes]) -> pd.DataFrame:

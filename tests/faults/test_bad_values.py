@@ -83,6 +83,10 @@ CASES = [
          f"Error: Invalid value for '--duration': {RANGE} 0<x<=604800, got nan"),
     Case("monitor-duration-inf", ("monitor", "--power", "replay:file=x.csv", "--duration", "inf"),
          f"Error: Invalid value for '--duration': {RANGE} 0<x<=604800, got inf"),
+    # a setting that only a --precision run reads, given without one, was silently ignored
+    Case("max-time-without-precision", ("run", "--power", "none", "--workload", "sleep", "--max-time", "5"),
+         "Error: --max-time bounds a --precision run (the most seconds of windows per phase); without --precision "
+         "each phase measures --trials windows: add --precision P, or leave --max-time out"),
     # a list option given with no item
     Case("cpu-matmul-no-size", ("run", "--power", "none", "--workload", "cpu-matmul:sizes=,,", "--out", "{tmp}/r"),
          "Error: option 'sizes' of workload 'cpu-matmul' needs at least 1 value (comma-separated integers), "

@@ -483,3 +483,38 @@ def test_the_python_api_names_the_file_of_a_utf_16_or_deeply_nested_run_json(tem
         with pytest.raises(ef.StoreError) as raised:  # not a UnicodeDecodeError, not a RecursionError
             ef.load_run(run)
         assert str(raised.value).startswith(f"{run / 'run.json'} ")
+
+
+def test_a_tampered_summary_is_recomputed_from_windows_csv_and_said(template: Path, tmp_path: Path):
+    run = Path(shutil.copytree(template, tmp_path / "run"))
+    meta = json.loads((run / "run.json").read_text())
+    summary = next(p for p in meta["phases"] if p["channel"] == "gpu")
+    true_j = summary["energy_per_iter_j"]["median"]
+    summary["energy_per_iter_j"]["median"] = 999.0  # beside windows of a few joules
+    (run / "run.json").write_text(json.dumps(meta))
+    result = ef.load_run(run)
+    assert result.summary("busy").energy_per_iter_j.median == pytest.approx(true_j)
+    (warning,) = [w for w in result.warnings if "disagree" in w]
+    assert warning.startswith(f"run.json's phase summaries disagree with windows.csv (busy [gpu]: energy/iter 999 J in "
+                              f"run.json, {true_j:.4g} J from its windows)")
+    assert warning.endswith("the figures shown are computed from windows.csv")
+    shown = invoke_within(["show", str(run)], HANG_S, "show hung")
+    assert shown.exit_code == 0 and "disagree with windows.csv" in shown.output and "999 J" not in shown.output.split(
+        "warning")[0]
+
+
+def test_an_untouched_run_gives_no_such_warning(template: Path):
+    assert not [w for w in ef.load_run(template).warnings if "disagree" in w]
+
+
+def test_a_windows_csv_without_energy_is_refused(template: Path, tmp_path: Path):
+    run = Path(shutil.copytree(template, tmp_path / "run"))
+    import pandas as pd
+
+    pd.read_csv(run / "windows.csv").drop(columns=["energy_j"]).to_csv(run / "windows.csv", index=False)
+    r = invoke_within(["show", str(run)], HANG_S, "show hung")
+    assert r.exit_code == 1
+    assert r.output == (
+        f"Error: {run / 'windows.csv'} lacks the column(s) ['energy_j'] that every windows.csv holds (each window's "
+        "figures): the file is damaged; restore it, or delete it to see the run from run.json alone\n"
+    )

@@ -195,8 +195,38 @@ def test_rows_a_little_out_of_order_are_sorted_not_flagged(tmp_path):
     path = tmp_path / "p.csv"
     path.write_text("time_s,power_w\n" + "\n".join(rows) + "\n")
     log = logs.read_log(path)
-    assert log.warnings == ("p.csv: rows are not in time order; sorted",)
+    assert log.warnings == ("p.csv: rows are not in time order (no two claim one span of time: no clock stepped back); sorted",)
     assert log.flagged == {} and len(log.series["p"]) == 100
+
+
+@pytest.mark.parametrize("kind", ["power-csv", "wattsup"])
+def test_a_shuffled_log_is_sorted_and_analysed_as_the_sorted_one(tmp_path, kind):
+    """Once refused as "not covered ... (different time zones? give --tz)": every row behind a
+    later one read as a clock stepping back, and every such span left out."""
+    import random
+
+    if kind == "power-csv":
+        header, rows = "time_s,power_w", [f"{unix(i)!r},{100.0 + i % 7}" for i in range(300)]
+        window = f"{unix(50)!r},{unix(250)!r}"
+    else:
+        header = "time,id,pm1,pm2,sum"
+        rows = [f"2026-02-04 10:{15 + i // 60:02d}:{i % 60:02d},{i},{100.0 + i % 7},100.0,{200.0 + i % 7}" for i in range(300)]
+        window = "2026-02-04 10:16:00,2026-02-04 10:19:00"
+    paths = {}
+    for name, order in (("sorted", rows), ("shuffled", random.Random(7).sample(rows, len(rows)))):
+        paths[name] = tmp_path / f"{name}.csv"
+        paths[name].write_text(header + "\n" + "\n".join(order) + "\n")
+    reports = {}
+    for name, path in paths.items():
+        out = tmp_path / f"o-{name}"
+        result = CliRunner().invoke(main, ["analyze", "--power-log", str(path), "--window", window, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        reports[name] = json.loads((out / "energy_report.json").read_text())
+    assert reports["shuffled"]["energy_joules"] == reports["sorted"]["energy_joules"]
+    assert "shuffled.csv: rows are not in time order (no two claim one span of time: no clock stepped back); sorted" in (
+        reports["shuffled"]["warnings"]
+    )
+    assert not [w for w in reports["shuffled"]["warnings"] if "steps back" in w]
 
 
 # -- a WattsUp? log of several meters -----------------------------------------------------------------------

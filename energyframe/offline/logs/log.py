@@ -111,6 +111,28 @@ def in_time_order(t: np.ndarray, v: np.ndarray, name: str, where: str, steps: bo
     return Ordered(t, v, flagged, notes, unsorted)
 
 
+#: sorted, the rows of a shuffled log are as far apart as the log's interval; a clock that stepped
+#: back writes rows between rows already written (a fraction of the interval apart), or on them
+SHUFFLED_MIN_GAP = 0.5
+
+
+def shuffled(t: np.ndarray) -> bool:
+    """Whether rows out of order are a shuffle of one regular log (sorted, no two rows closer
+    than ``SHUFFLED_MIN_GAP`` of its median interval) rather than a clock that stepped back
+    (rows before and after the step claim the same span: sorted, they interleave or coincide)."""
+    times = np.sort(t[np.isfinite(t)])
+    if times.size < 3:
+        return False
+    gaps = np.diff(times)
+    interval = float(np.median(gaps))
+    return interval > 0 and float(gaps.min()) >= SHUFFLED_MIN_GAP * interval
+
+
+def unsorted_note(where: str) -> str:
+    """What a reader says of a log whose rows it sorted."""
+    return f"{where}: rows are not in time order (no two claim one span of time: no clock stepped back); sorted"
+
+
 @dataclass(frozen=True)
 class Step:
     """Where a log's clock stepped back. Units: s.
@@ -138,12 +160,14 @@ def clock_steps(t: np.ndarray) -> tuple[np.ndarray, list[Step]]:
     """Where a log's clock stepped back, in the order the file has its rows.
 
     A row behind the latest time already seen is out of order; two or more such rows in a row,
-    or one more than two intervals behind, mean the clock stepped back. Returns which rows to
+    or one more than two intervals behind, mean the clock stepped back, unless the rows are only
+    ``shuffled`` (a log sorted by another column, or written by threads): sorted, they lie on one
+    grid with no span claimed twice, and none is left out. Returns which rows to
     keep (False for every row in a span that rows before and after a step both claim) and the
     steps.
     """
     keep = np.ones(t.size, dtype=bool)
-    if t.size < 3:
+    if t.size < 3 or shuffled(t):  # rows written out of order: sorted, each keeps its own time
         return keep, []
     latest = np.maximum.accumulate(np.where(np.isfinite(t), t, -np.inf))
     behind = np.zeros(t.size, dtype=bool)

@@ -22,7 +22,7 @@ from ..smi_format import (
     header_unit,
     power_readings,
 )
-from .log import NVIDIA_SMI, UNIT, PowerLog, clock_steps, in_time_order
+from .log import NVIDIA_SMI, UNIT, PowerLog, clock_steps, in_time_order, unsorted_note
 from .table import Table, numbers, skipped_warning, spacing
 from .timestamps import check_unix, unix_times
 
@@ -55,7 +55,7 @@ def read(path: Path, table: Table, tz: str | None) -> PowerLog:
     for (gpu, field_name), channel in _channels(table.header, sorted(set(gpus[good]), key=int)).items():
         reader.add(gpu, field_name, channel)
     if reader.unsorted:
-        warnings.append(f"{path.name}: rows are not in time order; sorted")
+        warnings.append(unsorted_note(path.name))
     warnings += reader.warnings
     channels = reader.channels
     if not any(c.integrable for c in channels.values()):

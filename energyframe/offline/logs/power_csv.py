@@ -9,7 +9,7 @@ import numpy as np
 
 from ...core.samples import SampleSeries
 from ...model import Channel, ClockBase, Quantity, Scope
-from .log import POWER_CSV, PowerLog, in_time_order
+from .log import POWER_CSV, PowerLog, in_time_order, unsorted_note
 from .table import Table, numbers, skipped_warning, spacing
 from .timestamps import check_unix
 
@@ -32,7 +32,7 @@ def read(path: Path, table: Table, name: str) -> PowerLog:
     warnings = skipped_warning(path, bad, "rows with a time")
     ordered = in_time_order(times, values, name, path.name)
     if ordered.unsorted:
-        warnings.append(f"{path.name}: rows are not in time order; sorted")
+        warnings.append(unsorted_note(path.name))
     warnings += ordered.notes
     quantity = Quantity.POWER if column == "power_w" else Quantity.ENERGY
     channel = Channel(name, quantity, Scope.OTHER, spacing(ordered.times_s), ClockBase.WALL)

@@ -19,7 +19,7 @@ import numpy as np
 from ...core.samples import DUPLICATE, STEPPED, SampleSeries
 from ...errors import UsageError
 from ...model import Channel, ClockBase, Quantity, Scope, Timing
-from .log import WATTSUP_CSV, PowerLog, clock_steps
+from .log import WATTSUP_CSV, PowerLog, clock_steps, unsorted_note
 from .table import Table, number, skipped_warning, spacing
 from .timestamps import check_unix, unix_times
 
@@ -39,7 +39,7 @@ def read(path: Path, table: Table, tz: str | None) -> PowerLog:
     warnings += notes
     order = sorted(range(len(rows)), key=lambda i: rows[i][0])
     if order != list(range(len(rows))):
-        warnings.append(f"{path.name}: rows are not in time order; sorted")
+        warnings.append(unsorted_note(path.name))
     rows = [rows[i] for i in order]
     duplicated = _repeated_rows(rows)
     per_record = _one_row_per_record(rows, meters)
