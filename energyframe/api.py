@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -98,13 +99,19 @@ class _Session:
         n = self.calls[label] = self.calls.get(label, 0) + 1
         try:
             with m.window(label, iterations=iterations):
-                return fn(*args, **kwargs)
+                returned = fn(*args, **kwargs)
         except Exception as e:
             m.warn(f"call {n} of {label} raised {type(e).__name__}: {e}; that call has no window")
             raise
         except BaseException as e:  # Ctrl-C, SIGTERM or sys.exit inside the call: the program stops
             self.finish(INCOMPLETE, f"{describe_exception(e, m.recorder)} in call {n} of {label}")
             raise
+        if inspect.isgenerator(returned) or inspect.isawaitable(returned) or inspect.isasyncgen(returned):
+            m.warn(
+                f"{label} returned a {type(returned).__name__} that runs its work later: its windows hold the "
+                "creation only, not the work (measure where it is iterated or awaited)"
+            )
+        return returned
 
     def result(self) -> RunResult | None:
         if self.m is None:
@@ -129,6 +136,22 @@ def _session(power, out, sync) -> _Session:
     if key not in _SESSIONS:
         _SESSIONS[key] = _Session(power, out, sync)
     return _SESSIONS[key]
+
+
+def _refuse_deferred_bodies(fn: Callable[..., Any], label: str) -> None:
+    """Refuse a function whose call does not run its body (see ``measured``)."""
+    targets = (fn, type(fn).__call__)  # a callable object: its own __call__
+    if any(inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f) for f in targets):
+        kind, instead = "async function", "await it inside `with m.window(...)` of an ef.measure()"
+    elif any(inspect.isgeneratorfunction(f) for f in targets):
+        kind, instead = "generator function", "iterate it inside `with m.window(...)` of an ef.measure()"
+    else:
+        return
+    raise UsageError(
+        f"@ef.measured cannot measure the {kind} {label!r}: a call only creates its "
+        f"{'coroutine' if kind == 'async function' else 'generator'}, and the body runs later, as it is "
+        f"{'awaited' if kind == 'async function' else 'iterated'}, between other code; {instead}"
+    )
 
 
 class Measured:
@@ -191,10 +214,22 @@ def measured(
 
     The function's return value and exceptions pass through; a call that raised has no window,
     and the run's warnings name it.
+
+    Generator functions and ``async def`` functions are refused (``UsageError``, when they are
+    decorated): calling one only creates the generator or the coroutine, in microseconds, and
+    its body runs later, as it is iterated or awaited, between other code (the consumer's, other
+    tasks'), which a window around the call would neither hold nor leave out. Measure the loop
+    or the ``await`` inside ``with m.window(...)`` of an ``ef.measure()`` instead. A function
+    that returns a generator or an awaitable without being one is measured as a call, and the
+    run warns once that its window holds the creation only.
+
+    Raises:
+        UsageError: a generator, async generator or ``async def`` function.
     """
 
     def decorate(fn: Callable[..., Any]) -> Measured:
         label = str(name or getattr(fn, "__name__", "call"))
+        _refuse_deferred_bodies(fn, label)
         return Measured(fn, _session(power, out, sync), label, iterations)
 
     return decorate(func) if func is not None else decorate
