@@ -51,6 +51,8 @@ class Names:
 
 PYPROJECT = '''\
 [build-system]
+# 70.1 or newer: an older setuptools needs the `wheel` package to build this package
+# (`pip install -e .`, and `pip install --no-build-isolation` with the setuptools you have)
 requires = ["setuptools>=70.1"]
 build-backend = "setuptools.build_meta"
 
@@ -79,6 +81,10 @@ pip install -e .
 energyframe list            # shows "$name"
 python -m pytest tests      # the plugin kit's checks (energyframe.testing)
 ```
+
+Installing needs setuptools 70.1 or newer (an older one needs the `wheel` package to build it).
+`pyproject.toml` asks for it, and pip fetches it into its build environment; with
+`--no-build-isolation` the installed setuptools builds it: `pip install "setuptools>=70.1"` first.
 
 Written against docs/writing-plugins.md; import only from `energyframe.plugin` (and, in tests,
 `energyframe.testing`).

@@ -44,16 +44,28 @@ CLOCK_FUTURE_S = 5.0
 GAP_SHARE = 0.2
 
 
-@dataclass
-class FakeContext:
-    """A ``SourceContext`` whose warnings are kept (``warnings``) and whose raw folder is a
-    temporary directory (or ``None``)."""
+@dataclass(frozen=True)
+class FakeContext(SourceContext):
+    """A ``SourceContext`` (give it to ``start()`` as it is) whose warnings are kept in
+    ``warnings`` and whose raw folder is the one given (``None``: the run is not saved).
 
-    raw_dir: Path | None = None
+        context = FakeContext(tmp_path / "raw")
+        channels = source.start(context)
+        assert context.warnings == []
+
+    Every ``SourceContext`` field can be set (``devices``, ``rank``, ``local_rank``); ``warn``,
+    when not given, appends to ``warnings``.
+    """
+
     warnings: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if self.warn is print:  # SourceContext's default: keep them instead
+            object.__setattr__(self, "warn", self.warnings.append)
+
     def context(self) -> SourceContext:
-        return SourceContext(raw_dir=self.raw_dir, warn=self.warnings.append)
+        """Itself: a ``FakeContext`` is a ``SourceContext`` (kept for tests written when it was not)."""
+        return self
 
 
 def declared(cls: Any, base: type) -> None:
