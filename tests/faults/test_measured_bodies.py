@@ -15,8 +15,7 @@ import energyframe as ef
 
 def test_a_generator_function_is_refused_when_decorated():
     def batches(n):
-        for i in range(n):
-            yield i
+        yield from range(n)
 
     with pytest.raises(ef.UsageError) as raised:
         ef.measured(power="none")(batches)
