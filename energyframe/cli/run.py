@@ -15,7 +15,6 @@ import click
 from ..errors import RunInterrupted, StoreError, UsageError
 from ..lifecycle.config import SETTINGS, RunSettings, check_setting, default_of
 from ..results.paths import click_out_path
-from ..results.store import RUN_JSON
 from .monitor import prometheus_address_option
 from .params import FiniteFloat, checked_path
 from .show import grid_intensity_option
@@ -248,6 +247,8 @@ def _said_in_one_line(run_dir: Path | None, run: Callable[[], Any]) -> Any:
             raise
         raise unwritable from e
     except KeyboardInterrupt as e:
+        from ..results.store import RUN_JSON
+
         if run_dir is None or not (run_dir / RUN_JSON).exists():
             raise RunInterrupted(
                 "interrupted by SIGINT before the run started (loading the plugins): nothing was measured"
