@@ -99,6 +99,7 @@ def list_document(kinds: list[str]) -> dict[str, Any]:
     when ``commands`` is one of them), loaded or not, in the ``LIST_FORMAT`` document."""
     from ..kit import registry
     from ..results.store import json_safe
+    from . import _version
 
     plugins: list[dict[str, Any]] = []
     for k in (k for k in kinds if k != "commands"):
@@ -154,12 +155,3 @@ def _option_record(option: Any) -> dict[str, Any]:
         "min_items": option.min_items,
         "help": option.help,
     }
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("energyframe")
-    except PackageNotFoundError:
-        return "unknown"
