@@ -250,7 +250,9 @@ def measured_split(sum_t: float, whole: WholeFigures, gap_calls: int, gap_s: flo
         f"leave out, {kernel_pct:+.3g} % kernel time: the units' kernels ran {side} alone than the model's"
     )
     if abs(whole.kernels - ops) >= 0.5:
-        text += f"; the model's graph runs {whole.kernels:.4g} kernels per forward where the units run {ops} ops"
+        text += (
+            f"; the model's graph runs {whole.kernels:.4g} kernels per forward where the units run {ops} ops"
+        )
     return text
 
 

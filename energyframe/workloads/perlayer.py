@@ -197,6 +197,11 @@ class PerLayerWorkload(Workload):
             cls = _model_class(model_name)
             self._check_passed(model_name, cls, passed)
             self.model = cls(model_name, **passed)  # positional: a model may take a 'name' option
+        if getattr(self.model, "tp", None) is not None:
+            raise OptionError(
+                f"{PER_LAYER}:model={self.options['model']}: tp= measures a split model's prefill and decode; "
+                "per-layer takes the model whole (leave tp out)"
+            )
         self._check_combinations()
         self.decomposition: Decomposition | None = None
         #: the granularity and why, once set up

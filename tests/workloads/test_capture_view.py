@@ -67,7 +67,7 @@ def units_ops(model: HFModel, granularity: str, as_captured: bool) -> Counter:
     for unit in found.units:
         make, call = unit.call_factory(torch.device("cpu"))
         state = make(torch.device("cpu"))
-        for key, n in ops_of(lambda: call(state)).items():
+        for key, n in ops_of(lambda call=call, state=state: call(state)).items():
             total[key] += n * unit.count
     return total
 
