@@ -386,7 +386,9 @@ class HFModel(GenericModel):
         if self.tp is not None:
             modes = ("prefill", "decode") if self.options["mode"] == "both" else (self.options["mode"],)
             w = self.context
-            return self.engine.phases(modes, f"rank {w.rank} of {w.world_size}" if w.distributed else "")
+            phases = self.engine.phases(modes, f"rank {w.rank} of {w.world_size}" if w.distributed else "")
+            self.whole_captured = self.engine.captured(modes[0])  # what replay profiles
+            return phases
         if self.options["mode"] == "prefill" or self.per_layer is not None:
             return super().phases()
         import torch

@@ -115,6 +115,8 @@ class VicunaTP(Workload):
         self._check_world()
         self.device: torch.device | None = None
         self.engine: TensorParallelLM | None = None
+        #: the first phase's CUDA graph (execution=graph), once phases() made it
+        self.whole_captured: Any = None
         self._joined = False
         self._info: dict[str, Any] = {}  # the engine's, kept past teardown for run.json
 
@@ -246,7 +248,10 @@ class VicunaTP(Workload):
         if self.world.distributed:
             # the measurement agrees the steps, warm-up and window edges over the ranks
             note = f"rank {self.world.rank} of {self.world.world_size}"
-        return self._engine().phases(modes, note)
+        engine = self._engine()
+        phases = engine.phases(modes, note)
+        self.whole_captured = engine.captured(modes[0])  # what replay profiles
+        return iter(phases)
 
     def run_defaults(self) -> Mapping[str, Any]:
         window = self.options["window_s"]

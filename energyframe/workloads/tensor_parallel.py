@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import WorkloadError
@@ -176,9 +176,14 @@ class TensorParallelLM:
     def work(self, mode: str) -> dict[str, float]:
         return {"tokens": float(self.batch * (self.seq_len if mode == "prefill" else self.new_tokens))}
 
-    def phases(self, modes: Sequence[str], note: str = "") -> Iterator[Phase]:
-        for mode in modes:
-            yield self._phase(mode, note)
+    def phases(self, modes: Sequence[str], note: str = "") -> list[Phase]:
+        """A phase per mode; with ``execution=graph`` each captures its step when it is set up."""
+        return [self._phase(mode, note) for mode in modes]
+
+    def captured(self, mode: str) -> Captured | None:
+        """The graph of ``mode``'s step (``execution=graph``), built or not; replay profiles the
+        first phase's to measure the launch gap between its kernels."""
+        return self._captured.get(mode)
 
     def _calls(self, mode: str) -> tuple[Callable[[Any], Any], Callable[[Any], None]]:
         """(make_state, call) of one step of ``mode``: a prefill, or a whole decode."""
