@@ -21,8 +21,8 @@ Sections (``--only`` picks some; each writes its figures under OUT as it goes):
   replayed in isolation (CUDA graphs), Σ ops + the graph's launch gaps against the model's graph,
   latency and energy, prefill and decode;
 - ``speed``: ``energyframe run --power nvml --workload resnet50 --per-layer`` as a user types it,
-  process start to saved run, with run.json's breakdown of where the time went, and the import of
-  torch and torchvision alone.
+  process start to saved run, with run.json's breakdown of where the time went, the import of
+  torch and torchvision alone, and the same command once more under cProfile (OUT/speed.prof).
 
 On one H200 (about 4 + 5 minutes; each command under the 10-minute limit)::
 
@@ -345,6 +345,7 @@ def speed(out: Path, dry: bool) -> dict:
     (out / "speed.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-500:]}")
+    profile = _profiled_run(command, run_dir, out, env)
     run = json.loads((run_dir / "run.json").read_text())
     info = run["workload"]["info"]
     layers = [
@@ -361,7 +362,27 @@ def speed(out: Path, dry: bool) -> dict:
         "median_energy_cv_pct": cvs[len(cvs) // 2] if cvs else math.nan,
         "max_energy_cv_pct": cvs[-1] if cvs else math.nan,
         "import_torch_torchvision_s": imports_s,
+        "profile_top": profile,
     }
+
+
+def _profiled_run(command: list[str], run_dir: Path, out: Path, env: dict) -> list[str]:
+    """The same command once more under cProfile (which slows Python-heavy code several-fold):
+    where the host's time goes outside the windows, cumulative, for reading afterwards
+    (OUT/speed.prof, OUT/speed_profile.txt). Returns the top lines."""
+    import io
+    import pstats
+
+    profiled = [command[0], "-m", "cProfile", "-o", str(out / "speed.prof"), *command[1:]]
+    profiled[profiled.index(str(run_dir))] = str(run_dir) + "-profiled"
+    done = subprocess.run(profiled, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        return [f"the profiled run exited {done.returncode}: {done.stderr[-300:]}"]
+    text = io.StringIO()
+    pstats.Stats(str(out / "speed.prof"), stream=text).sort_stats("cumulative").print_stats(60)
+    (out / "speed_profile.txt").write_text(text.getvalue())
+    lines = [line for line in text.getvalue().splitlines() if "energyframe/" in line or "import" in line]
+    return lines[:25]
 
 
 def _csv_rows(path: Path) -> list[dict]:
@@ -390,6 +411,12 @@ def speed_table(s: dict) -> str:
         "per-layer preparation (inside setup and phase_setup): "
         + ", ".join(f"{k} {v:.2f} s" for k, v in s["prepare_timings_s"].items())
         + f"; `import torch, torchvision` alone: {s['import_torch_torchvision_s']:.2f} s",
+        "",
+        "the same run under cProfile, cumulative (OUT/speed_profile.txt has more):",
+        "",
+        "```",
+        *s.get("profile_top", []),
+        "```",
     ]
     return "\n".join(lines)
 
