@@ -147,7 +147,8 @@ def test_hf_config_overrides_are_typed_and_checked():
         "hf:arch=llama,hidden_size=wide": "option 'hidden_size' of workload 'hf' expects an integer (its "
         "config's default is 4096), got 'wide'",
         "hf:arch=llama,mode=decode,execution=graph": "hf: execution=graph captures a forward pass; mode=decode "
-        "runs transformers' generate, which checks its stopping criteria on the host (use execution=eager or compile)",
+        "runs transformers' generate, which checks its stopping criteria on the host (use execution=eager or compile, "
+        "or tp=1: decode steps on fixed buffers, each one graph)",
         "hf:seq_len=3": "hf needs option 'arch' (or weights=DIR, a checkpoint with its config)",
     }
     for spec, message in cases.items():

@@ -197,7 +197,7 @@ class PerLayerWorkload(Workload):
             cls = _model_class(model_name)
             self._check_passed(model_name, cls, passed)
             self.model = cls(model_name, **passed)  # positional: a model may take a 'name' option
-        if getattr(self.model, "tp", None) is not None:
+        if self.model.options.get("tp") is not None:
             raise OptionError(
                 f"{PER_LAYER}:model={self.options['model']}: tp= measures a split model's prefill and decode; "
                 "per-layer takes the model whole (leave tp out)"

@@ -316,10 +316,11 @@ class ShardedLlama:
 
         return F.linear(rms_norm(h, self.norm, self.norm_eps), self.head, self.head_bias)
 
-    def forward(self, ids, keep_cache: bool = True):
+    def forward(self, ids, keep_cache: bool = True, last_only: bool = False):
         """Causal forward over ``ids`` (``batch x tokens``, positions 0 ..) from an empty cache;
         its keys and values are written into the buffers when ``keep_cache``. Returns every
-        position's logits."""
+        position's logits, or the last position's (``last_only``: the LM head runs on it alone,
+        as ``generate`` runs it)."""
         import torch.nn.functional as F
 
         s = ids.shape[1]
@@ -334,12 +335,12 @@ class ShardedLlama:
                 self.values[i][:, :, :s].copy_(v)
             attended = F.scaled_dot_product_attention(q, self._grouped(k), self._grouped(v), is_causal=True)
             h = self._finish_layer(layer, h, attended)
-        return self._head(h)
+        return self._head(h[:, -1:] if last_only else h)
 
     def prefill(self, ids):
         """The prompt's forward: the cache written, the next token chosen (into ``token``), and
         decoding set to go on after the prompt. Returns the last position's logits."""
-        logits = self.forward(ids)[:, -1:]
+        logits = self.forward(ids, last_only=True)
         self.prompt_len = ids.shape[1]
         self.token.copy_(logits.argmax(dim=-1))
         self.position.fill_(self.prompt_len)
