@@ -87,6 +87,15 @@ TINY = {
 }
 
 
+def fresh(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3`` ... when a run of an earlier call is there already."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
+
+
 def num(value) -> float:
     return math.nan if value is None else float(value)
 
@@ -101,7 +110,7 @@ def verdict(value: float, target: float) -> str:
 def closure(label: str, spec: str, power, settings, out: Path, extra: str) -> dict:
     """``per-layer:...,validate=true`` with the defaults: Σ units against the whole model."""
     name, _, options = spec.partition(":")
-    run_dir = out / label.split(" ")[0]
+    run_dir = fresh(out / label.split(" ")[0])
     t0 = time.monotonic()
     result = ef.run(
         f"per-layer:model={name},{options},validate=true{extra}",
@@ -255,7 +264,7 @@ def kernel_table(r: dict) -> str:
 # -- vicuna-7b --------------------------------------------------------------------------------
 def vicuna(spec: str, power, settings, out: Path) -> dict:
     t0 = time.monotonic()
-    result = ef.run(spec, power=power, reporters=[], settings=settings, out=out / "vicuna")
+    result = ef.run(spec, power=power, reporters=[], settings=settings, out=fresh(out / "vicuna"))
     info = result.meta["workload"]["info"]
     rows = {r["phase"]: r for r in result.derived_table("tokens").rows}
     return {
@@ -299,7 +308,8 @@ def _vicuna_tp_module():
 
 def replay(out: Path, dry: bool) -> list[dict]:
     """vicuna_tp.py at tp=1: Σ replayed ops + launch gaps against the model's graph, per phase."""
-    args = ["--out", str(out / "replay"), "--json", str(out / "replay.json"), "--trials", "3"]
+    # 0.3-s windows: ~1 % per window on the counter's 100-ms ticks, against a 10 % target
+    args = ["--out", str(fresh(out / "replay")), "--json", str(out / "replay.json"), "--trials", "3", "--window-s", "0.3"]
     if dry:
         args += ["--cpu", "--shrink", "hidden=64,layers=2,heads=4,vocab=128", "--seq-len", "8",
                  "--new-tokens", "4", "--window-s", "0.02", "--trials", "1"]
@@ -333,7 +343,7 @@ def speed(out: Path, dry: bool) -> dict:
     t0 = time.monotonic()
     subprocess.run([sys.executable, "-c", "import torch, torchvision"], check=True, env=env)
     imports_s = time.monotonic() - t0
-    run_dir = out / "speed"
+    run_dir = fresh(out / "speed")
     workload = TINY_BERT if dry else "resnet50"
     command = [sys.executable, "-m", "energyframe", "run", "--power", "none" if dry else "nvml",
                "--workload", workload, "--per-layer", "--out", str(run_dir)]
@@ -374,7 +384,7 @@ def _profiled_run(command: list[str], run_dir: Path, out: Path, env: dict) -> li
     import pstats
 
     profiled = [command[0], "-m", "cProfile", "-o", str(out / "speed.prof"), *command[1:]]
-    profiled[profiled.index(str(run_dir))] = str(run_dir) + "-profiled"
+    profiled[profiled.index(str(run_dir))] = str(fresh(run_dir.with_name(run_dir.name + "-profiled")))
     done = subprocess.run(profiled, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         return [f"the profiled run exited {done.returncode}: {done.stderr[-300:]}"]
