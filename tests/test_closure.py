@@ -155,3 +155,13 @@ def test_a_whole_model_that_ran_eagerly_is_the_first_cause():
         "the whole model ran eagerly (eager: CUDA graph capture failed (x)), its time set by the host's "
         "launches, while the units ran as CUDA graphs"
     )
+
+
+def test_the_sum_row_says_how_the_units_ran():
+    whole = WholeFigures(latency_s=1.0e-3, energy_j=0.2)
+    graphs = close(units_matching(0.8e-3), whole, ClosureContext())
+    assert "(a CUDA graph of its calls)" in graphs.rows[1]["cause"]
+    # a CPU run (issue 40: the row said "a CUDA graph of its calls" where none was)
+    eager = [UnitFigures(u.name, u.calls, u.latency_s, u.energy_j, u.kernels, graph=False) for u in units_matching(0.8e-3)]
+    row = close(eager, whole, ClosureContext(eager_units=3))
+    assert row.rows[1]["cause"] == "each unit measured on its own (eagerly), times its calls in the forward"
