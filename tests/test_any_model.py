@@ -147,7 +147,8 @@ def test_hf_config_overrides_are_typed_and_checked():
         "hf:arch=llama,hidden_size=wide": "option 'hidden_size' of workload 'hf' expects an integer (its "
         "config's default is 4096), got 'wide'",
         "hf:arch=llama,mode=decode,execution=graph": "hf: execution=graph captures a forward pass; mode=decode "
-        "runs transformers' generate, which checks its stopping criteria on the host (use execution=eager or compile)",
+        "runs transformers' generate, which checks its stopping criteria on the host (use execution=eager or compile, "
+        "or tp=1: decode steps on fixed buffers, each one graph)",
         "hf:seq_len=3": "hf needs option 'arch' (or weights=DIR, a checkpoint with its config)",
     }
     for spec, message in cases.items():
@@ -386,6 +387,8 @@ def test_the_benchmark_runs_its_steps_on_a_tiny_model(capsys):
     spec = importlib.util.spec_from_file_location("any_model_benchmark", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    assert bench.main(["--dry-run", "--only", "2"]) == 0
+    assert bench.main(["--dry-run", "--only", "2", "--only", "4"]) == 0
     out = capsys.readouterr().out
     assert "| hf:arch=LlamaForCausalLM | 1 | " in out and "FAILED" not in out
+    # an encoder-decoder: its closure, not replayed
+    assert "| hf:arch=BartModel | 2 | " in out and "| +nan % n/a | +nan % n/a |" in out

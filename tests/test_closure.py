@@ -119,3 +119,49 @@ def test_timing_only_runs_are_judged_on_latency():
     assert cause.startswith("28 unit(s) ran eagerly")
     assert cause.endswith("no energy measured")
     assert residual_cause(math.nan, math.nan, ClosureContext()).startswith("not known")
+
+
+def test_a_profiled_graph_splits_the_residual_into_gaps_and_kernel_time_without_adding_them():
+    # units whose kernels add up to 60 % of the model's 80 % busy time: 20 points of the -40 %
+    # are launch gaps (single-kernel units), 20 kernel time the units did not spend
+    busy = 0.8e-3
+    units = units_matching(0.6e-3)
+    kernels = sum(u.calls for u in units)
+    whole = WholeFigures(latency_s=1.0e-3, energy_j=0.2, kernels=kernels, busy_s=busy)
+    c = close(units, whole, ClosureContext(), add_gaps=False)
+    assert c.corrected_latency_diff_pct == c.latency_diff_pct == pytest.approx(-40.0)
+    assert [r["term"] for r in c.rows] == ["whole model", "sum of units", "residual"]
+    assert c.residual_cause.startswith(
+        "measured (the model's graph profiled: 4 kernels, 0.8 ms busy of 1 ms): -20 % are launch gaps "
+        "the 4 single-kernel unit calls leave out, -20 % kernel time: the units' kernels ran faster alone"
+    )
+    assert "not measured" not in c.residual_cause
+    # added, the gaps are a row of their own and the split names the kernel time alone
+    added = close(units, whole, ClosureContext())
+    assert added.corrected_latency_diff_pct == pytest.approx(-20.0)
+    assert "-20 % kernel time" in added.residual_cause
+
+
+def test_more_kernels_in_the_model_than_ops_in_the_units_are_named():
+    units = units_matching(0.8e-3)
+    whole = WholeFigures(latency_s=1.0e-3, energy_j=0.2, kernels=9, busy_s=0.8e-3)
+    c = close(units, whole, ClosureContext(), add_gaps=False)
+    assert "the model's graph runs 9 kernels per forward where the units run 4 ops" in c.residual_cause
+
+
+def test_a_whole_model_that_ran_eagerly_is_the_first_cause():
+    cause = residual_cause(-56.0, -46.0, ClosureContext(whole_eager="eager: CUDA graph capture failed (x)"))
+    assert cause.startswith(
+        "the whole model ran eagerly (eager: CUDA graph capture failed (x)), its time set by the host's "
+        "launches, while the units ran as CUDA graphs"
+    )
+
+
+def test_the_sum_row_says_how_the_units_ran():
+    whole = WholeFigures(latency_s=1.0e-3, energy_j=0.2)
+    graphs = close(units_matching(0.8e-3), whole, ClosureContext())
+    assert "(a CUDA graph of its calls)" in graphs.rows[1]["cause"]
+    # a CPU run (issue 40: the row said "a CUDA graph of its calls" where none was)
+    eager = [UnitFigures(u.name, u.calls, u.latency_s, u.energy_j, u.kernels, graph=False) for u in units_matching(0.8e-3)]
+    row = close(eager, whole, ClosureContext(eager_units=3))
+    assert row.rows[1]["cause"] == "each unit measured on its own (eagerly), times its calls in the forward"

@@ -48,3 +48,23 @@ def test_units_found_in_an_unknown_model_add_up_to_it(spec):
     assert math.isfinite(summary["latency_diff_pct"]) and math.isfinite(summary["energy_diff_pct"])
     # a decomposition that lost a kind of layer would be off by tens of percent
     assert abs(summary["latency_diff_pct"]) < 10 and abs(summary["energy_diff_pct"]) < 10
+
+
+#: issue 38's encoder rows: Σ units had been 46-65 % short of the whole model
+ENCODERS = [
+    "hf:arch=BertModel,seq_len=128,batch=16",
+    "hf:arch=DistilBertModel,seq_len=256,batch=8",
+]
+
+
+@pytest.mark.parametrize("spec", ENCODERS, ids=["bert", "distilbert"])
+def test_an_encoders_units_add_up_to_it_with_the_defaults(spec):
+    name, _, options = spec.partition(":")
+    result = ef.run(f"per-layer:model={name},{options},validate=true", power=["nvml:gpus=0"], reporters=[])
+    summary = result.derived_table("summary").rows[0]
+    closure = {r["term"]: r for r in result.derived_table("closure").rows}
+    print(summary["latency_diff_pct"], summary["energy_diff_pct"], closure["residual"]["cause"])
+    # the whole model ran as one graph, and its profile split the residual into measured parts
+    assert closure["whole model"]["cause"].endswith("one CUDA graph")
+    assert closure["residual"]["cause"].startswith(("within the noise", "measured"))
+    assert abs(summary["latency_diff_pct"]) <= 5 and abs(summary["energy_diff_pct"]) <= 5

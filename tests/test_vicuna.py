@@ -1,5 +1,5 @@
 """vicuna-7b: its configuration, its errors, prefill and decode on the CPU, and tensor parallelism
-over gloo (two real processes: the same logits as one)."""
+over gloo (two real processes: the same logits as one, and as transformers' own model)."""
 
 import os
 
@@ -9,7 +9,7 @@ from click.testing import CliRunner
 import energyframe as ef
 from energyframe.cli import main
 from energyframe.errors import WorkloadError
-from energyframe.workloads.llama_tp import VicunaTP, cache_tensors, llama_intermediate
+from energyframe.workloads.llama_tp import VicunaTP, llama_intermediate
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -115,7 +115,7 @@ def test_tp1_prefill_and_decode_per_token_on_the_cpu(one_process, tmp_path):
         power=None,
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunSettings(trials=2, min_window_s=0.02, warmup=1),
+        settings=ef.RunSettings(trials=2, min_window_s=0.02, warmup=1),
     )
     assert [s.phase for s in result.summaries] == ["prefill", "decode"]
     assert result.summary("prefill").work == {"tokens": 7.0}
@@ -138,20 +138,20 @@ def test_decode_on_the_kv_cache_matches_recomputing_the_sequence(one_process):
     w = VicunaTP(**TINY)
     w.setup()
     try:
-        tokens = w.decode(4)
-        assert tokens.shape == (1, 4)
+        tokens = w.decode()  # new_tokens=3: the key/value buffers hold the prompt and 3 more
+        assert tokens.shape == (1, 3)
+        with pytest.raises(WorkloadError, match="4 decode steps do not fit"):
+            w.decode(4)
         sequence = w.ids
-        for _ in range(5):  # greedy, the whole sequence through the model each time, no cache
+        for _ in range(4):  # greedy, the whole sequence through the model each time, no cache
             nxt = w.logits(sequence)[:, -1:].argmax(-1)
             sequence = torch.cat([sequence, nxt], dim=1)
         # the prompt's forward chose the first new token; each decode forward feeds the last
         # token and chooses the next
         assert tokens.tolist() == sequence[:, 8:].tolist()
-        # every decode step starts from the prompt's cache, which it leaves as it was
-        assert all(k.shape[-2] == 7 and v.shape[-2] == 7 for k, v in w._prompt)
-        assert w.decode(4).tolist() == tokens.tolist()
-        _, cache = w.prefill()
-        assert len(cache_tensors(cache)) == 2
+        # every decode starts again from the prompt: the same tokens twice
+        assert w.decode().tolist() == tokens.tolist()
+        assert w.prefill().shape == (1, 1, TINY["vocab"])
     finally:
         w.teardown()
 
@@ -165,8 +165,7 @@ def _rank(rank, port, spec, queue):
     w = VicunaTP("vicuna-7b", tp=2, **spec)
     w.setup()
     try:
-        q = w.model.model.layers[0].self_attn.q_proj.weight
-        down = w.model.model.layers[0].mlp.down_proj.weight
+        layer = w.engine.sharded.layers[0]
         logits, tokens = w.logits().numpy().tolist(), w.decode().tolist()
         # measured over both ranks (beside the process group joined above): the measurement
         # agrees every phase's steps per window
@@ -185,8 +184,8 @@ def _rank(rank, port, spec, queue):
                 "rank": rank,
                 "logits": logits,
                 "tokens": tokens,
-                "q_local": list(q.to_local().shape),
-                "down_local": list(down.to_local().shape),
+                "qkv_local": list(layer.qkv.shape),
+                "down_local": list(layer.down.shape),
                 "steps": [int(n) for n in windows["iterations"]],
                 "phases": [s.phase for s in result.summaries],
                 "backend": w.info()["backend"],
@@ -214,13 +213,19 @@ def test_tp2_over_gloo_gives_the_logits_of_tp1(one_process):
         assert p.exitcode == 0
     single = VicunaTP(**spec)
     single.setup()
-    reference, tokens = single.logits().numpy(), single.decode().tolist()
+    reference, tokens, ids = single.logits().numpy(), single.decode().tolist(), single.ids
     single.teardown()
+    torch.manual_seed(0)  # the weights every rank drew (seed=0)
+    unsharded = transformers.AutoModelForCausalLM.from_config(single.config(), dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = unsharded(input_ids=ids, use_cache=False).logits.numpy()
     for r in results:
-        # 2 of the 4 heads per rank: q has 32 of the 64 output features; down 128 of 256 inputs
-        assert r["q_local"] == [32, 64] and r["down_local"] == [64, 128]
+        # 2 of the 4 heads per rank: q, k and v 32 of the 64 output features each; down 128 of 256 inputs
+        assert r["qkv_local"] == [3 * 32, 64] and r["down_local"] == [64, 128]
         assert r["backend"] == "gloo"
         np.testing.assert_allclose(np.array(r["logits"]), reference, rtol=1e-5, atol=1e-5)
+        # and transformers' own forward of the unsharded model, every position
+        np.testing.assert_allclose(np.array(r["logits"]), theirs, rtol=1e-4, atol=1e-4)
         assert r["tokens"] == tokens
     # the ranks agreed their steps: the same in every window, rank 0's part and rank 1's
     assert results[0]["steps"] == results[1]["steps"] and len(results[0]["steps"]) == 4

@@ -8,6 +8,7 @@ replayed), and no rank writes for another."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import logging
@@ -49,7 +50,7 @@ def capture(spec: str | Workload, out_dir: Path | str, steps: int = 3, warmup: i
     w = distributed.world()
     out_dir = trace_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    workload = registry.create_workload(parse_spec(spec) if isinstance(spec, str) else spec)
+    spec, workload = _traced_workload(spec)
     workload.setup()
     try:
         # the first phase only: a workload that prepares each phase as it is asked for (a
@@ -110,6 +111,32 @@ def capture(spec: str | Workload, out_dir: Path | str, steps: int = 3, warmup: i
         shutil.copyfileobj(src, dst)
     raw.unlink()
     return _summary(out_dir, info, ran_ops)
+
+
+def _traced_workload(spec: str | Workload) -> tuple[str | Workload, Workload]:
+    """The spec traced (``eager_spec`` of one that runs graphs) and its workload, made."""
+    workload = registry.create_workload(parse_spec(spec) if isinstance(spec, str) else spec)
+    if isinstance(spec, str) and runs_a_graph(workload):
+        spec = eager_spec(spec)
+        workload = registry.create_workload(parse_spec(spec))
+    return spec, workload
+
+
+def runs_a_graph(workload: Workload) -> bool:
+    """Whether the workload would run its steps as CUDA graphs and can run them eagerly instead
+    (``execution=graph``, asked for or its default, as ``vicuna-7b``'s and ``hf:...,tp=N``'s)."""
+    execution = next((o for o in workload.OPTIONS if o.name == "execution"), None)
+    choices = execution.choices or () if execution is not None else ()
+    return workload.options.get("execution") == "graph" and "eager" in choices
+
+
+def eager_spec(spec: str) -> str:
+    """``spec`` with ``execution=eager``: what a trace profiles of a workload that runs graphs. A
+    graph's replay shows the profiler its kernels but none of its ops, and replay measures the
+    graph beside the eager ops anyway (a twin with ``execution=graph``)."""
+    parsed = parse_spec(spec)
+    log.info("tracing %s with execution=eager: the profiler sees a CUDA graph's kernels but none of its ops", spec)
+    return str(dataclasses.replace(parsed, options={**dict(parsed.options), "execution": "eager"}))
 
 
 def _summary(out_dir: Path, info: dict, ran_ops: bool) -> dict:

@@ -4,9 +4,12 @@ element type, on the process group of the ranks replaying their traces together.
 A collective needs its peers: the replay of one rank's trace runs under ``torchrun`` with the
 traced world size, every rank replaying its own trace, and the ranks run each collective phase
 together — the same collectives in the same order; the measurement agrees the steps per window
-(the slowest rank's time decides) and opens and closes every window on every rank together. Collectives run eagerly, ``unroll``
-calls back to back per step (NCCL queues them on its stream). The values are random and are
-not kept bounded (a repeated sum grows): a collective's time does not depend on them.
+(the slowest rank's time decides) and opens and closes every window on every rank together.
+On GPUs a collective's ``unroll`` calls are captured in one CUDA graph, as the model's graph runs
+them (an eager NCCL call costs the host more than a small all-reduce costs the GPU: a decode
+step's 8-KB all-reduces would be measured at the host's pace); on the CPU (gloo) they run eagerly,
+back to back. The values are random and are not kept bounded (a repeated sum grows): a
+collective's time does not depend on them.
 """
 
 from __future__ import annotations
@@ -86,9 +89,20 @@ def rebuild_collective(record: dict, world_size: int) -> Collective:  # noqa: C9
 
 def collective_phase(name: str, collective: Collective, device, unroll: int) -> Phase:
     """A phase of ``unroll`` calls per step, its tensors made now (call it on every rank, in the
-    same order). The measurement agrees its steps per window and its window edges over the ranks."""
-    from ..workloads.graph import device_sync
+    same order): one CUDA graph of them on a GPU, eager calls on the CPU. The measurement agrees
+    its steps per window and its window edges over the ranks."""
+    import dataclasses
 
+    from ..workloads.graph import Captured, device_sync
+
+    w = distributed.world()
+    if device.type == "cuda":
+        # the process group's own threads call CUDA while this one captures: thread-local mode
+        captured = Captured(
+            collective.make_state, collective.call, unroll, device, capture_error_mode="thread_local"
+        )
+        phase = captured.phase(name)
+        return dataclasses.replace(phase, note=f"collective on {w.world_size} ranks, {unroll} per CUDA graph")
     holder: dict[str, Any] = {"state": collective.make_state(device)}  # freed by teardown
 
     def step() -> None:
@@ -99,7 +113,6 @@ def collective_phase(name: str, collective: Collective, device, unroll: int) -> 
     def teardown() -> None:
         holder["state"] = None
 
-    w = distributed.world()
     return Phase(
         name,
         step=step,

@@ -106,6 +106,10 @@ class ClosureContext:
         gaps_note: why the launch gaps were not measured ("" when they were).
         spread_pct: the trials' spread (the larger of the median unit's and the whole model's
             energy CV).
+        whole_eager: why the whole model ran eagerly on a GPU (its capture failed), "" when it
+            ran as one CUDA graph or everything ran on the CPU.
+        measured: the residual split by the whole model's profiled graph (``measured_split``),
+            "" when it was not profiled.
     """
 
     l2: str = "rotate"
@@ -115,6 +119,8 @@ class ClosureContext:
     eager_units: int = 0
     gaps_note: str = ""
     spread_pct: float = math.nan
+    whole_eager: str = ""
+    measured: str = ""
 
 
 @dataclass(frozen=True)
@@ -177,12 +183,17 @@ def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -
             f"within the noise (|diff| <= {floor:.3g} %: the larger of {NOISE_FLOOR_PCT:g} % and twice "
             "the trials' spread)"
         )
-    causes = []
+    causes = [ctx.measured] if ctx.measured else []
+    if ctx.whole_eager:
+        causes.append(
+            f"the whole model ran eagerly ({ctx.whole_eager}), its time set by the host's launches, "
+            "while the units ran as CUDA graphs"
+        )
     if ctx.eager_units:
         causes.append(f"{ctx.eager_units} unit(s) ran eagerly, with launch overhead instead of graph gaps")
     if abs(latency_pct) > floor:
         if latency_pct < 0:
-            if ctx.gaps_note:
+            if ctx.gaps_note and not ctx.measured:
                 causes.append(f"launch gaps between different kernels, not measured ({ctx.gaps_note})")
             cache = []
             if ctx.activations == "reuse":
@@ -222,18 +233,45 @@ def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -
     return "; ".join(causes) or "within the noise"
 
 
+def measured_split(sum_t: float, whole: WholeFigures, gap_calls: int, gap_s: float, ops: int) -> str:
+    """What the whole model's profiled graph says of Σ units against it: the launch gaps the
+    single-kernel units leave out, and the rest, which is the units' kernel time against the
+    model's. "" when the graph was not profiled."""
+    t = whole.latency_s
+    if not (math.isfinite(gap_s) and t and math.isfinite(t) and math.isfinite(sum_t)):
+        return ""
+    left_out = gap_calls * gap_s
+    gaps_pct = -100.0 * left_out / t
+    kernel_pct = 100.0 * (sum_t + left_out - t) / t
+    side = "faster" if kernel_pct < 0 else "slower"
+    text = (
+        f"measured (the model's graph profiled: {whole.kernels:.4g} kernels, {whole.busy_s * 1e3:.4g} ms busy "
+        f"of {t * 1e3:.4g} ms): {gaps_pct:+.3g} % are launch gaps the {gap_calls} single-kernel unit calls "
+        f"leave out, {kernel_pct:+.3g} % kernel time: the units' kernels ran {side} alone than the model's"
+    )
+    if abs(whole.kernels - ops) >= 0.5:
+        text += (
+            f"; the model's graph runs {whole.kernels:.4g} kernels per forward where the units run {ops} ops"
+        )
+    return text
+
+
 def close(
     units: Sequence[UnitFigures],
     whole: WholeFigures,
     ctx: ClosureContext,
     reference: str = "the forward as one CUDA graph",
+    add_gaps: bool = True,
 ) -> Closure:
     """Σ calls x per-call figures against the whole model, with the launch-gap term when the
-    whole model's graph was profiled, and the closure table's rows (term, figures, cause)."""
+    whole model's graph was profiled (and ``add_gaps``), and the closure table's rows (term,
+    figures, cause). A profiled graph also splits the residual into what it measured
+    (``measured_split``), gaps added or not."""
     sum_t = sum(u.calls * u.latency_s for u in units)
     sum_e = sum(u.calls * u.energy_j for u in units)
     g = gap_per_kernel_s(whole)
-    measured = math.isfinite(g)
+    profiled = math.isfinite(g)
+    measured = profiled and add_gaps
     gap_calls = sum(u.calls for u in units if u.repeats_one_kernel)
     if measured:
         gaps_t = sum(u.calls * unit_gap_s(u, g) for u in units)
@@ -245,12 +283,14 @@ def close(
         c_lat, c_en = _pct(sum_t + gaps_t, whole.latency_s), _pct(sum_e + gaps_e, whole.energy_j)
     else:
         c_lat, c_en = lat_pct, en_pct
+    ops = sum(u.calls * u.kernels for u in units)
     if measured:
         ctx = replace(ctx, gaps_note="")
     elif not ctx.gaps_note:
         ctx = replace(ctx, gaps_note="kernel_gaps=true measures them")
+    if profiled:
+        ctx = replace(ctx, measured=measured_split(sum_t, whole, gap_calls, g, ops))
     cause = residual_cause(c_lat, c_en, ctx)
-    ops = sum(u.calls * u.kernels for u in units)
     rows: list[dict[str, Any]] = [
         {
             "term": "whole model",
@@ -266,29 +306,13 @@ def close(
             "latency_pct": lat_pct,
             "energy_j": sum_e,
             "energy_pct": en_pct,
-            "cause": "each unit measured on its own (a CUDA graph of its calls), times its calls in the forward",
+            "cause": "each unit measured on its own"
+            + (" (a CUDA graph of its calls)" if any(u.graph for u in units) else " (eagerly)")
+            + ", times its calls in the forward",
         },
     ]
     if measured:
-        counted = (
-            f"the profile counted {whole.kernels:.4g} kernels per forward, the decomposition {ops} ops"
-            if abs(whole.kernels - ops) >= 0.5
-            else f"{ops} kernels per forward"
-        )
-        rows.append(
-            {
-                "term": "launch gaps (measured)",
-                "latency_s": gaps_t,
-                "latency_pct": _share(gaps_t, whole.latency_s),
-                "energy_j": gaps_e,
-                "energy_pct": _share(gaps_e, whole.energy_j),
-                "cause": (
-                    f"{gap_calls} single-kernel unit calls x g = (T - B)/K = {g * 1e6:.3g} us from the whole "
-                    f"model's graph ({counted}, {whole.busy_s * 1e3:.4g} ms busy): a unit's graph repeats "
-                    "its kernel without the gap between different kernels; energy at the unit's own power"
-                ),
-            }
-        )
+        rows.append(_gap_row(whole, gaps_t, gaps_e, gap_calls, g, ops))
     rows.append(
         {
             "term": "residual",
@@ -315,3 +339,23 @@ def close(
         residual_cause=cause,
         rows=tuple(rows),
     )
+
+
+def _gap_row(whole: WholeFigures, gaps_t: float, gaps_e: float, gap_calls: int, g: float, ops: int) -> dict:
+    counted = (
+        f"the profile counted {whole.kernels:.4g} kernels per forward, the decomposition {ops} ops"
+        if abs(whole.kernels - ops) >= 0.5
+        else f"{ops} kernels per forward"
+    )
+    return {
+        "term": "launch gaps (measured)",
+        "latency_s": gaps_t,
+        "latency_pct": _share(gaps_t, whole.latency_s),
+        "energy_j": gaps_e,
+        "energy_pct": _share(gaps_e, whole.energy_j),
+        "cause": (
+            f"{gap_calls} single-kernel unit calls x g = (T - B)/K = {g * 1e6:.3g} us from the whole "
+            f"model's graph ({counted}, {whole.busy_s * 1e3:.4g} ms busy): a unit's graph repeats "
+            "its kernel without the gap between different kernels; energy at the unit's own power"
+        ),
+    }

@@ -230,6 +230,9 @@ class Captured:
             eagerly if there is one). ``False`` for code that synchronises only when it is not
             being captured (transformers checks its masks on the host unless a stream captures):
             the capture is tried, and a failed one falls back as well.
+        capture_error_mode: ``torch.cuda.graph``'s: ``global`` (the default) or ``thread_local``,
+            for calls with collectives, where the process group's own threads keep calling CUDA
+            while this one captures.
     """
 
     def __init__(
@@ -241,8 +244,10 @@ class Captured:
         before_each: Callable[[], None] | None = None,
         warmup_calls: int = 3,
         check_sync: bool = True,
+        capture_error_mode: str = "global",
     ) -> None:
         self.make_state = make_state
+        self.capture_error_mode = capture_error_mode
         self.check_sync = check_sync
         self.call = call
         self.unroll = unroll
@@ -287,7 +292,7 @@ class Captured:
                 return
             graph = torch.cuda.CUDAGraph()
             try:
-                with torch.cuda.graph(graph):
+                with torch.cuda.graph(graph, capture_error_mode=self.capture_error_mode):
                     for _ in range(unroll):
                         once()
             except Exception as e:  # what the host-sync check does not see

@@ -16,6 +16,12 @@ same as decoder ids for an encoder-decoder) or images (``batch`` x channels x ``
 ``mode=prefill`` measures one forward pass without a key/value cache; ``mode=decode`` generates
 ``new_tokens`` greedily (transformers' ``generate``, eager or compiled: it checks its stopping
 criteria on the host, so no CUDA graph).
+
+``tp=N`` measures a Llama-shaped causal LM (``LlamaForCausalLM``, ``MistralForCausalLM``,
+``Qwen2ForCausalLM``, ...) as a serving stack runs it: split Megatron-style over N ranks
+(``torchrun --nproc-per-node N``; ``tp=1`` on one GPU), its prefill and each decode one CUDA graph
+replay (``tensor_parallel.py``), ``mode=prefill``, ``decode`` or ``both``. The random weights are
+drawn from seed 0, the same on every rank.
 """
 
 from __future__ import annotations
@@ -23,13 +29,13 @@ from __future__ import annotations
 import contextlib
 import difflib
 import inspect
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import OptionError, WorkloadError
 from ..kit import extras
-from ..model import Phase
+from ..model import DerivedTable, Phase
 from ..options import Option, _to_bool
 from .anymodel import WHOLE_OPTIONS, GenericModel
 from .graph import DTYPE_OPTION, Captured, device_sync
@@ -47,8 +53,16 @@ HF_OPTIONS = (
         "mode",
         "choice",
         "prefill",
-        "prefill: one forward pass; decode: generate new_tokens greedily",
-        choices=("prefill", "decode"),
+        "prefill: one forward pass; decode: generate new_tokens greedily; both (with tp): prefill, then decode",
+        choices=("prefill", "decode", "both"),
+    ),
+    Option(
+        "tp",
+        "int",
+        None,
+        "split a Llama-shaped causal LM Megatron-style over tp ranks (torchrun --nproc-per-node tp; 1: "
+        "one GPU), prefill and decode each one CUDA graph replay; execution=eager runs the same calls one by one",
+        minimum=1,
     ),
     Option("batch", "int", 1, "sequences or images", minimum=1),
     Option("seq_len", "int", 5, "tokens per sequence", minimum=1),
@@ -210,10 +224,16 @@ class HFModel(GenericModel):
             raise OptionError(
                 f"{self.name} needs option 'arch' (or weights=DIR, a checkpoint with its config)"
             )
-        if o["mode"] == "decode" and o["execution"] == "graph":
+        self.tp = o["tp"]
+        if self.tp is not None:
+            self._check_tp(options)
+        elif o["mode"] == "both":
+            raise OptionError(f"{self.name}: mode=both measures a split model (tp=N); without tp give prefill or decode")
+        elif o["mode"] == "decode" and o["execution"] == "graph":
             raise OptionError(
                 f"{self.name}: execution=graph captures a forward pass; mode=decode runs transformers' "
-                "generate, which checks its stopping criteria on the host (use execution=eager or compile)"
+                "generate, which checks its stopping criteria on the host (use execution=eager or compile, "
+                "or tp=1: decode steps on fixed buffers, each one graph)"
             )
         self.checkpoint = Path(weights) if checkpoint else None
         self.model_class, config_class = self._classes()
@@ -221,6 +241,18 @@ class HFModel(GenericModel):
         if o["image_size"] is not None and hasattr(config_class(), "image_size"):
             overrides.setdefault("image_size", o["image_size"])  # a ViT's position embeddings
         self.overrides = config_overrides(config_class, overrides, f"workload {self.name!r}")
+
+    def _check_tp(self, given: Mapping[str, Any]) -> None:
+        """tp=N: the split path's execution (graph unless eager is asked for) and its ranks."""
+        from .tensor_parallel import check_world
+
+        o = self.options
+        if o["execution"] == "compile":
+            raise OptionError(f"{self.name}: tp= runs each step as one CUDA graph (execution=graph) or eagerly, not compiled")
+        o["execution"] = "eager" if given.get("execution") == "eager" else "graph"
+        check_world(self.name, self.tp, self.context, o["device"])
+        self.engine: Any = None
+        self._joined = False
 
     def required_modules(self) -> tuple[str, ...]:
         return ("transformers", "torch")
@@ -317,13 +349,46 @@ class HFModel(GenericModel):
         return {"tokens": float(o["batch"] * tokens)}
 
     def setup(self) -> None:
+        if self.tp is not None:
+            self._set_up_split()
+            return
         super().setup()
         if self.options["mode"] == "decode" and not self.model.can_generate():
             raise WorkloadError(
                 f"{self.label()} cannot generate (mode=decode): it has no language-model head"
             )
 
+    def _set_up_split(self) -> None:
+        """tp=N: the model built on this rank's device (seed 0 on every rank: the same weights
+        everywhere), this rank's slice kept, the model dropped."""
+        import torch
+
+        from . import distributed
+        from .tensor_parallel import TensorParallelLM
+
+        w = self.context
+        if w.distributed:
+            device = distributed.rank_device(self.options["device"], w)
+            distributed.join(device)
+            self._joined = True
+        torch.manual_seed(0)
+        self.build_model()
+        o = self.options
+        self.config_diff = self.model.config.to_diff_dict()
+        engine = TensorParallelLM(self.name, self.tp, w.rank, o["batch"], o["seq_len"], o["new_tokens"], o["execution"])
+        engine.build(self.model, self.args[0])
+        self.engine = engine
+        del self.model, self.args, self.kwargs  # this rank keeps its slice only
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     def phases(self) -> Iterable[Phase]:
+        if self.tp is not None:
+            modes = ("prefill", "decode") if self.options["mode"] == "both" else (self.options["mode"],)
+            w = self.context
+            phases = self.engine.phases(modes, f"rank {w.rank} of {w.world_size}" if w.distributed else "")
+            self.whole_captured = self.engine.captured(modes[0])  # what replay profiles
+            return phases
         if self.options["mode"] == "prefill" or self.per_layer is not None:
             return super().phases()
         import torch
@@ -341,9 +406,48 @@ class HFModel(GenericModel):
         note = f"{self.options['execution']}; prompt of {self.options['seq_len']} + {n} new tokens, greedy"
         return [Phase("generate", step=step, sync=device_sync(self.device), work=self.work(), note=note)]
 
+    def derive(self, result) -> Sequence[DerivedTable]:
+        if self.tp is not None:
+            return self.engine.derive(result, self.context) if self.engine is not None else ()
+        return super().derive(result)
+
+    def teardown(self) -> None:
+        if self.tp is None:
+            super().teardown()
+            return
+        if self.engine is not None:
+            self._split_info = self.engine.info()
+            self.engine.teardown()
+        if self._joined:
+            from . import distributed
+
+            self._joined = False
+            distributed.leave()
+
     def info(self) -> Mapping[str, Any]:
+        if self.tp is not None:
+            return self._split_info_now()
         out = dict(super().info())
         out.update(arch=self.label(), mode=self.options["mode"], config_overrides=dict(self.overrides))
         if hasattr(self, "model"):
             out["config"] = self.model.config.to_diff_dict()
+        return out
+
+    def _split_info_now(self) -> dict[str, Any]:
+        w = self.context
+        out: dict[str, Any] = {
+            "model": self.label(),
+            "arch": self.label(),
+            "mode": self.options["mode"],
+            "tp": self.tp,
+            "rank": w.rank,
+            "world_size": w.world_size,
+            "dtype": self.dtype_name(),
+            "config_overrides": dict(self.overrides),
+            "config": getattr(self, "config_diff", None),
+        }
+        if self.device is not None:
+            out["device"] = str(self.device)
+        engine_info = self.engine.info() if self.engine is not None else getattr(self, "_split_info", {})
+        out.update(engine_info)
         return out

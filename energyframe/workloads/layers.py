@@ -329,6 +329,7 @@ def decompose(  # noqa: C901 (counts its nested hooks and dispatch mode, which s
     kwargs: dict | None = None,
     granularity: str = "leaf",
     blocks: Iterable[str] = (),
+    as_captured: bool = False,
 ) -> Decomposition:
     """Run ``model(*args, **kwargs)`` once and return its units with their exact inputs.
 
@@ -336,9 +337,15 @@ def decompose(  # noqa: C901 (counts its nested hooks and dispatch mode, which s
         model: any module (on any device, ``meta`` included: shapes are all that is needed).
         granularity: ``leaf`` (leaf modules and the ops between them) or ``block`` (modules whose
             class name is in ``blocks``, the leaves outside them, and the ops between).
+        as_captured: record the forward as a CUDA graph's capture runs it
+            (``capture_view.seen_as_captured``): what the units and the whole model run when
+            they are measured as graphs. Without it a library that checks on the host when no
+            stream captures (transformers' masks) may record other inputs than the graphs see.
     """
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    from .capture_view import seen_as_captured
 
     if granularity not in ("leaf", "block"):
         raise ValueError(f"granularity must be leaf or block, not {granularity!r}")
@@ -401,7 +408,7 @@ def decompose(  # noqa: C901 (counts its nested hooks and dispatch mode, which s
             return out
 
     try:
-        with torch.no_grad(), Glue():
+        with torch.no_grad(), seen_as_captured(as_captured), Glue():
             output = model(*args, **(kwargs or {}))
         uses.consumed((output,), {}, DEVICE)
     finally:

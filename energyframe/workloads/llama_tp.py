@@ -1,13 +1,15 @@
 """``vicuna-7b``: a Llama model at Vicuna-7B's real size (random weights, no downloads), split
-over ``tp`` ranks with ``torch.distributed.tensor.parallel``.
+over ``tp`` ranks Megatron-style, its prefill and decode each one CUDA graph replay.
 
 The configuration is built here from Vicuna-7B's published numbers (v1.1/v1.3, a fine-tuned
 Llama-7B): hidden 4096, 32 layers, 32 heads (no grouped-query attention), MLP 11008, vocabulary
 32000, RMS-norm eps 1e-6, rotary theta 10000 — transformers' ``LlamaConfig`` defaults. Every
-decoder layer is split Megatron-style: q, k, v, gate and up projections column-parallel (each
-rank holds ``heads / tp`` heads and ``intermediate / tp`` MLP features), o and down projections
-row-parallel, so each layer all-reduces twice per forward, after attention and after the MLP.
-Embeddings, norms and the LM head are replicated.
+decoder layer is split as Megatron splits it (``sharded_llama.py``): q, k, v, gate and up
+column-parallel (each rank holds ``heads / tp`` heads and ``intermediate / tp`` MLP features,
+fused into one q-k-v and one gate-up weight), o and down row-parallel, so each layer all-reduces
+twice per forward, after attention and after the MLP. Embeddings, norms and the LM head are
+replicated. A decode step is captured in a CUDA graph, the all-reduces inside it
+(``tensor_parallel.py``), so the host does not bound it; ``tp=1`` takes the same path on one GPU.
 
 ``tp=1`` runs in one process. ``tp>1`` runs under ``torchrun --nproc-per-node TP``: one process
 per rank, ``LOCAL_RANK`` picks the GPU, NCCL between GPUs (gloo between CPU processes). Phases:
@@ -17,7 +19,6 @@ greedy tokens, one forward each, against the prompt's KV cache).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -27,8 +28,8 @@ from ..model import DerivedTable, Phase, WorkloadContext
 from ..options import Option
 from ..plugin import Workload
 from . import distributed
-from .cache_keyword import find_cache_keyword
-from .graph import DTYPE_OPTION, WINDOW_S_OPTION, device_sync, dtype_name, torch_device, torch_dtype
+from .graph import DTYPE_OPTION, WINDOW_S_OPTION, dtype_name, torch_device, torch_dtype
+from .tensor_parallel import TensorParallelLM, check_world
 
 if TYPE_CHECKING:
     import torch
@@ -39,11 +40,17 @@ RMS_NORM_EPS = 1e-6
 ROPE_THETA = 10000.0
 MAX_POSITIONS = 2048
 TP_SIZES = ("1", "2", "4", "8")
-#: the Megatron split of a Llama decoder layer: column-parallel in, row-parallel out
-COLUMN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj")
-ROW = ("self_attn.o_proj", "mlp.down_proj")
 #: all-reduces per decoder layer per forward: after attention and after the MLP
 ALL_REDUCES_PER_LAYER = 2
+#: how a phase's step runs
+EXECUTION = Option(
+    "execution",
+    "choice",
+    "graph",
+    "graph: each phase's step one CUDA graph replay (collectives inside), as a serving stack runs "
+    "it; eager: the same calls one by one (what energyframe trace profiles); the CPU runs both eagerly",
+    choices=("graph", "eager"),
+)
 
 OPTIONS = (
     Option(
@@ -67,6 +74,7 @@ OPTIONS = (
     Option("device", "str", "auto", "auto, cuda or cpu (with tp>1 each rank takes cuda:LOCAL_RANK)"),
     Option("weights", "path", None, "a local (unsplit) state dict to load (default: random weights)"),
     Option("seed", "int", 0, "seed of the random weights (the same on every rank)"),
+    EXECUTION,
     WINDOW_S_OPTION,
     Option("hidden", "int", None, "hidden size (override; shrinks the model)", minimum=8),
     Option("layers", "int", None, "decoder layers (override)", minimum=1),
@@ -106,13 +114,11 @@ class VicunaTP(Workload):
         self._check_split()
         self._check_world()
         self.device: torch.device | None = None
-        self.model: Any = None  # a transformers model, made in setup
-        self.ids: torch.Tensor | None = None
+        self.engine: TensorParallelLM | None = None
+        #: the first phase's CUDA graph (execution=graph), once phases() made it
+        self.whole_captured: Any = None
         self._joined = False
-        self._prompt: list | None = None
-        self._first: torch.Tensor | None = None
-        self._parameters: int | None = None  # on this rank, counted at set-up
-        self._cache_keyword = ""  # the model's keyword for its KV cache, found at set-up
+        self._info: dict[str, Any] = {}  # the engine's, kept past teardown for run.json
 
     @property
     def world(self) -> WorkloadContext:
@@ -146,27 +152,7 @@ class VicunaTP(Workload):
             )
 
     def _check_world(self) -> None:
-        w, tp, name = self.world, self.tp, self.name
-        if w.world_size != tp:
-            where = f"WORLD_SIZE is {w.world_size}" if w.launched else "WORLD_SIZE is not set"
-            if tp == 1:
-                raise WorkloadError(
-                    f"{name}: tp=1 runs in one process, but {where}; run it without torchrun, "
-                    f"or set tp={w.world_size}"
-                )
-            raise WorkloadError(
-                f"{name}: tp={tp} runs one process per rank, {tp} in all, but {where}; "
-                f"run it under torchrun --nproc-per-node {tp}"
-            )
-        if tp > 1 and self.options["device"] in ("auto", "cuda"):
-            import torch
-
-            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            if (gpus or self.options["device"] == "cuda") and gpus < tp:
-                raise WorkloadError(
-                    f"{name}: tp={tp} needs {tp} GPUs, one per rank, but torch sees {gpus}; "
-                    "use device=cpu to run the ranks on the CPU"
-                )
+        check_world(self.name, self.tp, self.world, self.options["device"])
 
     def config(self):
         """The transformers ``LlamaConfig`` (Vicuna-7B's numbers, or the overrides)."""
@@ -215,121 +201,66 @@ class VicunaTP(Workload):
                 raise WorkloadError(
                     f"weights {self.options['weights']}: missing {missing[:3]}, unexpected {unexpected[:3]}"
                 )
-        model = model.eval()
-        if self.tp > 1:
-            split(model, self.device, self.tp)
-        self.model = model
-        # counted here: info() is read for run.json after teardown has dropped the model
-        self._parameters = sum(_local(p).numel() for p in model.parameters())
         o = self.options
         generator = torch.Generator().manual_seed(o["seed"])
-        self.ids = torch.randint(0, config.vocab_size, (o["batch"], o["seq_len"]), generator=generator).to(
+        ids = torch.randint(0, config.vocab_size, (o["batch"], o["seq_len"]), generator=generator).to(
             self.device
         )
-        self._cache_keyword = self._find_cache_keyword()
+        engine = TensorParallelLM(
+            self.name, self.tp, self.world.rank, o["batch"], o["seq_len"], o["new_tokens"], o["execution"]
+        )
+        engine.build(model.eval(), ids)
+        del model  # this rank keeps its slice only
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        self.engine = engine
 
-    def _find_cache_keyword(self) -> str:
-        """The model's keyword for its KV cache in this transformers release (one token's forward
-        per keyword tried; every rank tries the same ones in the same order)."""
-        import torch
-        from transformers import DynamicCache
+    @property
+    def ids(self):
+        """The prompt, ``batch x seq_len`` token ids (set up)."""
+        return self._engine().ids
 
-        def call(keyword: str, cache) -> None:
-            assert self.ids is not None  # set before this runs
-            with torch.no_grad():
-                self.model(input_ids=self.ids[:, :1], use_cache=True, logits_to_keep=1, **{keyword: cache})
-
-        return find_cache_keyword(self.model.forward, call, lambda: DynamicCache(config=self.model.config))
+    def _engine(self) -> TensorParallelLM:
+        if self.engine is None:
+            raise WorkloadError(f"{self.name} is not set up")
+        return self.engine
 
     # the work ------------------------------------------------------------------------------
     def prefill(self):
-        """One forward over the prompt, writing a fresh KV cache; the last position's logits."""
-        import torch
-        from transformers import DynamicCache
-
-        with torch.no_grad():
-            cache = DynamicCache(config=self.model.config)
-            out = self.model(
-                input_ids=self.ids, use_cache=True, logits_to_keep=1, **{self._cache_keyword: cache}
-            )
-        return out.logits, cache
-
-    def prepare_decode(self) -> None:
-        """Run the prompt once and keep its KV cache, which every decode step starts from."""
-        logits, cache = self.prefill()
-        self._prompt = cache_tensors(cache)
-        self._first = logits[:, -1:].argmax(-1)
+        """One forward over the prompt, writing the KV cache; the last position's logits."""
+        return self._engine().prefill()
 
     def decode(self, n: int | None = None):
-        """``n`` forwards of one token each (default ``new_tokens``), greedy, on a copy of the
-        prompt's KV cache (the prompt's own tensors are left as they were): the first feeds the
-        token the prompt's forward chose. Returns the ``n`` tokens they chose."""
-        import torch
-
-        if self._prompt is None:
-            self.prepare_decode()
-        assert self._prompt is not None  # set by prepare_decode
-        n = self.options["new_tokens"] if n is None else n
-        with torch.no_grad():
-            cache = cache_from(self._prompt, self.model.config)
-            token, tokens = self._first, []
-            for _ in range(n):
-                out = self.model(
-                    input_ids=token, use_cache=True, logits_to_keep=1, **{self._cache_keyword: cache}
-                )
-                token = out.logits[:, -1:].argmax(-1)
-                tokens.append(token)
-        return torch.cat(tokens, dim=1)
+        """``n`` decode steps (default ``new_tokens``) after the prompt, greedy; the tokens they chose."""
+        return self._engine().decode(n)
 
     def logits(self, ids=None):
         """Every position's logits for ``ids`` (default: the prompt), without a cache."""
-        import torch
-
-        with torch.no_grad():
-            return self.model(input_ids=self.ids if ids is None else ids, use_cache=False).logits
+        return self._engine().logits(ids)
 
     # -- phases -------------------------------------------------------------------------------
     def work(self, phase: str) -> dict[str, float]:
-        o = self.options
-        return {"tokens": float(o["batch"] * (o["seq_len"] if phase == "prefill" else o["new_tokens"]))}
+        return self._engine().work(phase)
 
     def phases(self) -> Iterator[Phase]:
         modes = ("prefill", "decode") if self.options["mode"] == "both" else (self.options["mode"],)
-        for mode in modes:
-            yield self._phase(mode)
-
-    def _phase(self, mode: str) -> Phase:
-        o = self.options
-        if mode == "prefill":
-            step, note = (lambda: self.prefill()), f"a prompt of {o['seq_len']} tokens"
-            teardown = None
-        else:
-            self.prepare_decode()
-            step = lambda: self.decode()  # noqa: E731
-            note = f"{o['new_tokens']} greedy tokens on a KV cache of {o['seq_len']}"
-
-            def teardown() -> None:
-                self._prompt = self._first = None
-
-        note += f", tp={self.tp}"
+        note = ""
         if self.world.distributed:
             # the measurement agrees the steps, warm-up and window edges over the ranks
-            note += f", rank {self.world.rank} of {self.world.world_size}"
-        return Phase(
-            mode,
-            step=step,
-            sync=device_sync(self.device),
-            work=self.work(mode),
-            teardown=teardown,
-            note=note,
-        )
+            note = f"rank {self.world.rank} of {self.world.world_size}"
+        engine = self._engine()
+        phases = engine.phases(modes, note)
+        self.whole_captured = engine.captured(modes[0])  # what replay profiles
+        return iter(phases)
 
     def run_defaults(self) -> Mapping[str, Any]:
         window = self.options["window_s"]
         return {"min_window_s": window} if window is not None else {}
 
     def teardown(self) -> None:
-        self.model = self._prompt = self._first = None
+        if self.engine is not None:
+            self._info = self.engine.info()
+            self.engine.teardown()
         if self._joined:
             self._joined = False
             distributed.leave()
@@ -340,26 +271,10 @@ class VicunaTP(Workload):
 
     # -- reporting ----------------------------------------------------------------------------
     def derive(self, result) -> Sequence[DerivedTable]:
-        rows = tokens_table(result, self.device, self.tp, self.world)
-        if not rows:
+        engine = self.engine
+        if engine is None:
             return ()
-        return [
-            DerivedTable(
-                "tokens",
-                f"{self.name} tp={self.tp}: per token",
-                rows,
-                note="energy_per_token_j: this rank's GPU (its channel, else the first primary channel); "
-                "all_gpus: the sum over every GPU this run measured",
-                display=(
-                    "phase",
-                    "rank",
-                    "latency_per_token_s",
-                    "energy_per_token_j",
-                    "energy_per_token_j_all_gpus",
-                    "gpus_measured",
-                ),
-            )
-        ]
+        return engine.derive(result, self.world)
 
     def info(self) -> Mapping[str, Any]:
         import torch
@@ -388,84 +303,5 @@ class VicunaTP(Workload):
                 import torch.distributed as dist
 
                 out["backend"] = dist.get_backend() if dist.is_initialized() else None
-        if self._parameters is not None:
-            out["parameters_on_this_rank"] = self._parameters
+        out.update(self.engine.info() if self.engine is not None else self._info)
         return out
-
-
-def split(model, device, tp: int) -> None:
-    """Split every decoder layer over the ``tp`` ranks (column-parallel in, row-parallel out).
-
-    Every rank holds the same full weights (same seed, or the same state dict), so each keeps
-    its own slice instead of receiving it from rank 0."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        ParallelStyle,
-        RowwiseParallel,
-        parallelize_module,
-    )
-
-    mesh = init_device_mesh(device.type, (tp,))
-    plan: dict[str, ParallelStyle] = {name: ColwiseParallel() for name in COLUMN}
-    plan.update({name: RowwiseParallel() for name in ROW})
-    takes = inspect.signature(parallelize_module).parameters
-    local = {"src_data_rank": None} if "src_data_rank" in takes else {}
-    for layer in model.model.layers:
-        parallelize_module(layer, mesh, plan, **local)
-
-
-def cache_tensors(cache) -> list[tuple[Any, Any]]:
-    """A KV cache's (keys, values) per layer."""
-    if hasattr(cache, "layers"):
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache))  # transformers before 4.56
-
-
-def cache_from(tensors: list[tuple[Any, Any]], config):
-    """A new KV cache holding copies of ``tensors`` (per layer keys and values)."""
-    from transformers import DynamicCache
-
-    if hasattr(DynamicCache, "from_legacy_cache"):  # transformers before 5
-        return DynamicCache.from_legacy_cache(tuple((k.clone(), v.clone()) for k, v in tensors))
-    return DynamicCache(tensors, config=config)
-
-
-def _local(p):
-    return p.to_local() if hasattr(p, "to_local") else p
-
-
-def tokens_table(result, device, tp: int, w: distributed.World | WorkloadContext) -> list[dict]:
-    """Per phase: latency and energy per token, on this rank's GPU and summed over the GPUs
-    the run measured."""
-    import math
-
-    own = distributed.own_channel(result, device)
-    primary = list(result.meta.get("primary_channels", []))
-    rows = []
-    for phase in dict.fromkeys(s.phase for s in result.summaries):
-        summaries = [s for s in result.summaries if s.phase == phase]
-        tokens = (summaries[0].work or {}).get("tokens") if summaries else None
-        if not tokens:
-            continue
-        by_channel = {s.channel: s for s in summaries}
-        mine = by_channel.get(own) or next((by_channel[c] for c in primary if c in by_channel), summaries[0])
-        gpus = [by_channel[c] for c in primary if c in by_channel and c.startswith("gpu")]
-        row = {
-            "phase": phase,
-            "tp": tp,
-            "rank": w.rank,
-            "world_size": w.world_size,
-            "tokens_per_iteration": tokens,
-            "latency_per_token_s": mine.time_per_iter_s.median / tokens,
-            "energy_per_token_j": mine.energy_per_iter_j.median / tokens,
-            "channel": mine.channel,
-            "energy_per_token_j_all_gpus": (
-                sum(s.energy_per_iter_j.median for s in gpus) / tokens if gpus else math.nan
-            ),
-            "gpus_measured": len(gpus),
-        }
-        for s in gpus:
-            row[f"energy_per_token_j_{s.channel}"] = s.energy_per_iter_j.median / tokens
-        rows.append(row)
-    return rows

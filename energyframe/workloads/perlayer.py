@@ -197,6 +197,11 @@ class PerLayerWorkload(Workload):
             cls = _model_class(model_name)
             self._check_passed(model_name, cls, passed)
             self.model = cls(model_name, **passed)  # positional: a model may take a 'name' option
+        if self.model.options.get("tp") is not None:
+            raise OptionError(
+                f"{PER_LAYER}:model={self.options['model']}: tp= measures a split model's prefill and decode; "
+                "per-layer takes the model whole (leave tp out)"
+            )
         self._check_combinations()
         self.decomposition: Decomposition | None = None
         #: the granularity and why, once set up
@@ -241,7 +246,6 @@ class PerLayerWorkload(Workload):
         return dict(PIPELINE_RUN_DEFAULTS)
 
     def setup(self) -> None:
-        from .layers import decompose
         from .unitplan import GranularityChoice
 
         model = self.model
@@ -254,7 +258,7 @@ class PerLayerWorkload(Workload):
         if granularity == "auto":
             decomposition, choice = self._decompose_auto()
         else:
-            decomposition = decompose(model.model, model.args, model.kwargs, granularity, model.block_names())
+            decomposition = self._decompose(granularity)
             choice = GranularityChoice(granularity, f"{granularity} (asked for)")
         self.decomposition, self.granularity_choice = decomposition, choice
         model.finish_decomposition(decomposition)
@@ -263,15 +267,25 @@ class PerLayerWorkload(Workload):
         self._span("decompose", time.monotonic() - t0 - timed_inside)
         log.info("%s: %s", model.name, choice.reason)
 
+    def _decompose(self, granularity: str) -> Decomposition:
+        """The model's units at ``granularity``, recorded as the CUDA graphs that measure them
+        will run the model (``layers.decompose``'s ``as_captured``) when the device is a GPU."""
+        from .layers import decompose
+
+        model = self.model
+        on_gpu = model.device is not None and model.device.type == "cuda"
+        return decompose(
+            model.model, model.args, model.kwargs, granularity, model.block_names(), as_captured=on_gpu
+        )
+
     def _decompose_auto(self) -> tuple[Decomposition, GranularityChoice]:
         """Leaf units, or blocks when leaf units would leave too much of the forward out
         (``unitplan.choose_granularity``), and why; times the whole model's graph to decide."""
-        from .layers import decompose
         from .unitplan import GranularityChoice, choose_granularity, probe_step_s
 
         model = self.model
         blocks = model.block_names()
-        leaf = decompose(model.model, model.args, model.kwargs, "leaf", blocks)
+        leaf = self._decompose("leaf")
         if not blocks:
             return leaf, choose_granularity(leaf.single_kernel_calls, math.nan, False)
         plan = self._whole_plan()
@@ -289,7 +303,7 @@ class PerLayerWorkload(Workload):
         choice = choose_granularity(leaf.single_kernel_calls, whole_s, True)
         if choice.granularity == "leaf":
             return leaf, choice
-        block = decompose(model.model, model.args, model.kwargs, "block", blocks)
+        block = self._decompose("block")
         if not any(u.type_name in blocks for u in block.units):
             return leaf, GranularityChoice("leaf", f"auto: leaf (none of the model's blocks {', '.join(blocks)} ran)")
         return block, choice
@@ -405,7 +419,7 @@ class PerLayerWorkload(Workload):
     def _teardown_for(self, plan: UnitPlan) -> Callable[[], None]:
         def teardown() -> None:
             try:
-                if plan.unit is None and self.options["kernel_gaps"]:
+                if plan.unit is None:  # the whole model: its kernels name what the units miss
                     self._profile_whole(plan)
             finally:
                 plan.captured.release()
@@ -415,7 +429,8 @@ class PerLayerWorkload(Workload):
 
     def _profile_whole(self, plan: UnitPlan) -> None:
         """Profile a few replays of the whole model's graph, after its windows (the profiler
-        never runs during a window): its kernels and their busy time give the launch gap."""
+        never runs during a window): its kernels and their busy time give the launch gap, and
+        split the closure's residual into gaps and kernel time (``closure.measured_split``)."""
         captured = plan.captured
         if not captured.on_gpu:
             self._gaps_note = "no CUDA graph on the CPU"
@@ -432,7 +447,7 @@ class PerLayerWorkload(Workload):
                 self._gaps_note = "the profiler recorded no kernel in the graph's replays"
         except Exception as e:  # a profiler that cannot run must not cost the run
             self._gaps_note = f"profiling failed: {type(e).__name__}: {str(e)[:120]}"
-            log.warning("kernel_gaps: %s", self._gaps_note)
+            log.warning("profiling the whole model's graph: %s", self._gaps_note)
         finally:
             self._span("profile", time.monotonic() - t0)
 
@@ -486,7 +501,7 @@ class PerLayerWorkload(Workload):
             )
         tables = pipeline.pipeline_tables(result, pairs, extra)
         rows = [dict(row) for row in tables[0].rows]
-        if closure is not None and math.isfinite(closure.gap_per_kernel_s):
+        if closure is not None and self.options["kernel_gaps"] and math.isfinite(closure.gap_per_kernel_s):
             from .closure import unit_gap_s
 
             for row, unit in zip(rows, self._unit_figures(result, pairs, in_forward)):
@@ -564,7 +579,10 @@ class PerLayerWorkload(Workload):
         gaps_note = self._gaps_note
         if not self.options["kernel_gaps"]:
             gaps_note = "kernel_gaps=true measures them"
+        whole = self._whole
+        whole_eager = whole.captured.fallback if whole is not None and whole.captured.on_gpu else None
         ctx = ClosureContext(
+            whole_eager=whole_eager or "",
             l2=self.options["l2"],
             activations=self.options["activations"],
             weights_bytes=self._weights_bytes(),
@@ -573,14 +591,17 @@ class PerLayerWorkload(Workload):
             gaps_note=gaps_note,
             spread_pct=max(spreads) if spreads else math.nan,
         )
-        whole = self._whole
         if whole is not None and whole.captured.on_gpu:
             how = whole.captured.fallback or "one CUDA graph"
         else:
             how = "eagerly, on the CPU"
         reference = f"the forward, {self.model.options['whole_unroll']} per replay, {how}"
         return close(
-            units, WholeFigures(whole_fig.latency_s, whole_fig.energy_j, kernels, busy, span), ctx, reference
+            units,
+            WholeFigures(whole_fig.latency_s, whole_fig.energy_j, kernels, busy, span),
+            ctx,
+            reference,
+            add_gaps=self.options["kernel_gaps"],
         )
 
     def _weights_bytes(self) -> int:

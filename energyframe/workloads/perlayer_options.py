@@ -66,8 +66,9 @@ KERNEL_GAPS = Option(
     "kernel_gaps",
     "bool",
     False,
-    "per-layer, with validate: profile the whole model's graph after its windows for the launch "
-    "gap between kernels, g = (T - B)/K, and add it to units whose graph repeats one kernel",
+    "per-layer, with validate: add the launch gap between kernels, g = (T - B)/K, measured on the "
+    "whole model's graph (profiled after its windows in every validated GPU run), to units whose "
+    "graph repeats one kernel",
 )
 #: options of the wrapper; every other key of a per-layer spec belongs to the model
 OWN_OPTIONS = (

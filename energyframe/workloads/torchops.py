@@ -156,10 +156,17 @@ def _mask(n: int, shape, stride, true_count: int | None, device):
     if true_count is None:
         true_count = visible // 2
     true_count = max(0, min(int(true_count), visible))
+    if n < visible:
+        # overlapping strides (an expanded mask: a decoder's causal mask over the batch) cannot be
+        # written element by element; its storage holds the same share of True values
+        share = round(n * true_count / visible) if visible else 0
+        base = torch.zeros(n, dtype=torch.bool)
+        base[torch.randperm(n)[:share]] = True
+        return base.to(device)
     values = torch.zeros(visible, dtype=torch.bool)
     values[torch.randperm(visible)[:true_count]] = True
     base = torch.zeros(n, dtype=torch.bool)
     if visible:
         view = torch.as_strided(base, shape, stride)
-        view.copy_(values.view(shape))  # overlapping strides (expanded masks) keep the last write
+        view.copy_(values.view(shape))
     return base.to(device)
