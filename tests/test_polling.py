@@ -207,12 +207,20 @@ def test_process_mode_runs_in_a_child_that_is_reaped_on_stop(tmp_path):
     source.start(SourceContext(raw_dir=tmp_path / "raw"))
     proc = source.sampler_process
     assert proc.pid != os.getpid() and proc.poll() is None
-    assert read_until(source, len)
+    samples = read_until(source, len)
     source.stop()
+    samples += source.read()
     assert proc.returncode == 0
     log = (tmp_path / "raw" / "sampler.log").read_text().splitlines()
     assert log[0].startswith("C,") and log[-1].startswith("Q,")
-    assert source.info() == {"mode": "process"}
+    info = dict(source.info())
+    cost = info.pop("acquisition")
+    assert info == {"mode": "process"}
+    # what sampling cost the child, for run.json: its CPU time over its sampling time, and each
+    # loop's calls (the polls its samples came from)
+    assert cost["wall_s"] > 0 and cost["cpu_share"] == pytest.approx(cost["cpu_s"] / cost["wall_s"], abs=1e-4)
+    assert cost["start_cpu_s"] > 0
+    assert cost["loops"]["sig"]["polls"] == sum(s.channel == "sig" for s in samples)  # a sample a poll
 
 
 def test_process_mode_start_errors_come_back_as_they_are():
