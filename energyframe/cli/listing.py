@@ -39,6 +39,9 @@ def list_plugins(kind: str | None) -> None:
                     "      auto-detected: "
                     + ("never (needs options)" if priority is None else f"yes, priority {priority}")
                 )
+                fast = getattr(entry.cls, "FAST_POLLING", "")
+                if fast:
+                    click.echo(f"      polls fast: {fast}")
             for option in entry.cls.OPTIONS:
                 click.echo(
                     f"      {option.name} ({option.describe_type()}, {option.describe_default()}): {option.help}"
