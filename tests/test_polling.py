@@ -339,6 +339,82 @@ def test_stop_reaps_what_the_source_spawned():
     assert source.read() is not None  # readable after stop, and no error: the end was asked for
 
 
+class Command(PollingSource):
+    """Runs a shell script on every poll (a vendor's tool that prints the power) and reads the
+    last number it printed."""
+
+    def __init__(self, script, timeout_s=30.0):
+        super().__init__(name="cmd")
+        self.script, self.timeout_s = script, timeout_s
+
+    def open(self):
+        return [Channel("cmd", Quantity.POWER, Scope.OTHER, 0.1)]
+
+    def poll(self):
+        return {"cmd": float(self.run_command(["sh", "-c", self.script], self.timeout_s).split()[-1])}
+
+
+def test_a_command_that_does_not_end_is_killed_with_its_children(tmp_path):
+    # the script's own child keeps its output open: killing the shell alone would leave the poll
+    # waiting for the end of that output as long as the child lives
+    pid_file = tmp_path / "pid"
+    source = Command(f"sleep 60 & echo $! > {pid_file}; wait", timeout_s=0.5)
+    with pytest.raises(PowerSourceError) as e:
+        source.poll()
+    assert str(e.value) == "power source 'cmd': sh did not finish within 0.5 s (killed)"
+    wait_until(lambda: not alive(int(pid_file.read_text())), "the script's child to be killed")
+    assert Command("echo 41.5").poll() == {"cmd": 41.5}
+    with pytest.raises(PowerSourceError) as e:
+        Command("echo no meter >&2; exit 3").poll()
+    assert str(e.value) == "power source 'cmd': sh exited with code 3: no meter"
+
+
+def test_stop_kills_the_command_a_poll_waits_for_and_a_second_stop_does_nothing(tmp_path, monkeypatch):
+    import energyframe.kit.polling as polling
+
+    # were the command not killed, the loop would be waited for until the command's timeout
+    # and this test would fail: the thread would still run after stop()
+    monkeypatch.setattr(polling, "JOIN_TIMEOUT_S", 120.0)
+    pid_file = tmp_path / "pid"
+    source = Command(f"sleep 60 & echo $! > {pid_file}; wait", timeout_s=120.0)
+    closed = []
+    source.close = lambda: closed.append(True)
+    source.start(SourceContext())
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), "the command to start")
+    (thread,) = source._poll_threads
+    source.stop()
+    assert not thread.is_alive()
+    assert not alive(int(pid_file.read_text()))
+    assert source.read() == []  # a poll cut short by the stop is no failure
+    joins = []
+    thread.join = lambda timeout=None: joins.append(timeout)
+    source.stop()
+    assert joins == [] and closed == [True]
+
+
+def test_a_second_stop_does_not_wait_again_for_a_loop_stuck_in_a_call(monkeypatch):
+    import energyframe.kit.polling as polling
+
+    monkeypatch.setattr(polling, "JOIN_TIMEOUT_S", 0.05)
+    release = threading.Event()
+
+    class Stuck(Scripted):
+        def poll(self):
+            release.wait(60)  # a driver call that does not return
+            return {"keep": 1.0}
+
+    source = Stuck(name="stuck")
+    source.start(SourceContext())
+    (thread,) = source._poll_threads
+    source.stop()  # waits JOIN_TIMEOUT_S for the loop, in vain
+    assert thread.is_alive()
+    joins = []
+    thread.join = lambda timeout=None: joins.append(timeout)
+    source.stop()
+    assert joins == []  # docs/polling.md: a second stop() does nothing
+    release.set()
+
+
 def test_a_source_that_floods_fails_instead_of_eating_memory():
     class Flood(Scripted):
         MAX_PENDING = 1000

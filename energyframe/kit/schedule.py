@@ -118,6 +118,7 @@ class TickSchedule(Schedule):
         self.ticks = 0
         self.tight_ticks = 0
         self.early = 0
+        self.wide = 0
         self.skipped = 0
         self.off_grid = 0
         self.locks = 0
@@ -158,7 +159,10 @@ class TickSchedule(Schedule):
             "grid_period_s": period,
             "lead_s": round(self.lead_s, 6),
             "wake_allowance_s": round(self.wake_allowance_s(), 6),
+            # ticks stamped across a sleep (they came before the guard opened), and across a
+            # poll that blocked or a starved poller: the run's tick check judges their stamps
             "early": self.early,
+            "wide": self.wide,
             "skipped": self.skipped,
             "off_grid": self.off_grid,
             "grid_found": self.locks,
@@ -180,6 +184,7 @@ class TickSchedule(Schedule):
             self._await_after(after_s)
             return
         if after_s - before_s > self._tight_s:  # a poll that blocked, or a starved poller
+            self.wide += 1
             self._await_after(stamp)
             return
         self.tight_ticks += 1
