@@ -239,6 +239,8 @@ class PollingSource(PowerSource):
         self._poll_started_s: float | None = None
         self._poll_stopped_s: float | None = None
         self._poll_commands: list[subprocess.Popen] = []  # run_command's, killed on stop
+        #: per counter (TICKS), how far apart the two polls that bracketed each tick read
+        self._poll_brackets: dict[str, list[float]] = {}
 
     # -- what an author writes -------------------------------------------------------------
     def open(self) -> Sequence[Channel]:
@@ -422,6 +424,8 @@ class PollingSource(PowerSource):
             "wall_s": round(wall_s, 6),
             "cpu_share": round(cpu_s / wall_s, 5) if wall_s > 0 else None,
             "loops": loops,
+            # each tick's stamp lies within half its bracket of the change
+            "tick_brackets_s": {name: _quantiles(b) for name, b in list(self._poll_brackets.items()) if b},
         }
 
     # -- acquisition where it runs (this process, or the child) ---------------------------------
@@ -573,6 +577,8 @@ class PollingSource(PowerSource):
             return []
         # the change happened between the previous poll and this one
         changed = (before + t) / 2 if before is not None else t
+        if policy is Dedup.TICKS and before is not None:
+            self._poll_brackets.setdefault(name, []).append(t - before)
         out = []
         held = changed - period
         if (
@@ -625,6 +631,18 @@ class PollingSource(PowerSource):
             kill_group(proc)
         for proc in self._poll_children:
             reap(proc)
+
+
+def _quantiles(values: list[float]) -> dict[str, Any]:
+    """The median, 95th percentile and largest of ``values``, and how many (nearest rank)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    return {
+        "n": n,
+        "median": round(ordered[n // 2], 6),
+        "p95": round(ordered[min(n - 1, int(0.95 * n))], 6),
+        "max": round(ordered[-1], 6),
+    }
 
 
 def kill_group(proc: subprocess.Popen) -> None:
