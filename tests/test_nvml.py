@@ -511,7 +511,7 @@ def test_the_grid_sampler_stamps_every_tick_as_dense_polling_does_with_a_fractio
     assert "schedule" not in dense
     assert grid["ticks"] == grid_errors.size  # each change the schedule saw is a stamped tick
     # dense polling reads ~50 times a tick here; on the grid the schedule reads a few times
-    # (its guard opens 5 ms before the expected tick), 5-15 times fewer (polls counted, not timed)
+    # (its guard opens 3-5 ms before the expected tick), 5-15 times fewer (polls counted, not timed)
     dense_per_tick = dense["polls"] / dense_errors.size
     assert dense_per_tick > 20
     assert grid["polls_per_tick_on_grid"] <= 8

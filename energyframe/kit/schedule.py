@@ -31,11 +31,13 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-#: the least lead: the guard opens this long before an expected tick. NVML's ticks lie within
-#: ~0.5 ms of their grid at idle and under load (p5-p95, H100, docs/validation.md), stamps polled
-#: every ~4 ms within ±2 ms. Units: s.
-LEAD_S = 0.005
-#: the lead is at least this many times the ticks' robust spread about their grid
+#: the least lead: the guard opens at least this long before an expected tick, and a further
+#: fraction of one poll's gap before it, drawn anew each tick (see ``TickSchedule``). NVML's ticks
+#: lie within ~0.5 ms of their grid at idle and under load (p5-p95, H100, docs/validation.md), a
+#: grid fitted through 16 of them within ~0.2 ms. Units: s.
+LEAD_S = 0.003
+#: the lead is at least this many times the spread of the ticks themselves about their grid: the
+#: stamps' robust spread less what the stamping adds (uniform within a gap: gap / sqrt(12))
 LEAD_SDS = 3.0
 #: the lead never exceeds this fraction of the period (beyond, dense polling is as cheap)
 LEAD_MAX_FRACTION = 0.25
@@ -61,6 +63,11 @@ MIN_PERIOD_S = 0.02
 TOLERANCE_S = 0.005
 #: ticks off the grid in a row (early, skipped, or seen off it) that lose the grid
 LOST_AFTER = 2
+#: dense gaps (one poll's read to the next's) whose median is the gap the guard is dithered over
+GAP_POLLS = 32
+#: the golden ratio's fraction: the k-th guard opens ``frac(k * DITHER)`` of a gap earlier, an
+#: even spread over [0, 1) that never repeats
+DITHER = 0.6180339887498949
 #: the guard also opens earlier by how late the poller woke from its recent sleeps (the
 #: second-latest of this many): a loaded host wakes a sleeping thread milliseconds late, and a
 #: poll late past the tick stamps it across the sleep
@@ -91,6 +98,13 @@ class Schedule(ABC):
 class TickSchedule(Schedule):
     """Poll ``channel``, a counter with an update grid of its own, densely only around its ticks.
 
+    A guard opened a fixed time before each expected tick would bracket every tick at the same
+    place between two polls, so that every stamp would be off by the same part of a gap (up to
+    half of it, the same way each time). Each guard therefore opens a further fraction of the
+    dense gap earlier, spread evenly over [0, 1) from tick to tick: where a tick falls between
+    the two polls around it is then as random as under dense polling, and so are the stamps'
+    errors (within half a gap, centred on the tick). It costs half a poll a tick on average.
+
     Args:
         channel: the counter's channel in the poll's ``{channel: value}`` readings.
         dense_s: the pause between polls while polling densely (inside a guard, and until the
@@ -109,6 +123,8 @@ class TickSchedule(Schedule):
         self._slept = False  # whether the pause before the coming poll was a sleep to a guard
         self._wake_s: float | None = None  # when the poll after that sleep should read
         self._late: deque[float] = deque(maxlen=WAKE_SLEEPS)  # how late recent sleeps woke
+        self._gaps: deque[float] = deque(maxlen=GAP_POLLS)  # dense gaps, read to read
+        self._guards = 0
         self._fit: deque[float] = deque(maxlen=FIT_TICKS)
         #: the grid followed: (period, a grid point, robust spread about it); None: polling densely
         self.grid: tuple[float, float, float] | None = None
@@ -137,6 +153,8 @@ class TickSchedule(Schedule):
         self._read_s, self._slept = read_s, False
         if slept and self._wake_s is not None:
             self._late.append(max(0.0, read_s - self._wake_s))
+        elif before is not None:
+            self._gaps.append(read_s - before)
         if value is not None:
             value = float(value)
             if self._value is not None and before is not None and value != self._value:
@@ -237,7 +255,8 @@ class TickSchedule(Schedule):
 
     def _lead_floor(self) -> float:
         spread = self.grid[2] if self.grid is not None else 0.0
-        return max(self.lead_floor_s, LEAD_SDS * spread)
+        jitter = math.sqrt(max(0.0, spread**2 - self.gap_s() ** 2 / 12.0))
+        return max(self.lead_floor_s, LEAD_SDS * jitter)
 
     def _await_after(self, t: float) -> None:
         """Await the first grid point more than half a period after ``t``."""
@@ -261,12 +280,18 @@ class TickSchedule(Schedule):
                 self.dense_polls += 1
                 return self.dense_s
             self._awaited_s += period * math.ceil((now_s - self._awaited_s - period / 2) / period)
-        opens = self._awaited_s - self.lead_s - self.wake_allowance_s()
+        dither = (self._guards * DITHER) % 1.0 * self.gap_s()
+        opens = self._awaited_s - self.lead_s - self.wake_allowance_s() - dither
         if now_s + self.dense_s >= opens:
             self.dense_polls += 1
             return self.dense_s
+        self._guards += 1
         self._slept, self._wake_s = True, opens
         return opens - now_s
+
+    def gap_s(self) -> float:
+        """The median time from one dense poll's read to the next's (a call and a pause). Units: s."""
+        return statistics.median(self._gaps) if self._gaps else self.dense_s
 
     def wake_allowance_s(self) -> float:
         """How much earlier than ``lead_s`` the guard opens: how late the poller woke from its
