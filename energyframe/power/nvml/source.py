@@ -16,8 +16,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from ...errors import OptionError, PowerSourceError
 from ...kit.polling import Dedup, Poller, PollingSource, mode_option
 from ...kit.schedule import TickSchedule
@@ -203,6 +201,8 @@ class NVMLPowerSource(PollingSource):
 
     # -- per-window annotations (in the measured process) -----------------------------------------
     def annotate(self, channel, start_s, end_s, series) -> WindowAnnotation:
+        import numpy as np  # here, in the measured process: the sampler process starts without it
+
         gpu = channel.name.split(".")[0]
         columns: dict[str, Any] = {}
         flags: list[str] = []
