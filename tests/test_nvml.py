@@ -138,6 +138,11 @@ def test_a_starved_pollers_late_ticks_flag_the_windows_beside_them(fake_nvml, tm
         pytest.fail(f"in {STARVED_RUNS} runs the host spread every stamp beyond a regular grid")
     starved = {round(float(line) / 0.1) for line in log.read_text().split()}
     assert len(starved) >= 3
+    # the default sampler followed the counter's grid, and its guard's poll was the one starved:
+    # the schedule saw those ticks across the stall (wide), or, woken late, after it (early)
+    loop = result.meta["sources"][0]["info"]["acquisition"]["loops"]["nvml-gpu0"]
+    assert loop["schedule"] == "grid" and loop["grid_ticks"] > 0
+    assert loop["wide"] + loop["early"] >= len(starved) - 1
     # the ticks beside an edge are the two stamped either side of it (an edge a few ms past a
     # tick's true time may still lie before its stamp); each stamp is numbered by the tick it
     # lies nearest (the counter's samples are its ticks alone: the first read is not one)

@@ -273,13 +273,17 @@ class TickSchedule(Schedule):
             self.dense_polls += 1
             return self.dense_s
         period = self.grid[0]
-        if now_s > self._awaited_s + period / 2:  # half a period without the tick: skipped
+        # half a period without the tick: the counter skipped an update. Judged by when the last
+        # poll read, not by the time now: a poll that read before the tick and then stalled (a
+        # starved poller) has not seen the tick yet, and the next poll will
+        read_s = self._read_s if self._read_s is not None else now_s
+        if read_s > self._awaited_s + period / 2:
             self.skipped += 1
             self._strike()
             if self.grid is None:
                 self.dense_polls += 1
                 return self.dense_s
-            self._awaited_s += period * math.ceil((now_s - self._awaited_s - period / 2) / period)
+            self._awaited_s += period * math.ceil((read_s - self._awaited_s - period / 2) / period)
         dither = (self._guards * DITHER) % 1.0 * self.gap_s()
         opens = self._awaited_s - self.lead_s - self.wake_allowance_s() - dither
         if now_s + self.dense_s >= opens:

@@ -33,10 +33,11 @@ class Polled:
         return self.stamps - self.truth
 
 
-def poll(ticks, schedule=None, cost_s=COST_S, end_s=None, late=None) -> Polled:
+def poll(ticks, schedule=None, cost_s=COST_S, end_s=None, late=None, stall=None) -> Polled:
     """Poll a counter that ticks at ``ticks`` until ``end_s``: pausing ``DENSE_S`` after every
     call without a schedule, as the schedule says with one; ``late(pause)``: how late the poller
-    wakes from a pause (a loaded host)."""
+    wakes from a pause (a loaded host); ``stall(t)``: how long a call that read at ``t`` blocks
+    after reading (a poller the host keeps away)."""
     ticks = list(ticks)
     end_s = ticks[-1] + 0.05 if end_s is None else end_s
     t, before, seen = 0.0, None, None
@@ -49,8 +50,9 @@ def poll(ticks, schedule=None, cost_s=COST_S, end_s=None, late=None) -> Polled:
             truth.append(ticks[value - 1])
             brackets.append(t - before)
         before, seen = t, value
-        pause = DENSE_S if schedule is None else schedule.pause_s(t, {"gpu0": float(value)}, t + cost_s)
-        t += cost_s + pause + (late(pause) if late is not None else 0.0)
+        took = cost_s + (stall(t) if stall is not None else 0.0)
+        pause = DENSE_S if schedule is None else schedule.pause_s(t, {"gpu0": float(value)}, t + took)
+        t += took + pause + (late(pause) if late is not None else 0.0)
     return Polled(np.array(stamps), np.array(truth), np.array(brackets), polls)
 
 
@@ -168,6 +170,32 @@ def test_a_poller_that_wakes_late_opens_its_guards_earlier():
     assert stats["early"] <= 3 and stats["grid_lost"] == 0
     assert (np.abs(followed.error_s) > (COST_S + DENSE_S) / 2 + 1e-9).sum() == stats["early"]
     assert stats["polls_per_tick_on_grid"] <= 6
+
+
+def test_a_poller_kept_away_past_half_a_period_stamps_that_tick_across_the_stall_and_keeps_the_grid():
+    # a host short of CPU keeps the poller away for 60 ms right after it read the old value of
+    # every fourth tick (as the fake NVML's ``starve`` does): the tick is seen by the next poll,
+    # stamped midway across the stall (~30 ms off, where the run's tick check flags it), and is
+    # no skipped update: the grid is kept, the next tick bracketed tightly again
+    ticks = grid(n=200)
+    starved = set()
+
+    def stall(t):
+        k = bisect.bisect_right(ticks, t)  # the next tick
+        if k < len(ticks) and k % 4 == 0 and ticks[k] - t <= 0.004 and k not in starved:
+            starved.add(k)
+            return 0.06
+        return 0.0
+
+    schedule = TickSchedule("gpu0", DENSE_S)
+    followed = poll(ticks, schedule, stall=stall)
+    stats = schedule.stats()
+    assert len(starved) > 30
+    assert stats["grid_lost"] == 0 and stats["skipped"] == 0 and stats["early"] == 0
+    assert stats["wide"] == len(starved)
+    wide = np.abs(followed.error_s) > (COST_S + DENSE_S) / 2 + 1e-9
+    assert set(np.flatnonzero(wide)) == starved  # stamp i is for tick i
+    assert (np.abs(followed.error_s[wide]) > 0.02).all()
 
 
 def test_irregular_ticks_are_polled_densely():
