@@ -176,7 +176,8 @@ class NVMLPowerSource(PollingSource):
         return pollers
 
     def dedup(self, channel: Channel) -> Dedup:
-        # the counter's ticks, and power fields that update every ~100 ms, polled every ~1 ms
+        # the counter's ticks, and power fields that update every ~100 ms, read with the counter
+        # (every ~1 ms around each of its ticks, or throughout with sampler=dense)
         return Dedup.TICKS if channel.quantity == Quantity.ENERGY else Dedup.CHANGES
 
     def close(self) -> None:
