@@ -16,11 +16,14 @@ around its iterations for every configuration, so the meter's window edges are n
 an edge costs (sync, reads) is reported apart.
 
 Repetitions: the defaults (8 rounds x 12 windows of 0.2 s, per workload and configuration) give
-96 windows per configuration; on a window CV of 1-2.5 %, the 95 % interval of a configuration's
-median over none's is about ±0.3-0.6 %, enough to tell 1 %. The table prints the interval got.
+96 windows per configuration; simulated with a window CV of 1 / 2 / 2.5 % and rounds drifting by
+±5 % (tests/test_sampler_overhead.py), the 95 % interval of a configuration's ratio to none is
+±0.27 / 0.55 / 0.68 % (median of 20), enough to tell 1 %. The table prints the interval got; a
+noisier host needs more ``--rounds`` (the interval shrinks as their square root).
 
 Per workload and configuration it prints: median time per iteration and its ratio to ``none``
-(target <= 1.01) with a 95 % bootstrap interval over rounds (paired by round); the within-run CV
+(target <= 1.01: the geometric mean of each round's ratio of medians, so that drift between
+rounds cancels) with a 95 % bootstrap interval over rounds; the within-run CV
 of time per iteration (median over rounds) and its ratio to ``none``'s (target <= 1.2); the
 sampler's CPU share while it sampled (run.json's ``sources[].info.acquisition.cpu_share``; target
 <= 0.10) and its polls per counter tick; the CPU share of the whole process tree; and the edge
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import resource
@@ -193,21 +197,21 @@ def cv(values: list[float]) -> float:
     return statistics.pstdev(values) / statistics.fmean(values) if len(values) > 1 else float("nan")
 
 
-def paired_interval(runs: list[dict], config: str, draws: int = 2000) -> tuple[float, float, float]:
-    """The ratio of ``config``'s median time per iteration to ``none``'s, pooled over rounds,
-    and its 95 % interval from resampling whole rounds (each round's pair stays together)."""
-    rounds = sorted({r["round"] for r in runs})
+def paired_interval(runs: list[dict], config: str, draws: int = 4000) -> tuple[float, float, float]:
+    """``config``'s time per iteration over ``none``'s: each round's ratio of medians (the two ran
+    back to back, so a drift between rounds cancels), their geometric mean, and its 95 % interval
+    from resampling rounds."""
     by = {(r["round"], r["config"]): r["time_per_iter_s"] for r in runs}
-    pairs = [(by[(k, config)], by[(k, "none")]) for k in rounds if (k, config) in by and (k, "none") in by]
-
-    def ratio(chosen):
-        return statistics.median(v for a, _ in chosen for v in a) / statistics.median(v for _, b in chosen for v in b)
-
-    if not pairs:
+    logs = [
+        math.log(statistics.median(by[(k, config)]) / statistics.median(by[(k, "none")]))
+        for k in sorted({r["round"] for r in runs})
+        if (k, config) in by and (k, "none") in by
+    ]
+    if not logs:
         return float("nan"), float("nan"), float("nan")
     rng = random.Random(0)
-    boot = sorted(ratio([rng.choice(pairs) for _ in pairs]) for _ in range(draws))
-    return ratio(pairs), boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]
+    boot = sorted(statistics.fmean(rng.choice(logs) for _ in logs) for _ in range(draws))
+    return math.exp(statistics.fmean(logs)), math.exp(boot[int(0.025 * draws)]), math.exp(boot[int(0.975 * draws) - 1])
 
 
 def table(runs: list[dict], configs: list[str]) -> list[str]:
