@@ -125,6 +125,7 @@ class TickSchedule(Schedule):
         self._late: deque[float] = deque(maxlen=WAKE_SLEEPS)  # how late recent sleeps woke
         self._gaps: deque[float] = deque(maxlen=GAP_POLLS)  # dense gaps, read to read
         self._guards = 0
+        self._allowance_s = 0.0  # the last wake allowance (read by stats from another thread)
         self._fit: deque[float] = deque(maxlen=FIT_TICKS)
         #: the grid followed: (period, a grid point, robust spread about it); None: polling densely
         self.grid: tuple[float, float, float] | None = None
@@ -163,7 +164,8 @@ class TickSchedule(Schedule):
         return self._plan(now_s)
 
     def stats(self) -> dict[str, Any]:
-        period = self.grid[0] if self.grid is not None else None
+        grid = self.grid  # once: the poller's thread may drop it meanwhile
+        period = grid[0] if grid is not None else None
         return {
             "schedule": "grid",
             "ticks": self.ticks,
@@ -173,10 +175,10 @@ class TickSchedule(Schedule):
             "grid_ticks": self.grid_ticks,
             "polls_per_tick_on_grid": _ratio(self.grid_polls, self.grid_ticks),
             "dense_polls": self.dense_polls,
-            "following_grid": self.grid is not None,
+            "following_grid": grid is not None,
             "grid_period_s": period,
             "lead_s": round(self.lead_s, 6),
-            "wake_allowance_s": round(self.wake_allowance_s(), 6),
+            "wake_allowance_s": round(self._allowance_s, 6),
             # ticks stamped across a sleep (they came before the guard opened), and across a
             # poll that blocked or a starved poller: the run's tick check judges their stamps
             "early": self.early,
@@ -285,7 +287,8 @@ class TickSchedule(Schedule):
                 return self.dense_s
             self._awaited_s += period * math.ceil((read_s - self._awaited_s - period / 2) / period)
         dither = (self._guards * DITHER) % 1.0 * self.gap_s()
-        opens = self._awaited_s - self.lead_s - self.wake_allowance_s() - dither
+        self._allowance_s = self.wake_allowance_s()
+        opens = self._awaited_s - self.lead_s - self._allowance_s - dither
         if now_s + self.dense_s >= opens:
             self.dense_polls += 1
             return self.dense_s
