@@ -31,8 +31,9 @@ cost per window. ``--cli-runs N`` adds N alternating runs each of ``energyframe 
 resnet50 --power none`` and ``--power nvml`` as a user runs them: wall time, process-tree CPU,
 ``show``'s time lines (what the run cost beyond the work). Raw data: ``OUT/sampler_overhead.json``.
 
-Run on a GPU (about 5 minutes with the defaults):
-``python benchmarks/sampler_overhead.py --out $OUT`` (``--quick`` for a 1-minute smoke run).
+Run on a GPU (about 5 minutes with the defaults; ``--workloads resnet50`` or ``--workloads launch
+--cli-runs 0`` for half each): ``python benchmarks/sampler_overhead.py --out $OUT`` (``--quick``
+for a 1-minute smoke run).
 """
 
 from __future__ import annotations
@@ -288,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cli-runs", type=int, default=1, help="runs each of the CLI with and without nvml")
     ap.add_argument("--quick", action="store_true", help="2 rounds x 6 windows, no CLI runs: a smoke test")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script without a GPU")
+    ap.add_argument("--workloads", default="resnet50,launch", help="which of resnet50, launch (one per command: half the time)")
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.windows, args.cli_runs = 2, 6, 0
@@ -302,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     loads, _model = workloads(args.kernels, args.device)
     runs: list[dict] = []
     started = time.monotonic()
-    for workload, (step, sync) in loads.items():
+    chosen = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    for workload, (step, sync) in ((w, loads[w]) for w in chosen):
         for _ in range(3):
             per_iteration_s(step, sync)  # warm: clocks, caches, allocator
         iterations = max(1, round(args.window_s / per_iteration_s(step, sync)))
