@@ -202,6 +202,20 @@ def test_a_failure_is_raised_once_after_the_samples_before_it(mode):
     assert source.read() == []
 
 
+def test_thread_mode_reports_what_its_loops_cost():
+    source = SignalSource(name="sig", period_s=0.005)
+    source.start(SourceContext())
+    samples = read_until(source, lambda got: len(got) >= 30)
+    source.stop()
+    samples += source.read()
+    cost = source.info()["acquisition"]
+    loop = cost["loops"]["sig"]
+    assert loop["polls"] == sum(s.channel == "sig" for s in samples)  # a sample a poll
+    # in thread mode the share is the loops' threads' CPU time, not the measured process's
+    assert cost["cpu_s"] == pytest.approx(loop["cpu_s"], abs=1e-5) and cost["wall_s"] > 0
+    assert "start_cpu_s" not in cost and source.info() == source.info()  # stopped: it stays put
+
+
 def test_process_mode_runs_in_a_child_that_is_reaped_on_stop(tmp_path):
     source = SignalSource(name="sig", period_s=0.005, mode="process")
     source.start(SourceContext(raw_dir=tmp_path / "raw"))
