@@ -20,6 +20,7 @@ import pytest
 import energyframe as ef
 from energyframe.core.tickgrid import REGULAR_SD_S
 from energyframe.errors import OptionError, PowerSourceError
+from energyframe.kit.schedule import TIGHT_S
 from energyframe.plugin import Quantity, SourceContext
 from energyframe.power.nvml import NVMLPowerSource, load_pynvml
 from energyframe.power.nvml.device import VALUE_MEMBERS, select_gpus
@@ -522,11 +523,12 @@ def test_the_grid_sampler_stamps_every_tick_as_dense_polling_does_with_a_fractio
     assert grid["polls_per_tick_on_grid"] <= 8
     assert dense_per_tick / grid["polls_per_tick_on_grid"] > 4
     assert grid["polls"] < dense["polls"] / 2  # the first ~0.6 s of the run are polled densely
-    # stamped as precisely: within half a poll and a pause of the true tick (2 ms here), but for
-    # ticks the schedule says it stamped across a sleep or a blocked poll (a loaded host)
+    # stamped as precisely: most within a poll and a pause of the true tick (2 ms here), every
+    # one within half of TIGHT_S (a bracket a loaded host stretched) but for the ticks the
+    # schedule says it stamped across a sleep or a blocked poll
     for errors, excused in ((grid_errors, grid["early"] + grid["wide"]), (dense_errors, 2)):
-        assert (np.abs(errors) > 0.0035).sum() <= excused
-    assert np.median(np.abs(grid_errors)) <= 0.002
+        assert (np.abs(errors) > TIGHT_S / 2).sum() <= excused
+        assert np.quantile(np.abs(errors), 0.9) <= 0.0025
 
 
 def test_the_sampler_option_is_validated():
