@@ -239,7 +239,9 @@ def test_the_default_sampler_follows_the_grid_and_stamps_every_tick(gemm, mode):
     assert loop["polls_per_tick_on_grid"] <= 12
     assert loop["ticks"] == ticks.size  # every change seen is a stamped tick
     assert abs(ticks.size - cost["wall_s"] / 0.1) <= 3  # and every update of the counter was seen
-    assert loop["early"] + loop["wide"] <= 2
+    # no tick came before its guard opened (the host woke the sampler on time); a few may be seen
+    # by a field query that blocked 10-30 ms under load (their stamps within ~15 ms, judged below)
+    assert loop["early"] == 0 and loop["wide"] <= 3
     grid = TickGrid.check(ticks)
     assert grid is not None and grid.regular and not grid.off.any()
     flags = ";".join(by_channel(m.result, "gpu0")["flags"])
