@@ -1,95 +1,348 @@
-"""What recording power costs the measured program.
+"""What the meter costs the program it measures: time per iteration, its spread, CPU, wall time.
 
-A launch-bound workload (thousands of tiny kernels issued eagerly from Python, the kind a
-sampling thread slows down most) is timed with no source, with ``nvml`` sampling in its own
-process, with ``nvml`` sampling in a thread of the measured process, and with ``nvidia-smi``.
-Configurations alternate over several rounds; the table gives each one's median time per
-iteration over the no-source median (target: <= 1.01).
+Two host-bound workloads, each timed in one process under every configuration in turn, the
+configurations shuffled anew in each round so that none always follows another (drift cancels):
 
-Run on a GPU: ``python benchmarks/sampler_overhead.py [--rounds 3] [--json out.json]``.
+- ``resnet50``: the README's main job (``energyframe run --workload resnet50``: eager, batch 1,
+  bound by the host issuing kernels), its step taken from the workload plugin itself;
+- ``launch``: a launch-bound loop, ``--kernels`` tiny kernels (``x.add_(1)``) per iteration.
+
+Configurations: ``none`` (``ef.measure`` without a source: the same timing windows), ``nvml``
+(the default: a sampler process following the counter's grid), ``nvml-dense`` (``sampler=dense``:
+polling every 1 ms throughout, as before), ``zeus`` (Zeus's ``ZeusMonitor`` windows, if ``zeus``
+imports). One round runs each configuration once: a measurement started, ``--windows`` windows of
+about ``--window-s`` each, stopped. Each window's time per iteration is timed here, with one clock
+around its iterations for every configuration, so the meter's window edges are not in it; what
+an edge costs (sync, reads) is reported apart.
+
+Repetitions: the defaults (8 rounds x 12 windows of 0.2 s, per workload and configuration) give
+96 windows per configuration; simulated with a window CV of 1 / 2 / 2.5 % and rounds drifting by
+±5 % (tests/test_sampler_overhead.py), the 95 % interval of a configuration's ratio to none is
+±0.27 / 0.55 / 0.68 % (median of 20), enough to tell 1 %. The table prints the interval got; a
+noisier host needs more ``--rounds`` (the interval shrinks as their square root).
+
+Per workload and configuration it prints: median time per iteration and its ratio to ``none``
+(target <= 1.01: the geometric mean of each round's ratio of medians, so that drift between
+rounds cancels) with a 95 % bootstrap interval over rounds; the within-run CV
+of time per iteration (median over rounds) and its ratio to ``none``'s (target <= 1.2); the
+sampler's CPU share while it sampled (run.json's ``sources[].info.acquisition.cpu_share``; target
+<= 0.10) and its polls per counter tick; the CPU share of the whole process tree; and the edge
+cost per window. ``--cli-runs N`` adds N alternating runs each of ``energyframe run --workload
+resnet50 --power none`` and ``--power nvml`` as a user runs them: wall time, process-tree CPU,
+``show``'s time lines (what the run cost beyond the work). Raw data: ``OUT/sampler_overhead.json``.
+
+Run on a GPU (about 5 minutes with the defaults; ``--workloads resnet50`` or ``--workloads launch
+--cli-runs 0`` for half each): ``python benchmarks/sampler_overhead.py --out $OUT`` (``--quick``
+for a 1-minute smoke run).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import random
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import energyframe as ef
-from energyframe.power.nvidia_smi import NvidiaSmiPowerSource
 from energyframe.power.nvml import NVMLPowerSource
 
-CONFIGS = {
-    "none": lambda: [],
-    "nvml (process)": lambda: [NVMLPowerSource(name="nvml", gpus="0")],
-    "nvml (thread)": lambda: [NVMLPowerSource(name="nvml", gpus="0", mode="thread")],
-    "nvidia-smi": lambda: [NvidiaSmiPowerSource(name="nvidia-smi", gpus="0")],
-}
+CONFIGS = ("none", "nvml", "nvml-dense", "zeus")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kernels", type=int, default=20000, help="tiny kernels per iteration")
-    ap.add_argument("--trials", type=int, default=9)
-    ap.add_argument("--rounds", type=int, default=6)
-    ap.add_argument("--json")
-    args = ap.parse_args()
+def tree_cpu_s() -> float:
+    """CPU seconds of this process, its reaped children and its live descendants (Linux)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    me = os.getpid()
+    for pid in cpu:
+        p, seen = parents.get(pid), 0
+        while p and p != me and seen < 64:
+            p, seen = parents.get(p), seen + 1
+        if p == me and pid != me:
+            total += cpu[pid]
+    return total
+
+
+def workloads(kernels: int, device: str):
+    """``{name: (step, sync)}``: the README's resnet50 step and the launch-bound loop."""
     import torch
 
-    x = torch.zeros(256, device="cuda")
+    from energyframe.kit.registry import create_workload
 
-    def step():
-        for _ in range(args.kernels):
+    model = create_workload("resnet50" if device == "cuda" else f"resnet50:device={device}")
+    model.setup()
+    phase = next(iter(model.phases()))
+    x = torch.zeros(256, device=device)
+
+    def launch():
+        for _ in range(kernels):
             x.add_(1.0)
 
-    step()
-    torch.cuda.synchronize()
-    times: dict[str, list[float]] = {name: [] for name in CONFIGS}
-    order = list(CONFIGS)
-    for _ in range(args.rounds):
-        random.shuffle(order)  # no configuration always runs first (or after the same one)
-        for name in order:
-            make = CONFIGS[name]
-            with ef.measure(power=make(), sync=torch.cuda.synchronize) as m:
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    return {"resnet50": (phase.step, phase.sync), "launch": (launch, sync)}, model
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if device == "cuda" else device
+
+
+def per_iteration_s(step, sync, n: int = 20) -> float:
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    sync()
+    return (time.perf_counter() - t0) / n
+
+
+class Zeus:
+    """Zeus's monitor as its users call it: a window opened and closed around the work."""
+
+    def __init__(self) -> None:
+        from zeus.monitor import ZeusMonitor
+
+        try:
+            self.monitor = ZeusMonitor(gpu_indices=[0], cpu_indices=[])
+        except TypeError:
+            self.monitor = ZeusMonitor(gpu_indices=[0])
+
+    def window(self, name: str):
+        monitor = self.monitor
+
+        class _Window:
+            def __enter__(self):
+                monitor.begin_window(name)
+
+            def __exit__(self, *exc):
+                monitor.end_window(name)
+
+        return _Window()
+
+
+def one_run(config: str, step, sync, iterations: int, windows: int) -> dict:
+    """One measurement of ``windows`` windows under ``config``: each window's time per iteration
+    (timed here), its edges' cost, the process tree's CPU and the sampler's report."""
+    times, edges = [], []
+    cpu0, wall0 = tree_cpu_s(), time.monotonic()
+    info: dict = {}
+
+    def timed(window) -> None:
+        opened = time.perf_counter()
+        with window:
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(iterations):
                 step()
-                for _ in range(args.trials):
-                    with m.window("launch"):
-                        step()
-            times[name] += list(m.result.windows.drop_duplicates(["phase", "trial"])["duration_s"])
-    base = statistics.median(times["none"])
-    print(
-        f"\nsampling overhead on {torch.cuda.get_device_name(0)}, {time.strftime('%Y-%m-%d')}: "
-        f"{args.kernels} tiny kernels per iteration, {args.rounds} rounds x {args.trials} trials"
-    )
-    print(f"{'configuration':18s} {'median':>10s} {'ratio':>8s} {'IQR/median':>11s}")
-    out = {}
-    for name, values in times.items():
-        med = statistics.median(values)
-        q = statistics.quantiles(values, n=4)
-        out[name] = {
-            "median_s": med,
-            "ratio": med / base,
-            "relative_iqr": (q[2] - q[0]) / med,
-            "n": len(values),
-        }
-        print(f"{name:18s} {med * 1e3:8.2f}ms {med / base:8.4f} {100 * (q[2] - q[0]) / med:10.2f}%")
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "device": torch.cuda.get_device_name(0),
-                    "date": time.strftime("%Y-%m-%d"),
-                    "kernels": args.kernels,
-                    "results": out,
-                    "times_s": times,
-                },
-                indent=1,
+            sync()
+            t1 = time.perf_counter()
+        closed = time.perf_counter()
+        times.append((t1 - t0) / iterations)
+        edges.append((closed - opened) - (t1 - t0))
+
+    if config == "zeus":
+        zeus = Zeus()
+        for _ in range(windows):
+            timed(zeus.window("w"))
+    else:
+        power: str | list = "none"
+        if config == "nvml":
+            power = [NVMLPowerSource(name="nvml", gpus="0")]
+        elif config == "nvml-dense":
+            power = [NVMLPowerSource(name="nvml", gpus="0", sampler="dense")]
+        with ef.measure(power=power, sync=sync) as m:
+            for _ in range(windows):
+                timed(m.window("w", iterations=iterations))
+        sources = m.result.meta.get("sources") or []
+        info = dict(sources[0]["info"]) if sources else {}
+    wall = time.monotonic() - wall0
+    cost = info.get("acquisition") or {}
+    loop = (cost.get("loops") or {}).get("nvml-gpu0", {})
+    return {
+        "config": config,
+        "time_per_iter_s": times,
+        "edge_s": edges,
+        "wall_s": wall,
+        "tree_cpu_s": tree_cpu_s() - cpu0,
+        "sampler_cpu_share": cost.get("cpu_share"),
+        "sampler_polls": loop.get("polls"),
+        "ticks": (cost.get("tick_brackets_s") or {}).get("gpu0", {}).get("n"),
+        "tick_bracket_median_s": (cost.get("tick_brackets_s") or {}).get("gpu0", {}).get("median"),
+        "polls_per_tick_on_grid": loop.get("polls_per_tick_on_grid"),
+        "acquisition": cost,
+    }
+
+
+def cv(values: list[float]) -> float:
+    return statistics.pstdev(values) / statistics.fmean(values) if len(values) > 1 else float("nan")
+
+
+def paired_interval(runs: list[dict], config: str, draws: int = 4000) -> tuple[float, float, float]:
+    """``config``'s time per iteration over ``none``'s: each round's ratio of medians (the two ran
+    back to back, so a drift between rounds cancels), their geometric mean, and its 95 % interval
+    from resampling rounds."""
+    by = {(r["round"], r["config"]): r["time_per_iter_s"] for r in runs}
+    logs = [
+        math.log(statistics.median(by[(k, config)]) / statistics.median(by[(k, "none")]))
+        for k in sorted({r["round"] for r in runs})
+        if (k, config) in by and (k, "none") in by
+    ]
+    if not logs:
+        return float("nan"), float("nan"), float("nan")
+    rng = random.Random(0)
+    boot = sorted(statistics.fmean(rng.choice(logs) for _ in logs) for _ in range(draws))
+    return math.exp(statistics.fmean(logs)), math.exp(boot[int(0.025 * draws)]), math.exp(boot[int(0.975 * draws) - 1])
+
+
+def table(runs: list[dict], configs: list[str]) -> list[str]:
+    lines = [
+        "| workload | configuration | median time/iter | ratio to none [95 % interval] | within-run CV (median) | CV ratio |"
+        " sampler CPU (of a core) | polls/tick on grid | tree CPU (of a core) | edge per window |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for workload in sorted({r["workload"] for r in runs}):
+        mine = [r for r in runs if r["workload"] == workload]
+        base_cv = statistics.median(cv(r["time_per_iter_s"]) for r in mine if r["config"] == "none")
+        for config in configs:
+            rs = [r for r in mine if r["config"] == config]
+            if not rs:
+                continue
+            median = statistics.median(v for r in rs for v in r["time_per_iter_s"])
+            ratio, lo, hi = paired_interval(mine, config)
+            run_cv = statistics.median(cv(r["time_per_iter_s"]) for r in rs)
+            shares = [r["sampler_cpu_share"] for r in rs if r["sampler_cpu_share"] is not None]
+            share = f"{100 * statistics.median(shares):.1f} %" if shares else "-"
+            ppt = [r["polls_per_tick_on_grid"] for r in rs if r["polls_per_tick_on_grid"] is not None]
+            tree = statistics.median(r["tree_cpu_s"] / r["wall_s"] for r in rs)
+            edge = statistics.median(v for r in rs for v in r["edge_s"])
+            lines.append(
+                f"| {workload} | {config} | {median * 1e3:.3f} ms | {ratio:.4f} [{lo:.4f}, {hi:.4f}] | "
+                f"{100 * run_cv:.2f} % | {run_cv / base_cv:.2f} | {share} | "
+                f"{f'{statistics.median(ppt):.2f}' if ppt else '-'} | {tree:.2f} | {edge * 1e3:.2f} ms |"
             )
+    return lines
+
+
+def cli_runs(out: Path, n: int) -> list[dict]:
+    """``energyframe run --workload resnet50`` with and without nvml, as a user runs it."""
+    from energyframe.reporters.console import time_lines
+
+    rows = []
+    for i in range(n):
+        for power in ("none", "nvml"):
+            run_dir = out / "cli" / f"{power}-{i}"
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.monotonic()
+            done = subprocess.run(
+                [sys.executable, "-m", "energyframe", "run", "--workload", "resnet50", "--power", power,
+                 "--out", str(run_dir)],
+                capture_output=True, text=True,
+            )
+            wall = time.monotonic() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+            row = {"power": power, "run": i, "exit_code": done.returncode, "wall_s": wall, "tree_cpu_s": cpu}
+            meta_path = run_dir / "run.json"
+            if meta_path.exists():
+                meta = json.loads(meta_path.read_text())
+                row["timings_s"] = meta.get("timings_s")
+                row["show"] = time_lines(meta.get("timings_s") or {})
+                sources = meta.get("sources") or []
+                cost = (sources[0].get("info") or {}).get("acquisition") if sources else None
+                row["sampler_cpu_share"] = (cost or {}).get("cpu_share")
+            rows.append(row)
+            print(f"cli {power} #{i}: exit {done.returncode}, wall {wall:.1f} s, tree CPU {cpu:.1f} s, "
+                  f"sampler {row.get('sampler_cpu_share')}", flush=True)
+            for line in row.get("show", []):
+                print("   ", line, flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("sampler-overhead"))
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--windows", type=int, default=12, help="windows per measurement")
+    ap.add_argument("--window-s", type=float, default=0.2, help="about this long each. Units: s")
+    ap.add_argument("--kernels", type=int, default=2000, help="tiny kernels per launch-loop iteration")
+    ap.add_argument("--cli-runs", type=int, default=1, help="runs each of the CLI with and without nvml")
+    ap.add_argument("--quick", action="store_true", help="2 rounds x 6 windows, no CLI runs: a smoke test")
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script without a GPU")
+    ap.add_argument("--workloads", default="resnet50,launch", help="which of resnet50, launch (one per command: half the time)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds, args.windows, args.cli_runs = 2, 6, 0
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    configs = list(CONFIGS)
+    try:
+        Zeus()
+    except Exception as e:  # not installed here, or it cannot start: say so, go on without it
+        print(f"zeus left out: {type(e).__name__}: {e}", flush=True)
+        configs.remove("zeus")
+    loads, _model = workloads(args.kernels, args.device)
+    runs: list[dict] = []
+    started = time.monotonic()
+    chosen = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    for workload, (step, sync) in ((w, loads[w]) for w in chosen):
+        for _ in range(3):
+            per_iteration_s(step, sync)  # warm: clocks, caches, allocator
+        iterations = max(1, round(args.window_s / per_iteration_s(step, sync)))
+        print(f"{workload}: {iterations} iterations per window", flush=True)
+        for k in range(args.rounds):
+            order = list(configs)
+            random.Random(k).shuffle(order)
+            for config in order:
+                run = one_run(config, step, sync, iterations, args.windows)
+                run.update(workload=workload, round=k, iterations=iterations)
+                runs.append(run)
+                print(f"  round {k} {config}: median {1e3 * statistics.median(run['time_per_iter_s']):.3f} ms, "
+                      f"sampler {run['sampler_cpu_share']}", flush=True)
+    cli = cli_runs(args.out, args.cli_runs) if args.cli_runs else []
+    lines = table(runs, configs)
+    header = (
+        f"sampler overhead on {device_name(args.device)}, {time.strftime('%Y-%m-%d')}: "
+        f"{args.rounds} rounds x {args.windows} windows of ~{args.window_s} s per workload and configuration "
+        f"({time.monotonic() - started:.0f} s)"
+    )
+    print("\n" + header)
+    print("\n".join(lines))
+    (args.out / "sampler_overhead.json").write_text(
+        json.dumps(
+            {
+                "device": device_name(args.device),
+                "date": time.strftime("%Y-%m-%d"),
+                "args": {k: str(v) for k, v in vars(args).items()},
+                "configs": configs,
+                "runs": runs,
+                "cli": cli,
+                "table": lines,
+            },
+            indent=1,
         )
+    )
+    (args.out / "sampler_overhead.md").write_text(header + "\n\n" + "\n".join(lines) + "\n")
     return 0
 
 

@@ -4,7 +4,7 @@ A plugin is a class registered under an entry-point group (``energyframe.power``
 ``.reporters``) whose name users type; its constructor only stores validated options. The contract
 is docs/writing-plugins.md, the polling base docs/polling.md; ``energyframe.testing`` checks both.
 Besides the bases below, this module hands out the polling base (``PollingSource``, ``Poller``,
-``Stream``, ``Dedup``, ``mode_option``); the data (``Channel``, ``Sample``, ``Quantity``, ``Scope``,
+``Stream``, ``Dedup``, ``mode_option``, and a poller's ``Schedule``: ``TickSchedule``); the data (``Channel``, ``Sample``, ``Quantity``, ``Scope``,
 ``ClockBase``, ``Timing``, ``SourceContext``, ``Detection``, ``Phase``, ``WindowAnnotation``,
 ``DerivedTable``, ``WorkloadContext``, ``ReportFigure``, ``no_sync``, ``Option``); the errors
 (``EnergyFrameError``, ``PowerSourceError``, ``WorkloadError``, ``UsageError``, ``OptionError``);
@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     from .kit.polling import PollingSource as PollingSource
     from .kit.polling import Stream as Stream
     from .kit.polling import mode_option as mode_option
+    from .kit.schedule import Schedule as Schedule
+    from .kit.schedule import TickSchedule as TickSchedule
     from .results.result import COMPLETE as COMPLETE
     from .results.result import INCOMPLETE as INCOMPLETE
     from .results.result import RunResult as RunResult
@@ -76,6 +78,8 @@ _LAZY = {
     "Stream": "kit.polling",
     "Dedup": "kit.polling",
     "mode_option": "kit.polling",
+    "Schedule": "kit.schedule",
+    "TickSchedule": "kit.schedule",
 }
 
 

@@ -209,3 +209,40 @@ def test_a_sampler_kept_from_the_cpu_flags_its_late_ticks_and_a_free_one_none(ge
     print(f"sampler stopped ~40 ms after every ~10 ms: flagged {text}")
     assert n == len(by_channel(often, "gpu0")) and inside >= 0.85
     assert any(s.startswith("gpu0: the counter's ticks spread") for s in often.meta["warnings"])
+
+
+@pytest.mark.parametrize("mode", ["process", "thread"])
+def test_the_default_sampler_follows_the_grid_and_stamps_every_tick(gemm, mode):
+    # ~5 s idle, then ~3 s of steady GEMMs: the default sampler (sampler=grid) finds the counter's
+    # grid, then polls a few times a tick (a ~3-ms call and a 1-ms pause from 3-5 ms before each
+    # expected tick; cheap calls give more), and every tick of its life is stamped, on the grid
+    source = NVMLPowerSource(name="nvml", gpus="0", mode=mode)
+    n = int(3.0 / 0.00167)
+    with ef.measure(power=[source], sync=torch.cuda.synchronize) as m:
+        with m.window("idle"):
+            time.sleep(5.0)
+        with m.window("load", iterations=n):
+            for _ in range(n):
+                gemm()
+    info = m.result.meta["sources"][0]["info"]
+    cost = info["acquisition"]
+    loop = cost["loops"]["nvml-gpu0"]
+    ticks = m.result.samples[m.result.samples["channel"] == "gpu0"]["time_s"].to_numpy()
+    print(
+        f"\n{mode}: sampler {100 * cost['cpu_share']:.2f} % of a core over {cost['wall_s']:.1f} s, "
+        f"{loop['polls_per_tick_on_grid']} polls a tick on the grid ({loop['polls_per_tick']} in all), "
+        f"brackets {cost['tick_brackets_s']['gpu0']}, calls {1e3 * loop['busy_s'] / loop['polls']:.3f} ms each, "
+        f"{loop['cpu_s'] / loop['polls'] * 1e3:.3f} ms CPU each; lead {loop['lead_s']}, early {loop['early']}, "
+        f"wide {loop['wide']}; slow loop {cost['loops']['nvml-slow']}"
+    )
+    assert info["sampler"] == "grid" and loop["following_grid"] and loop["grid_lost"] == 0
+    assert loop["polls_per_tick_on_grid"] <= 12
+    assert loop["ticks"] == ticks.size  # every change seen is a stamped tick
+    assert abs(ticks.size - cost["wall_s"] / 0.1) <= 3  # and every update of the counter was seen
+    # no tick came before its guard opened (the host woke the sampler on time); a few may be seen
+    # by a field query that blocked 10-30 ms under load (their stamps within ~15 ms, judged below)
+    assert loop["early"] == 0 and loop["wide"] <= 3
+    grid = TickGrid.check(ticks)
+    assert grid is not None and grid.regular and not grid.off.any()
+    flags = ";".join(by_channel(m.result, "gpu0")["flags"])
+    assert TICK_OFF_GRID not in flags and IRREGULAR_TICKS not in flags

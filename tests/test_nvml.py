@@ -20,6 +20,7 @@ import pytest
 import energyframe as ef
 from energyframe.core.tickgrid import REGULAR_SD_S
 from energyframe.errors import OptionError, PowerSourceError
+from energyframe.kit.schedule import TIGHT_S
 from energyframe.plugin import Quantity, SourceContext
 from energyframe.power.nvml import NVMLPowerSource, load_pynvml
 from energyframe.power.nvml.device import VALUE_MEMBERS, select_gpus
@@ -138,6 +139,11 @@ def test_a_starved_pollers_late_ticks_flag_the_windows_beside_them(fake_nvml, tm
         pytest.fail(f"in {STARVED_RUNS} runs the host spread every stamp beyond a regular grid")
     starved = {round(float(line) / 0.1) for line in log.read_text().split()}
     assert len(starved) >= 3
+    # the default sampler followed the counter's grid, and its guard's poll was the one starved:
+    # the schedule saw those ticks across the stall (wide), or, woken late, after it (early)
+    loop = result.meta["sources"][0]["info"]["acquisition"]["loops"]["nvml-gpu0"]
+    assert loop["schedule"] == "grid" and loop["grid_ticks"] > 0
+    assert loop["wide"] + loop["early"] >= len(starved) - 1
     # the ticks beside an edge are the two stamped either side of it (an edge a few ms past a
     # tick's true time may still lie before its stamp); each stamp is numbered by the tick it
     # lies nearest (the counter's samples are its ticks alone: the first read is not one)
@@ -477,3 +483,72 @@ def test_recorded_h200_ticks_integrate_to_the_recorded_energy(fake_nvml):
         assert row["energy_j"] == pytest.approx(expected_j, rel=0.01), row["phase"]
     power = dict(zip(w["phase"], w["mean_power_w"]))
     assert 100 < power["idle"] < 140 and power["load"] > 600  # what the H200 drew
+
+
+def tick_errors_s(result, scenario):
+    """Each counter tick's stamp minus the fake's true tick (every 100 ms from t0). Units: s."""
+    samples = result.samples[result.samples["channel"] == "gpu0"]
+    stamps = np.sort(samples["time_s"].to_numpy()) - scenario["t0_wall"]
+    return stamps - np.round(stamps / 0.1) * 0.1
+
+
+@pytest.mark.slow
+def test_the_grid_sampler_stamps_every_tick_as_dense_polling_does_with_a_fraction_of_the_polls(fake_nvml):
+    # the default sampler process, as a run uses it, with each schedule: the counter ticks every
+    # 100 ms; a poll takes 1 ms (the fake's cost) and the pause is 1 ms
+    scenario = fake_nvml([gpu()])
+    runs = {}
+    for sampler in ("grid", "dense"):
+        result = run_windows(NVMLPowerSource(name="nvml", sampler=sampler), windows=4, seconds=0.5)
+        info = result.meta["sources"][0]["info"]
+        assert info["sampler"] == sampler and "polls each GPU's energy counter" in info["fast_polling"]
+        cost = info["acquisition"]
+        loop = cost["loops"]["nvml-gpu0"]
+        assert 0.0 <= cost["cpu_share"] == pytest.approx(cost["cpu_s"] / cost["wall_s"], abs=1e-4)
+        w = result.windows[result.windows["channel"] == "gpu0"]
+        assert ((w["energy_j"] - 700.0 * w["duration_s"]).abs() <= w["energy_bound_j"]).all()
+        errors = tick_errors_s(result, scenario)
+        # every tick of the sampler's life was seen and stamped: one a period
+        assert abs(errors.size - cost["wall_s"] / 0.1) <= 2
+        runs[sampler] = loop, errors
+    grid, grid_errors = runs["grid"]
+    dense, dense_errors = runs["dense"]
+    assert grid["schedule"] == "grid" and grid["following_grid"] and grid["grid_found"] >= 1
+    assert "schedule" not in dense
+    assert grid["ticks"] == grid_errors.size  # each change the schedule saw is a stamped tick
+    # dense polling reads ~50 times a tick here; on the grid the schedule reads a few times
+    # (its guard opens 3-5 ms before the expected tick), 5-15 times fewer (polls counted, not timed)
+    dense_per_tick = dense["polls"] / dense_errors.size
+    assert dense_per_tick > 20
+    assert grid["polls_per_tick_on_grid"] <= 8
+    assert dense_per_tick / grid["polls_per_tick_on_grid"] > 4
+    assert grid["polls"] < dense["polls"] / 2  # the first ~0.6 s of the run are polled densely
+    # stamped as precisely: most within a poll and a pause of the true tick (2 ms here), every
+    # one within half of TIGHT_S (a bracket a loaded host stretched) but for the ticks the
+    # schedule says it stamped across a sleep or a blocked poll
+    for errors, excused in ((grid_errors, grid["early"] + grid["wide"]), (dense_errors, 2)):
+        assert (np.abs(errors) > TIGHT_S / 2).sum() <= excused
+        assert np.quantile(np.abs(errors), 0.9) <= 0.0025
+
+
+def test_the_sampler_option_is_validated():
+    with pytest.raises(OptionError, match=r"option 'sampler' of power source 'nvml' expects one of grid, dense, got 'fast'"):
+        NVMLPowerSource(name="nvml", sampler="fast")
+
+
+def test_list_says_that_nvml_polls_fast():
+    from click.testing import CliRunner
+
+    from energyframe.cli import main
+
+    out = CliRunner().invoke(main, ["list", "power"]).output
+    blocks: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        if line.startswith("  ") and not line.startswith("   "):
+            name = line.split()[0]
+            blocks[name] = []
+        elif line.startswith("      ") and blocks:
+            blocks[name].append(line.strip())
+    assert any(line.startswith("polls fast: polls each GPU's energy counter every ~1 ms") for line in blocks["nvml"])
+    assert "sampler (grid|dense, default grid): " + NVMLPowerSource.OPTIONS[2].help in blocks["nvml"]
+    assert not any(line.startswith("polls fast") for line in blocks["replay"])  # a source that does not

@@ -202,17 +202,39 @@ def test_a_failure_is_raised_once_after_the_samples_before_it(mode):
     assert source.read() == []
 
 
+def test_thread_mode_reports_what_its_loops_cost():
+    source = SignalSource(name="sig", period_s=0.005)
+    source.start(SourceContext())
+    samples = read_until(source, lambda got: len(got) >= 30)
+    source.stop()
+    samples += source.read()
+    cost = source.info()["acquisition"]
+    loop = cost["loops"]["sig"]
+    assert loop["polls"] == sum(s.channel == "sig" for s in samples)  # a sample a poll
+    # in thread mode the share is the loops' threads' CPU time, not the measured process's
+    assert cost["cpu_s"] == pytest.approx(loop["cpu_s"], abs=1e-5) and cost["wall_s"] > 0
+    assert "start_cpu_s" not in cost and source.info() == source.info()  # stopped: it stays put
+
+
 def test_process_mode_runs_in_a_child_that_is_reaped_on_stop(tmp_path):
     source = SignalSource(name="sig", period_s=0.005, mode="process")
     source.start(SourceContext(raw_dir=tmp_path / "raw"))
     proc = source.sampler_process
     assert proc.pid != os.getpid() and proc.poll() is None
-    assert read_until(source, len)
+    samples = read_until(source, len)
     source.stop()
+    samples += source.read()
     assert proc.returncode == 0
     log = (tmp_path / "raw" / "sampler.log").read_text().splitlines()
     assert log[0].startswith("C,") and log[-1].startswith("Q,")
-    assert source.info() == {"mode": "process"}
+    info = dict(source.info())
+    cost = info.pop("acquisition")
+    assert info == {"mode": "process"}
+    # what sampling cost the child, for run.json: its CPU time over its sampling time, and each
+    # loop's calls (the polls its samples came from)
+    assert cost["wall_s"] > 0 and cost["cpu_share"] == pytest.approx(cost["cpu_s"] / cost["wall_s"], abs=1e-4)
+    assert cost["start_cpu_s"] > 0
+    assert cost["loops"]["sig"]["polls"] == sum(s.channel == "sig" for s in samples)  # a sample a poll
 
 
 def test_process_mode_start_errors_come_back_as_they_are():
@@ -329,6 +351,82 @@ def test_stop_reaps_what_the_source_spawned():
     source.stop()
     assert source.proc.returncode is not None
     assert source.read() is not None  # readable after stop, and no error: the end was asked for
+
+
+class Command(PollingSource):
+    """Runs a shell script on every poll (a vendor's tool that prints the power) and reads the
+    last number it printed."""
+
+    def __init__(self, script, timeout_s=30.0):
+        super().__init__(name="cmd")
+        self.script, self.timeout_s = script, timeout_s
+
+    def open(self):
+        return [Channel("cmd", Quantity.POWER, Scope.OTHER, 0.1)]
+
+    def poll(self):
+        return {"cmd": float(self.run_command(["sh", "-c", self.script], self.timeout_s).split()[-1])}
+
+
+def test_a_command_that_does_not_end_is_killed_with_its_children(tmp_path):
+    # the script's own child keeps its output open: killing the shell alone would leave the poll
+    # waiting for the end of that output as long as the child lives
+    pid_file = tmp_path / "pid"
+    source = Command(f"sleep 60 & echo $! > {pid_file}; wait", timeout_s=0.5)
+    with pytest.raises(PowerSourceError) as e:
+        source.poll()
+    assert str(e.value) == "power source 'cmd': sh did not finish within 0.5 s (killed)"
+    wait_until(lambda: not alive(int(pid_file.read_text())), "the script's child to be killed")
+    assert Command("echo 41.5").poll() == {"cmd": 41.5}
+    with pytest.raises(PowerSourceError) as e:
+        Command("echo no meter >&2; exit 3").poll()
+    assert str(e.value) == "power source 'cmd': sh exited with code 3: no meter"
+
+
+def test_stop_kills_the_command_a_poll_waits_for_and_a_second_stop_does_nothing(tmp_path, monkeypatch):
+    import energyframe.kit.polling as polling
+
+    # were the command not killed, the loop would be waited for until the command's timeout
+    # and this test would fail: the thread would still run after stop()
+    monkeypatch.setattr(polling, "JOIN_TIMEOUT_S", 120.0)
+    pid_file = tmp_path / "pid"
+    source = Command(f"sleep 60 & echo $! > {pid_file}; wait", timeout_s=120.0)
+    closed = []
+    source.close = lambda: closed.append(True)
+    source.start(SourceContext())
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), "the command to start")
+    (thread,) = source._poll_threads
+    source.stop()
+    assert not thread.is_alive()
+    assert not alive(int(pid_file.read_text()))
+    assert source.read() == []  # a poll cut short by the stop is no failure
+    joins = []
+    thread.join = lambda timeout=None: joins.append(timeout)
+    source.stop()
+    assert joins == [] and closed == [True]
+
+
+def test_a_second_stop_does_not_wait_again_for_a_loop_stuck_in_a_call(monkeypatch):
+    import energyframe.kit.polling as polling
+
+    monkeypatch.setattr(polling, "JOIN_TIMEOUT_S", 0.05)
+    release = threading.Event()
+
+    class Stuck(Scripted):
+        def poll(self):
+            release.wait(60)  # a driver call that does not return
+            return {"keep": 1.0}
+
+    source = Stuck(name="stuck")
+    source.start(SourceContext())
+    (thread,) = source._poll_threads
+    source.stop()  # waits JOIN_TIMEOUT_S for the loop, in vain
+    assert thread.is_alive()
+    joins = []
+    thread.join = lambda timeout=None: joins.append(timeout)
+    source.stop()
+    assert joins == []  # docs/polling.md: a second stop() does nothing
+    release.set()
 
 
 def test_a_source_that_floods_fails_instead_of_eating_memory():

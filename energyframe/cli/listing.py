@@ -63,6 +63,9 @@ def _list_kind(k: str) -> None:
             click.echo(
                 "      auto-detected: " + ("never (needs options)" if priority is None else f"yes, priority {priority}")
             )
+            fast = getattr(entry.cls, "FAST_POLLING", "")
+            if fast:
+                click.echo(f"      polls fast: {printable(fast)}")
         for option in entry.cls.OPTIONS:
             click.echo(
                 f"      {option.name} ({option.describe_type()}, {option.describe_default()}): {printable(option.help)}"

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import enum
 import json
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -41,6 +43,7 @@ from ..model import Channel, ClockBase, Quantity, Sample, SourceContext
 from ..options import Option
 from .contract import PowerSource
 from .sampler import Remote, reap
+from .schedule import Schedule
 
 #: what ``poll`` returns: ``{channel: value}``, stamped by the base at the middle of the poll on
 #: each channel's clock and deduplicated (``dedup``); or samples the source stamped itself,
@@ -113,6 +116,9 @@ class Poller:
             0.0 at its start, 1.0 at its end. Unknown: 0.5, the middle. A call that reads first
             and then sometimes blocks (NVML's field query, ``power/nvml/source.py``) is stamped
             at its start, or a long call moves its reading late by half the call.
+        schedule: decides each pause from what the poll read (``schedule.TickSchedule``: densely
+            only around a counter's expected ticks, ``interval_s`` apart there); ``None``: a
+            pause of ``interval_s`` after every call.
     """
 
     poll: Callable[[], Readings]
@@ -121,6 +127,7 @@ class Poller:
     silent_after_s: float | None = None
     on_silence: Callable[[float], str] | None = None
     reads_at: float = 0.5
+    schedule: Schedule | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.reads_at <= 1.0:
@@ -144,6 +151,18 @@ class Stream:
 
 
 Task = Poller | Stream
+
+
+@dataclass
+class LoopStats:
+    """What one loop cost: its calls, the time inside them, its thread's CPU time. Units: s."""
+
+    polls: int = 0
+    busy_s: float = 0.0
+    cpu_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"polls": self.polls, "busy_s": round(self.busy_s, 6), "cpu_s": round(self.cpu_s, 6)}
 
 
 def _resolve(policy: Dedup, channel: Channel, interval_s: float | None) -> Dedup:
@@ -188,6 +207,10 @@ class PollingSource(PowerSource):
     START_TIMEOUT_S: ClassVar[float] = 60.0
     #: samples held but not read beyond this mean the source floods: it fails
     MAX_PENDING: ClassVar[int] = 1_000_000
+    #: a source that polls much faster than every ``POLL_INTERVAL_S`` says so here, in a line:
+    #: what it polls, how often and why (``energyframe list`` shows it, run.json keeps it in the
+    #: source's ``info`` beside what acquisition cost: ``acquisition``). Empty: it does not
+    FAST_POLLING: ClassVar[str] = ""
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
@@ -212,6 +235,12 @@ class PollingSource(PowerSource):
         self._poll_stamped: dict[str, float | None] = {}
         self._poll_opened = False
         self._poll_remote: Any = None  # a sampler.Remote in process mode
+        self._poll_stats: dict[str, LoopStats] = {}
+        self._poll_started_s: float | None = None
+        self._poll_stopped_s: float | None = None
+        self._poll_commands: list[subprocess.Popen] = []  # run_command's, killed on stop
+        #: per counter (TICKS), how far apart the two polls that bracketed each tick read
+        self._poll_brackets: dict[str, list[float]] = {}
 
     # -- what an author writes -------------------------------------------------------------
     def open(self) -> Sequence[Channel]:
@@ -280,6 +309,44 @@ class PollingSource(PowerSource):
         self._poll_children.append(proc)
         return proc
 
+    def run_command(self, args: Sequence[str], timeout_s: float) -> str:
+        """Run a command to its end and return what it printed (a source that runs a command on
+        every poll). It runs in a session of its own: on a timeout, and when the source stops,
+        its whole process group is killed, so that a shell's children, which would keep its
+        output open and the poll waiting, go with it.
+
+        Raises:
+            PowerSourceError: it did not end within ``timeout_s``, or it exited with an error.
+        """
+        proc = subprocess.Popen(
+            list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        with self._poll_lock:
+            self._poll_commands.append(proc)
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            proc.communicate()
+            raise PowerSourceError(
+                f"power source {self.name!r}: {args[0]} did not finish within {timeout_s:g} s (killed)"
+            ) from None
+        finally:
+            with self._poll_lock:
+                self._poll_commands.remove(proc)
+        if proc.returncode != 0 and not self.stopping:
+            lines = [line for line in (err or "").splitlines() if line.strip()]
+            why = f": {lines[-1].strip()}" if lines else ""
+            raise PowerSourceError(
+                f"power source {self.name!r}: {args[0]} exited with code {proc.returncode}{why}"
+            )
+        return out
+
     def fail(self, message: str) -> None:
         """Latch a failure from any thread: acquisition stops, ``read`` raises it once, after
         the samples acquired before it."""
@@ -322,10 +389,44 @@ class PollingSource(PowerSource):
             self._stop_here()
 
     def info(self) -> Mapping[str, Any]:
-        info = dict(self._poll_remote.info if self._poll_remote is not None else self.describe())
+        if self._poll_remote is not None:
+            info = dict(self._poll_remote.info)  # the child's: its acquisition once it stopped
+        else:
+            info = dict(self.describe())
+            if self._poll_started_s is not None:
+                info["acquisition"] = self.acquisition()
         if "mode" in self.options:
             info["mode"] = self.mode
+        if self.FAST_POLLING:
+            info["fast_polling"] = self.FAST_POLLING
         return info
+
+    def acquisition(self, cpu_s: float | None = None, wall_s: float | None = None) -> dict[str, Any]:
+        """What acquiring cost where it runs: CPU seconds over wall seconds (``cpu_share``, a
+        fraction of one core) and, per loop, its polls, the time inside them, its thread's CPU
+        time and what its schedule did. ``cpu_s``, ``wall_s``: the whole sampler process's (in
+        process mode); by default the loops' threads' CPU time over the time they ran."""
+        end = self._poll_stopped_s if self._poll_stopped_s is not None else time.monotonic()
+        loops: dict[str, Any] = {}
+        for task in self._poll_tasks:
+            stats = self._poll_stats.get(task.name, LoopStats())
+            entry = stats.to_json()
+            schedule = getattr(task, "schedule", None)
+            if schedule is not None:
+                entry.update(schedule.stats())
+            loops[task.name] = entry
+        if cpu_s is None:
+            cpu_s = sum(s.cpu_s for s in self._poll_stats.values())
+        if wall_s is None:
+            wall_s = end - self._poll_started_s if self._poll_started_s is not None else 0.0
+        return {
+            "cpu_s": round(cpu_s, 6),
+            "wall_s": round(wall_s, 6),
+            "cpu_share": round(cpu_s / wall_s, 5) if wall_s > 0 else None,
+            "loops": loops,
+            # each tick's stamp lies within half its bracket of the change
+            "tick_brackets_s": {name: _quantiles(b) for name, b in list(self._poll_brackets.items()) if b},
+        }
 
     # -- acquisition where it runs (this process, or the child) ---------------------------------
     def _open_here(self) -> list[Channel]:
@@ -344,8 +445,10 @@ class PollingSource(PowerSource):
 
     def _run_here(self, sink: Callable[[list[Sample]], None]) -> None:
         now = time.monotonic()
+        self._poll_started_s = now
         for task in self._poll_tasks:
             self._poll_alive[task.name] = now
+            self._poll_stats[task.name] = LoopStats()
             target = self._poll_loop if isinstance(task, Poller) else self._stream_loop
             thread = threading.Thread(
                 target=self._guard, args=(target, task, sink), name=f"energyframe-{task.name}", daemon=True
@@ -355,10 +458,13 @@ class PollingSource(PowerSource):
             thread.start()
 
     def _stop_here(self) -> None:
+        if self._poll_stopped_s is not None:
+            return  # a second stop does nothing (a loop stuck in a call was waited for once)
         self._poll_stop.set()
         self._reap_children()
         for thread in self._poll_threads:
             thread.join(timeout=JOIN_TIMEOUT_S)
+        self._poll_stopped_s = time.monotonic()
         self._close_once()
 
     def _close_once(self, force: bool = False) -> None:
@@ -373,30 +479,45 @@ class PollingSource(PowerSource):
     def _guard(self, loop, task: Task, sink) -> None:
         try:
             loop(task, sink)
-        except PowerSourceError as e:
-            self.fail(str(e))
-        except Exception as e:  # a bug must stop the run visibly, not silently stop sampling
-            self.fail(f"{task.name} failed: {e!r}")
+        except Exception as e:
+            if self.stopping:
+                return  # a call cut short by the stop (its command killed): nothing went wrong
+            if isinstance(e, PowerSourceError):
+                self.fail(str(e))
+            else:  # a bug must stop the run visibly, not silently stop sampling
+                self.fail(f"{task.name} failed: {e!r}")
 
     def _poll_loop(self, task: Poller, sink) -> None:
         prev_at: float | None = None
+        stats = self._poll_stats.setdefault(task.name, LoopStats())
+        cpu_start = time.thread_time()
         while not self._poll_stop.is_set():
             m0 = time.monotonic()
             readings = task.poll()
             m1 = time.monotonic()
             self._poll_alive[task.name] = m1
+            stats.polls += 1
+            stats.busy_s += m1 - m0
             at = m0 + task.reads_at * (m1 - m0)
             batch = self._stamp(readings, at, prev_at, task.interval_s)
             prev_at = at
             if batch:
                 sink(batch)
-            if task.interval_s > 0:
-                self._poll_stop.wait(task.interval_s)
+            pause = task.interval_s
+            if task.schedule is not None:
+                pause = task.schedule.pause_s(at, readings, time.monotonic())
+            stats.cpu_s = time.thread_time() - cpu_start
+            if pause > 0:
+                self._poll_stop.wait(pause)
 
     def _stream_loop(self, task: Stream, sink) -> None:
+        stats = self._poll_stats.setdefault(task.name, LoopStats())
+        cpu_start = time.thread_time()
         for readings in task.read():
             now = time.monotonic()
             self._poll_alive[task.name] = now
+            stats.polls += 1
+            stats.cpu_s = time.thread_time() - cpu_start
             batch = self._stamp(readings, now, None, None)
             if batch:
                 sink(batch)
@@ -456,6 +577,8 @@ class PollingSource(PowerSource):
             return []
         # the change happened between the previous poll and this one
         changed = (before + t) / 2 if before is not None else t
+        if policy is Dedup.TICKS and before is not None:
+            self._poll_brackets.setdefault(name, []).append(t - before)
         out = []
         held = changed - period
         if (
@@ -502,5 +625,29 @@ class PollingSource(PowerSource):
                 return
 
     def _reap_children(self) -> None:
+        with self._poll_lock:
+            commands = list(self._poll_commands)
+        for proc in commands:
+            kill_group(proc)
         for proc in self._poll_children:
             reap(proc)
+
+
+def _quantiles(values: list[float]) -> dict[str, Any]:
+    """The median, 95th percentile and largest of ``values``, and how many (nearest rank)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    return {
+        "n": n,
+        "median": round(ordered[n // 2], 6),
+        "p95": round(ordered[min(n - 1, int(0.95 * n))], 6),
+        "max": round(ordered[-1], 6),
+    }
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill a process started in a session of its own, and everything in its process group."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

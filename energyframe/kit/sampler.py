@@ -391,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         out.error(f"power source {source.name!r} could not start: {e!r}")
         return 1
     out.channels(channels, source.describe())
+    opened_cpu_s, opened_s = time.process_time(), time.monotonic()
+    start_wall_s = process_age_s()
     source._run_here(out.samples)
     while not stop.is_set() and not source.stopping:
         stop.wait(FLUSH_INTERVAL_S)
@@ -408,8 +410,24 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if received:
         out.signalled(received[0])
-    out.done(source.describe())
+    # the whole process's CPU time while it sampled (its loops, the flushes, the protocol), and
+    # what starting it took (the interpreter, imports, opening the hardware)
+    cost = source.acquisition(cpu_s=time.process_time() - opened_cpu_s, wall_s=time.monotonic() - opened_s)
+    cost.update(start_cpu_s=round(opened_cpu_s, 6), start_wall_s=start_wall_s)
+    out.done({**source.describe(), "acquisition": cost})
     return 0
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux; ``None`` elsewhere). Units: s."""
+    try:
+        with open("/proc/self/stat") as f:
+            started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime_s = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(max(0.0, uptime_s - started_ticks / os.sysconf("SC_CLK_TCK")), 3)
 
 
 if __name__ == "__main__":

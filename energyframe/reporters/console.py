@@ -7,7 +7,9 @@ request, ``windows``), so a run reads the same when it ends and when it is looke
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -95,7 +97,7 @@ class ConsoleReporter(Reporter):
         lines.append(f"status:   {status}")
         if meta.workload is not None:
             lines.append(f"workload: {meta.workload.name} {dict(meta.workload.options)}")
-        sources = ", ".join(s.name for s in meta.sources)
+        sources = ", ".join(s.name + _sampler_cost(s.info) for s in meta.sources)
         lines.append(f"power:    {sources or 'none (timing only)'}")
         lines.append(f"started:  {meta.started_at}   ended: {meta.ended_at or '-'}")
         if meta.exit_code is not None:
@@ -103,16 +105,60 @@ class ConsoleReporter(Reporter):
         origin = result.samples_origin
         if origin and origin != "samples.parquet":
             lines.append(f"samples:  {len(result.samples)} recovered from {origin} (the run did not finish)")
-        timings = meta.timings_s
-        if timings.get("run"):
-            spans = sorted(((k, v) for k, v in timings.items()
-                            if k not in ("run", "process", "before_run") and isinstance(v, (int, float)) and v >= 0.05),
-                           key=lambda kv: -kv[1])
-            total = timings.get("process") or timings["run"]
-            parts = ", ".join(f"{k} {v:.1f} s" for k, v in spans)  # none when every part is short
-            lines.append(f"time:     {total:.1f} s" + (f": {parts}" if parts else ""))
+        lines += time_lines(meta.timings_s)
         if result.windows_origin:
             lines.append(f"windows:  {len(result.windows)} rows rebuilt from {result.windows_origin}")
         for line in lines:
             if line is not None:
                 console.print(cell_text(line), soft_wrap=True)
+
+
+#: the spans of run.json's ``timings_s`` that are the work itself: the measured windows, and what
+#: the workload does to prepare and release them (it would do so without a meter too); every other
+#: span is what measuring added
+WORK_SPANS = ("windows", "setup", "phase_setup", "teardown")
+#: ``timings_s`` keys that are totals, not spans
+TOTALS = ("run", "process", "before_run")
+#: spans shorter than this are summed into "the rest". Units: s.
+SHORT_SPAN_S = 0.05
+
+
+def time_lines(timings: Mapping[str, Any]) -> list[str]:
+    """``show``'s account of a run's wall time from run.json's ``timings_s``: the total, split
+    into the work, what measuring added around it and the process's start-up (interpreter,
+    imports: ``before_run``), each with its spans, longest first; the parts add up to the total.
+    """
+    if not timings.get("run"):
+        return []
+    spans = {k: float(v) for k, v in timings.items() if k not in TOTALS and isinstance(v, (int, float)) and v >= 0}
+    unlisted = float(timings["run"]) - sum(spans.values())
+    if unlisted > 0.0 and "other" not in spans:  # a run.json written before "other" was kept
+        spans["other"] = unlisted
+    startup = timings.get("before_run")
+    startup = float(startup) if isinstance(startup, (int, float)) and timings.get("process") else 0.0
+    total = float(timings["run"]) + startup
+
+    def group(names: list[str]) -> tuple[float, str]:
+        shown = sorted(((k, spans[k]) for k in names if spans[k] >= SHORT_SPAN_S), key=lambda kv: -kv[1])
+        rest = sum(spans[k] for k in names) - sum(v for _, v in shown)
+        parts = [f"{k} {v:.1f} s" for k, v in shown] + ([f"the rest {rest:.1f} s"] if rest >= 0.05 else [])
+        return sum(spans[k] for k in names), ", ".join(parts)
+
+    work, work_parts = group([k for k in spans if k in WORK_SPANS])
+    added, added_parts = group([k for k in spans if k not in WORK_SPANS])
+    line = f"time:     {total:.1f} s = work {work:.1f} s" + (f" ({work_parts})" if work_parts else "")
+    line += f" + measuring {added:.1f} s" + (f" ({added_parts})" if added_parts else "")
+    if startup:
+        line += f" + start-up {startup:.1f} s"
+    beyond = added + startup
+    share = f" ({100 * beyond / total:.0f} % of the run)" if total > 0 else ""
+    return [line, f"beyond the work: {beyond:.1f} s{share}"]
+
+
+def _sampler_cost(info: Mapping[str, Any]) -> str:
+    """`` (sampler: 3.1 % of a core)`` for a source that reported what acquiring cost."""
+    cost = info.get("acquisition") if isinstance(info, Mapping) else None
+    share = cost.get("cpu_share") if isinstance(cost, Mapping) else None
+    if not isinstance(share, (int, float)):
+        return ""
+    return f" (sampler: {100 * share:.1f} % of a core)"

@@ -108,14 +108,15 @@ def timing_only(tmp_path_factory) -> Path:
     return out
 
 
-def test_show_of_a_run_whose_parts_were_all_short_prints_its_time_alone(timing_only):
+def test_show_of_a_run_whose_parts_were_all_short_sums_them(timing_only):
     meta = json.loads((timing_only / "run.json").read_text())
     meta["timings_s"] = {"run": 0.5, "process": 0.5, "windows": 0.04, "save": 0.01}
     (timing_only / "run.json").write_text(json.dumps(meta))
     result = CliRunner().invoke(main, ["show", str(timing_only)])
     assert result.exit_code == 0, result.output
     (line,) = [line for line in result.output.splitlines() if line.startswith("time:")]
-    assert line == "time:     0.5 s"
+    # no part of 0.05 s or more: each group says its total, the time no span names is "other"
+    assert line == "time:     0.5 s = work 0.0 s + measuring 0.5 s (other 0.5 s)"
 
 
 # -- the HTML report ---------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 Per GPU, one poller reads the total-energy counter together with instant and 1-s average power
 in one ``nvmlDeviceGetFieldValues`` call; the base records each value *change* (``Dedup``), so a
 counter tick is stamped midway between the last poll that saw the old value and the first that
-saw the new one, each poll at its start, where the field query reads (``source.py``). One slow
+saw the new one, each poll at its start, where the field query reads (``source.py``). When it
+polls is its schedule's business (``kit/schedule.py``: densely only around the counter's
+expected ticks, by default). One slow
 poller reads the driver's 20-ms power-sample buffer of every GPU with the last-seen timestamp
 (so nothing is lost between reads), and the clocks, temperature and clock-event reasons.
 """

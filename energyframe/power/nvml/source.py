@@ -3,6 +3,11 @@
 Sampling runs in a separate process by default (``mode=process``): one counter read blocks for
 ~3 ms in the driver, and polling it from the measured process would compete with it.
 ``mode=thread`` samples in a thread of the measured process instead.
+
+The counter ticks on a regular grid (~100 ms). By default (``sampler=grid``) each GPU's field
+poller learns that grid and polls every ``interval_ms`` only from shortly before each expected
+tick until it comes (``kit/schedule.py``): each tick is bracketed as tightly as by polling all
+the time, at a fraction of the polls. ``sampler=dense`` polls every ``interval_ms`` throughout.
 """
 
 from __future__ import annotations
@@ -11,10 +16,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from ...errors import OptionError, PowerSourceError
 from ...kit.polling import Dedup, Poller, PollingSource, mode_option
+from ...kit.schedule import TickSchedule
 from ...model import Channel, Detection, Quantity, Scope, WindowAnnotation
 from ...options import Option
 from ..devices import cuda_visible_devices, rank_gpus
@@ -38,6 +42,9 @@ from .poller import (
     gpu_channels,
 )
 
+#: the ``sampler`` option's schedules of the counter's polls
+SAMPLERS = ("grid", "dense")
+
 
 class NVMLPowerSource(PollingSource):
     """NVIDIA GPUs through NVML (nvidia-ml-py)."""
@@ -49,8 +56,16 @@ class NVMLPowerSource(PollingSource):
             "interval_ms",
             "float",
             1.0,
-            "pause between two counter polls (a poll takes ~3 ms). Units: ms",
+            "pause between two counter polls where the counter is polled densely (a poll takes ~3 ms). Units: ms",
             minimum=0.0,
+        ),
+        Option(
+            "sampler",
+            "choice",
+            "grid",
+            "grid: poll the counter densely only around its expected ticks (a tenth of the polls, "
+            "ticks bracketed as tightly); dense: poll it every interval_ms throughout",
+            choices=SAMPLERS,
         ),
         Option(
             "channels",
@@ -65,6 +80,11 @@ class NVMLPowerSource(PollingSource):
     PER_PROCESS = True  # under torchrun each rank measures its own GPU
     PROCESS_LABEL = "NVML sampler"
     PROCESS_LOG = "nvml-sampler"
+    FAST_POLLING = (
+        "polls each GPU's energy counter every ~1 ms (interval_ms) around each of its ticks, ~100 ms "
+        "apart, to time them (sampler=dense: all the time); its CPU share is in run.json "
+        "(sources[].info.acquisition)"
+    )
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
@@ -143,15 +163,21 @@ class NVMLPowerSource(PollingSource):
         # the field query reads first and then at times blocks for 10-30 ms (under load, on an
         # H100): stamped at its start, a tick's stamp stays within ~3 ms of the counter's regular
         # update grid (p99); at the call's middle 8 ms late (benchmarks/tick_stamps.py)
-        pollers = [
-            Poller(FieldPoller(gpu, kinds), interval_s, name=f"nvml-gpu{gpu.index}", reads_at=0.0)
-            for gpu in self._gpus
-        ]
+        pollers = []
+        for gpu in self._gpus:
+            poll = FieldPoller(gpu, kinds)
+            schedule = None
+            if self.options["sampler"] == "grid" and poll.counter is not None:
+                schedule = TickSchedule(poll.counter, interval_s)
+            pollers.append(
+                Poller(poll, interval_s, name=f"nvml-gpu{gpu.index}", reads_at=0.0, schedule=schedule)
+            )
         pollers.append(Poller(SlowPoller(self._gpus, kinds, self.warn), STATE_INTERVAL_S, name="nvml-slow"))
         return pollers
 
     def dedup(self, channel: Channel) -> Dedup:
-        # the counter's ticks, and power fields that update every ~100 ms, polled every ~1 ms
+        # the counter's ticks, and power fields that update every ~100 ms, read with the counter
+        # (every ~1 ms around each of its ticks, or throughout with sampler=dense)
         return Dedup.TICKS if channel.quantity == Quantity.ENERGY else Dedup.CHANGES
 
     def close(self) -> None:
@@ -169,12 +195,15 @@ class NVMLPowerSource(PollingSource):
             "driver_version": self._driver,
             "nvml_bindings": bindings_version(),
             "poll_interval_s": self.options["interval_ms"] / 1e3,
+            "sampler": self.options["sampler"],
             "gpus": [g.public() for g in self._gpus],
             "clock_event_bits": clock_event_bits(self._gpus[0].nvml),
         }
 
     # -- per-window annotations (in the measured process) -----------------------------------------
     def annotate(self, channel, start_s, end_s, series) -> WindowAnnotation:
+        import numpy as np  # here, in the measured process: the sampler process starts without it
+
         gpu = channel.name.split(".")[0]
         columns: dict[str, Any] = {}
         flags: list[str] = []
