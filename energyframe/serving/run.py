@@ -1,0 +1,406 @@
+"""``serve_bench``: load a server, measure this machine's power meanwhile, and give every request
+its share of the energy. The steps, in order:
+
+    check the server -> warm-up requests -> start measuring (idle baseline) -> the load
+      -> the segments recorded as windows -> finish (integrate, derive, save) -> reporters
+
+The load runs on asyncio in this thread; the power sources sample in the background as in every
+run. The windows are recorded after the load (``Measurement.record_window``): the requests'
+edges were seen by the client, on this host's monotonic clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import EnergyFrameError, RunInterrupted, ServerError, UsageError
+from ..kit import registry
+from ..kit.registry import PowerArg, resolve_power
+from ..lifecycle.measurement import Measurement
+from ..lifecycle.reporting import run_reporters
+from ..plugin import Reporter
+from ..results.meta import COMPLETE, INCOMPLETE
+from ..results.provenance import plugin_record, workload_record
+from ..results.result import RunResult
+from .client import ENDPOINTS, OK, StreamingClient
+from .load import LoadPlan, LoadResult, plan_load, run_load
+from .prompts import Prompt, load_prompts
+from .segments import BUSY_PHASE, IDLE_PHASE, SPAN_PHASE
+from .summary import CONSERVATION_TABLE, conservation_sentence, failure_counts
+from .timeline import busy, request_spans, segment_edges
+from .workload import ServeBenchWorkload
+
+log = logging.getLogger("energyframe")
+
+#: how long the check that the server is there may take. Units: s.
+CHECK_TIMEOUT_S = 10.0
+#: a send later than this after it could go is the client's lag. Units: s.
+CLIENT_LAG_S = 0.02
+#: an achieved rate under this share of the scheduled one is said to fall short
+RATE_SHORTFALL = 0.95
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How every request is sent.
+
+    Args:
+        url: the server's OpenAI base URL.
+        model: the ``model`` field (``None``: the first the server lists).
+        endpoint: ``chat`` or ``completions``.
+        request_timeout_s: the longest one request may take. Units: s.
+        stream_usage: ask for ``usage`` in the stream (``stream_options``).
+        extra_body: fields added to every request.
+    """
+
+    url: str
+    model: str | None = None
+    endpoint: str = "chat"
+    request_timeout_s: float = 300.0
+    stream_usage: bool = True
+    extra_body: Mapping[str, Any] | None = None
+
+    def checked(self) -> ServerSettings:
+        if not self.url.startswith(("http://", "https://")):
+            raise UsageError(f"--url {self.url!r}: give the server's base URL, e.g. http://127.0.0.1:8000/v1")
+        if self.endpoint not in ENDPOINTS:
+            raise UsageError(f"unknown endpoint {self.endpoint!r}. Available: {', '.join(ENDPOINTS)}")
+        if not (self.request_timeout_s > 0 and math.isfinite(self.request_timeout_s)):
+            raise UsageError(
+                f"--request-timeout must be a number of seconds above 0, got {self.request_timeout_s!r}"
+            )
+        return self
+
+
+def _http(timeout_s: float):
+    """The HTTP client: direct to the server (no proxy from the environment: the server runs
+    on the machine being measured), no limit on connections (a pool limit would queue
+    requests in the client and misplace their send)."""
+    import httpx
+
+    return httpx.AsyncClient(
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+        timeout=httpx.Timeout(connect=min(CHECK_TIMEOUT_S, timeout_s), read=None, write=None, pool=None),
+        trust_env=False,
+    )
+
+
+async def check_server(server: ServerSettings) -> str:
+    """The model to ask for, once the server answers at ``url/models``.
+
+    Raises:
+        ServerError: nothing answers there.
+        UsageError: no ``model`` given and the server lists none.
+    """
+    import httpx
+
+    names: list[str] = []
+    async with _http(CHECK_TIMEOUT_S) as http:
+        try:
+            response = await asyncio.wait_for(http.get(server.url.rstrip("/") + "/models"), CHECK_TIMEOUT_S)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            raise ServerError(
+                f"no server answers at {server.url} ({e or type(e).__name__}); start it first, or check --url"
+            ) from e
+        except (asyncio.TimeoutError, httpx.TimeoutException) as e:
+            raise ServerError(
+                f"the server at {server.url} did not answer within {CHECK_TIMEOUT_S:g} s"
+            ) from e
+        except httpx.HTTPError as e:
+            raise ServerError(f"the server at {server.url} could not be asked for its models: {e}") from e
+        if response.status_code == 200:
+            try:
+                names = [
+                    str(m["id"]) for m in response.json().get("data", []) if isinstance(m, dict) and "id" in m
+                ]
+            except (ValueError, AttributeError):
+                names = []
+    if server.model:
+        if names and server.model not in names:
+            log.warning(
+                "warning: the server lists %s, not %r; asking for %r anyway",
+                ", ".join(names),
+                server.model,
+                server.model,
+            )
+        return server.model
+    if not names:
+        raise UsageError(f"give --model NAME: the server at {server.url} lists no model at /models")
+    if len(names) > 1:
+        log.info("the server lists %s; measuring %s (give --model to choose)", ", ".join(names), names[0])
+    return names[0]
+
+
+async def _send_all(
+    server: ServerSettings, model: str, prompts: Sequence[Prompt], plan: LoadPlan
+) -> LoadResult:
+    async with _http(server.request_timeout_s) as http:
+        client = StreamingClient(
+            http,
+            server.url,
+            model,
+            server.endpoint,
+            server.request_timeout_s,
+            server.stream_usage,
+            server.extra_body,
+        )
+        return await run_load(prompts, plan, client.send)
+
+
+def warm_up(server: ServerSettings, model: str, prompts: Sequence[Prompt], n: int) -> None:
+    """Send ``n`` of the prompts one after the other, unmeasured (compiled kernels, caches)."""
+    if n <= 0:
+        return
+    chosen = [prompts[i % len(prompts)] for i in range(n)]
+    log.info("warming up the server with %d request(s)", n)
+    result = asyncio.run(_send_all(server, model, chosen, LoadPlan((0.0,) * n, concurrency=1)))
+    failed = [r for r in result.records if r.status != OK]
+    if failed:
+        log.warning(
+            "warning: %d of %d warm-up requests failed (%s); first: %s",
+            len(failed),
+            n,
+            failure_counts(failed),
+            failed[0].error,
+        )
+
+
+def record_segments(m: Measurement, workload: ServeBenchWorkload, load: LoadResult) -> None:
+    """Every segment of the load as a window (``serve.busy`` / ``serve.idle``), then the whole
+    load as one (``serve``), in the order of their ends."""
+    records = load.records
+    if not records:
+        return
+    by_id = {p.request_id: p for p in workload.prompts}
+    planned = [
+        r.prompt_tokens if r.prompt_tokens is not None else by_id[r.request_id].prompt_tokens for r in records
+    ]
+    spans = request_spans(records, planned)
+    edges = segment_edges(spans)
+    now = time.monotonic()
+    edges = np.minimum(edges, now)  # a time put on the microsecond grid never lies ahead of now
+    starts, ends = edges[:-1], edges[1:]
+    active = busy(spans, starts, ends)
+    for a, b, is_busy in zip(starts, ends, active):
+        m.record_window(BUSY_PHASE if is_busy else IDLE_PHASE, float(a), float(b))
+    m.record_window(SPAN_PHASE, float(edges[0]), float(edges[-1]))
+    m.set_work(SPAN_PHASE, {"output_tokens": float(sum(r.output_tokens or r.chunks for r in records))})
+    workload.records, workload.spans, workload.span_start_s = records, tuple(spans), float(edges[0])
+
+
+def load_figures(plan: LoadPlan, load: LoadResult) -> dict[str, Any]:
+    """The load's own figures for the summary: rates, unsent requests, the client's lag."""
+    sent = sorted(r.sent_s for r in load.records)
+    achieved = (len(sent) - 1) / (sent[-1] - sent[0]) if len(sent) > 1 and sent[-1] > sent[0] else math.nan
+    lag = np.asarray(load.client_lag_s or [math.nan])
+    wait = np.asarray(load.slot_wait_s or [math.nan])
+    scheduled = plan.asked_rate if len(plan.offsets_s) > 1 and max(plan.offsets_s) > 0 else math.nan
+    return {
+        "unsent": load.unsent,
+        "scheduled_rate_per_s": scheduled,
+        "request_rate_per_s": achieved,
+        "client_lag_p99_s": float(np.quantile(lag, 0.99)),
+        "client_lag_max_s": float(np.max(lag)),
+        "slot_wait_median_s": float(np.median(wait)),
+    }
+
+
+def load_warnings(figures: Mapping[str, Any], load: LoadResult) -> list[str]:
+    """What the run says about the load: failures, missing usage, a rate that fell short."""
+    out = []
+    records = load.records
+    failed = [r for r in records if r.status != OK]
+    if failed:
+        out.append(
+            f"{len(failed)} of {len(records)} requests failed ({failure_counts(records)}); first: "
+            f"{failed[0].request_id}: {failed[0].error}"
+        )
+    counted = [r for r in records if r.status == OK and r.output_tokens is None]
+    if counted:
+        out.append(
+            f"the server reported no usage for {len(counted)} request(s): their output tokens are the chunks "
+            "of text counted (one token each) and their prompt tokens the prompts' own count"
+        )
+    scheduled, achieved = figures["scheduled_rate_per_s"], figures["request_rate_per_s"]
+    if math.isfinite(scheduled) and math.isfinite(achieved) and achieved < RATE_SHORTFALL * scheduled:
+        if figures["slot_wait_median_s"] > figures["client_lag_p99_s"]:
+            cause = "the --concurrency limit held requests back until others ended (the server's pace)"
+        else:
+            cause = "this client sent them late: the client, not the server, limited the rate"
+        out.append(f"the requests went out at {achieved:.3g}/s, not the {scheduled:.3g}/s scheduled: {cause}")
+    lag = load.client_lag_s
+    late = sum(1 for x in lag if x > CLIENT_LAG_S)
+    if late:
+        out.append(
+            f"{late} of {len(lag)} requests left this client more than {CLIENT_LAG_S * 1e3:.0f} ms after they "
+            f"could (the worst {max(lag) * 1e3:.0f} ms): a busy client delays sends and what they measure"
+        )
+    return out
+
+
+def serve_bench(
+    url: str,
+    prompts: str | Sequence[Prompt],
+    *,
+    model: str | None = None,
+    requests: int | None = None,
+    rate: float | None = None,
+    concurrency: int | None = None,
+    seed: int = 0,
+    endpoint: str = "chat",
+    power: str | Sequence[PowerArg] | None = "auto",
+    out: Path | str | None = None,
+    idle_s: float = 5.0,
+    request_timeout_s: float = 300.0,
+    prefill_weight: float = 1.0,
+    warmup_requests: int = 0,
+    stream_usage: bool = True,
+    extra_body: Mapping[str, Any] | None = None,
+    reporters: Sequence[str | Reporter] = ("console",),
+) -> RunResult:
+    """Send requests to an OpenAI-compatible server and measure each one's energy (docs/serving.md).
+
+    Args:
+        url: the server's base URL (``http://127.0.0.1:8000/v1``); it must run on this machine,
+            whose GPUs are measured.
+        prompts: ``synthetic:prompt_tokens=512,output_tokens=128``, a JSONL file, or ``Prompt``s.
+        model: the model to ask for (``None``: the first the server lists).
+        requests: how many to send (a synthetic spec needs it; a file's lines by default).
+        rate: Poisson arrivals per second (``inf``: all at once). Units: 1/s.
+        concurrency: most requests in flight; alone, a closed loop of that many.
+        seed: the arrivals' seed.
+        endpoint: ``chat`` or ``completions``.
+        power: as for ``ef.measure``.
+        out: the run directory (``None``: in memory only).
+        idle_s: the idle baseline measured before the load, for dynamic energy. Units: s.
+        request_timeout_s: the longest one request may take. Units: s.
+        prefill_weight: a prompt token's weight against a generated token's in the work model.
+        warmup_requests: requests sent one by one before measuring.
+        stream_usage: ask for ``usage`` in the stream (``transformers serve`` refuses it).
+        extra_body: fields added to every request (``{"ignore_eos": True}`` for vLLM).
+        reporters: reporter specs or instances, called with the saved run.
+
+    Raises:
+        UsageError: bad arguments, before anything starts.
+        ServerError: the server does not answer (nothing measured), or it answered no request
+            (the run is saved).
+        RunInterrupted: SIGINT or SIGTERM; the finished requests are kept, the run saved incomplete.
+    """
+    server = ServerSettings(url, model, endpoint, request_timeout_s, stream_usage, extra_body).checked()
+    prompt_list = load_prompts(prompts, requests) if isinstance(prompts, str) else list(prompts)
+    if not prompt_list:
+        raise UsageError("no prompts to send")
+    plan = plan_load(prompt_list, rate, concurrency, seed)
+    the_reporters = [
+        r for r in registry.create_all(registry.REPORTERS, list(reporters)) if isinstance(r, Reporter)
+    ]
+    workload = ServeBenchWorkload(
+        url=url,
+        model=model or "",
+        endpoint=endpoint,
+        prompts=prompts if isinstance(prompts, str) else f"{len(prompt_list)} prompts given",
+        requests=len(prompt_list),
+        rate=None if rate is None else f"{rate:g}",
+        concurrency=concurrency,
+        seed=seed,
+        request_timeout_s=request_timeout_s,
+        prefill_weight=prefill_weight,
+        warmup_requests=warmup_requests,
+    )
+    sources, notes = resolve_power(power)
+    chosen = asyncio.run(check_server(server))
+    workload.options["model"] = chosen
+    warm_up(server, chosen, prompt_list, warmup_requests)
+    workload.prompts = prompt_list
+    m = Measurement(
+        sources,
+        out=out,
+        sync=None,
+        meta={
+            "workload": plugin_record(workload),
+            "reporters": [plugin_record(r) for r in the_reporters],
+            "config": {"idle_s": idle_s},
+        },
+        notes=notes,
+        idle_s=idle_s,
+        workload=workload,
+    )
+    workload.warn = m.warn
+    return _measure(m, workload, server, chosen, prompt_list, plan, the_reporters)
+
+
+def _measure(
+    m: Measurement,
+    workload: ServeBenchWorkload,
+    server: ServerSettings,
+    model: str,
+    prompts: Sequence[Prompt],
+    plan: LoadPlan,
+    reporters: Sequence[Reporter],
+) -> RunResult:
+    try:
+        m.start()
+    except KeyboardInterrupt as e:
+        raise RunInterrupted("interrupted by SIGINT while the power sources started") from e
+    status, reason = COMPLETE, None
+    log.info("sending %d requests to %s (%s)", len(prompts), server.url, model)
+    try:
+        load = asyncio.run(_send_all(server, model, prompts, plan))
+    except KeyboardInterrupt:  # a Ctrl-C the load's own handler did not see (before it began)
+        load = LoadResult((), len(prompts), "interrupted by SIGINT", time.monotonic())
+    if load.interrupted:
+        status, reason = (
+            INCOMPLETE,
+            f"{load.interrupted} after {len(load.records)} of {len(prompts)} requests were sent",
+        )
+    record_segments(m, workload, load)
+    workload.load_figures = load_figures(plan, load)
+    for warning in load_warnings(workload.load_figures, load):
+        m.warn(warning)
+    m.describe(workload=workload_record(workload))
+    try:
+        result = m.finish(status, reason)
+    except KeyboardInterrupt:
+        raise RunInterrupted("interrupted by SIGINT while saving") from None
+    _say_conservation(result)
+    run_reporters(reporters, result, m.out)
+    error = _outcome(result, load, m.out)
+    if error is not None:
+        error.result = result  # type: ignore[attr-defined]
+        raise error
+    return result
+
+
+def _say_conservation(result: RunResult) -> None:
+    try:
+        row = result.derived_table(CONSERVATION_TABLE).rows[0]
+    except KeyError:
+        return
+    log.info("%s", conservation_sentence(row))
+
+
+def _outcome(result: RunResult, load: LoadResult, out: Path | None) -> EnergyFrameError | None:
+    """The error the run ends with, if any (it is saved already)."""
+    saved = f"; the run is saved in {out}" if out is not None else ""
+    if load.interrupted:
+        return RunInterrupted(f"{result.reason}{saved}")
+    if result.status != COMPLETE:
+        return EnergyFrameError(f"run incomplete: {result.reason}{saved}")
+    if load.records and not any(r.status == OK for r in load.records):
+        hint = ""
+        if any("stream_options" in r.error for r in load.records):
+            hint = " (the server refuses stream_options: give --no-stream-usage)"
+        first = load.records[0]
+        return ServerError(
+            f"every request failed ({failure_counts(load.records)}){hint}; first: {first.request_id}: {first.error}{saved}"
+        )
+    return None
