@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import EnergyFrameError, RunInterrupted, ServerError, UsageError
 from ..kit import registry
+from ..kit.extras import check
 from ..kit.registry import PowerArg, resolve_power
 from ..lifecycle.measurement import Measurement
 from ..lifecycle.reporting import run_reporters
@@ -31,7 +32,7 @@ from ..plugin import Reporter
 from ..results.meta import COMPLETE, INCOMPLETE
 from ..results.provenance import plugin_record, workload_record
 from ..results.result import RunResult
-from .client import ENDPOINTS, OK, StreamingClient
+from .client import ENDPOINTS, OK, RequestRecord, StreamingClient
 from .load import LoadPlan, LoadResult, plan_load, run_load
 from .prompts import Prompt, load_prompts
 from .segments import BUSY_PHASE, IDLE_PHASE, SPAN_PHASE
@@ -43,6 +44,8 @@ log = logging.getLogger("energyframe")
 
 #: how long the check that the server is there may take. Units: s.
 CHECK_TIMEOUT_S = 10.0
+#: how often a long load says how far it is. Units: s.
+PROGRESS_S = 10.0
 #: a send later than this after it could go is the client's lag. Units: s.
 CLIENT_LAG_S = 0.02
 #: an achieved rate under this share of the scheduled one is said to fall short
@@ -141,8 +144,20 @@ async def check_server(server: ServerSettings) -> str:
 
 
 async def _send_all(
-    server: ServerSettings, model: str, prompts: Sequence[Prompt], plan: LoadPlan
+    server: ServerSettings,
+    model: str,
+    prompts: Sequence[Prompt],
+    plan: LoadPlan,
+    progress_s: float | None = None,
 ) -> LoadResult:
+    """Send every prompt as planned; with ``progress_s``, say how far the load is that often."""
+    ended = [0]
+
+    async def say() -> None:
+        while True:
+            await asyncio.sleep(progress_s or math.inf)
+            log.info("%d of %d requests ended", ended[0], len(prompts))
+
     async with _http(server.request_timeout_s) as http:
         client = StreamingClient(
             http,
@@ -153,7 +168,18 @@ async def _send_all(
             server.stream_usage,
             server.extra_body,
         )
-        return await run_load(prompts, plan, client.send)
+
+        async def send(prompt: Prompt, due: float, ready: float) -> RequestRecord:
+            record = await client.send(prompt, due, ready)
+            ended[0] += 1
+            return record
+
+        ticker = asyncio.ensure_future(say()) if progress_s else None
+        try:
+            return await run_load(prompts, plan, send)
+        finally:
+            if ticker is not None:
+                ticker.cancel()
 
 
 def warm_up(server: ServerSettings, model: str, prompts: Sequence[Prompt], n: int) -> None:
@@ -295,6 +321,7 @@ def serve_bench(
             (the run is saved).
         RunInterrupted: SIGINT or SIGTERM; the finished requests are kept, the run saved incomplete.
     """
+    check("httpx", "energyframe serve-bench")
     server = ServerSettings(url, model, endpoint, request_timeout_s, stream_usage, extra_body).checked()
     prompt_list = load_prompts(prompts, requests) if isinstance(prompts, str) else list(prompts)
     if not prompt_list:
@@ -354,7 +381,7 @@ def _measure(
     status, reason = COMPLETE, None
     log.info("sending %d requests to %s (%s)", len(prompts), server.url, model)
     try:
-        load = asyncio.run(_send_all(server, model, prompts, plan))
+        load = asyncio.run(_send_all(server, model, prompts, plan, PROGRESS_S))
     except KeyboardInterrupt:  # a Ctrl-C the load's own handler did not see (before it began)
         load = LoadResult((), len(prompts), "interrupted by SIGINT", time.monotonic())
     if load.interrupted:

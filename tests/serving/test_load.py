@@ -91,3 +91,37 @@ def test_sigint_cancels_the_load_keeping_every_request_sent():
     assert [r.status for r in result.records] == [CANCELLED] * 3
     assert result.unsent == 1
     assert signal.getsignal(signal.SIGINT) is before  # the process's own handler is back
+
+
+def records_at(sends, ready=None, due=None):
+    ready = ready or sends
+    due = due or ready
+    return tuple(
+        RequestRecord(f"r{i}", OK, d, r, s, s + 0.1, s + 0.2, (s + 0.1,), output_tokens=1)
+        for i, (s, r, d) in enumerate(zip(sends, ready, due))
+    )
+
+
+def test_a_rate_that_falls_short_says_whether_the_client_or_the_server_held_it_back():
+    from energyframe.serving.load import LoadResult
+    from energyframe.serving.run import load_figures, load_warnings
+
+    plan = LoadPlan(tuple(0.1 * i for i in range(11)), None, 10.0)  # 10 per second, scheduled
+    on_time = LoadResult(records_at([0.1 * i for i in range(11)]))
+    figures = load_figures(plan, on_time)
+    assert figures["request_rate_per_s"] == pytest.approx(10.0) and load_warnings(figures, on_time) == []
+    # the client sent each 50 ms after it could: half the rate, and its own doing
+    late = LoadResult(records_at([0.2 * i for i in range(11)], ready=[0.2 * i - 0.05 for i in range(11)]))
+    said = load_warnings(load_figures(plan, late), late)
+    assert said == [
+        "the requests went out at 5/s, not the 10/s scheduled: this client sent them late: the client, not the "
+        "server, limited the rate",
+        "11 of 11 requests left this client more than 20 ms after they could (the worst 50 ms): a busy client "
+        "delays sends and what they measure",
+    ]
+    # the --concurrency slots held them: the server's pace, said as such
+    held = LoadResult(records_at([0.2 * i for i in range(11)], due=[0.1 * i for i in range(11)]))
+    assert load_warnings(load_figures(plan, held), held) == [
+        "the requests went out at 5/s, not the 10/s scheduled: the --concurrency limit held requests back until "
+        "others ended (the server's pace)"
+    ]

@@ -338,3 +338,24 @@ def test_timing_only(server, tmp_path):
     frame = read_requests(out)
     assert set(frame["status"]) == {"ok"} and frame["energy_j"].isna().all() and (frame["ttft_s"] > 0).all()
     assert "conservation: not checked (no energy measured over the load)" in " ".join(result.output.split())
+
+
+def test_without_httpx_the_command_names_the_extra(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "httpx", None)  # as in an environment without it
+    result = invoke(
+        "serve-bench",
+        "--url",
+        "http://127.0.0.1:9/v1",
+        "--prompts",
+        "synthetic:prompt_tokens=4",
+        "--requests",
+        1,
+        "--rate",
+        1,
+        "--out",
+        tmp_path / "run",
+    )
+    assert result.exit_code == 2
+    assert result.output == "Error: energyframe serve-bench needs httpx: pip install 'energyframe[serve]'\n"
