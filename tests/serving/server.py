@@ -6,6 +6,8 @@ such as ``@tokens=5 @ttft=0.05 @gap=0.01 @fault=stall``:
 
 - ``tokens``: chunks of text sent (default: the request's max_tokens, else 8);
 - ``ttft``: seconds before the first; ``gap``: seconds between the next ones;
+- ``work``: seconds of the server's ``work`` (e.g. GPU kernels) run before the first token, in
+  the server's loop (as a real server's step: every stream waits for it);
 - ``first_at``: the first token at this Unix time (instead of ``ttft``); ``until``: tokens every
   ``gap`` until this Unix time (instead of ``tokens``);
 - ``fault``: ``http500`` / ``http429`` (that status, no stream), ``stall`` (two tokens, then
@@ -22,6 +24,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DIRECTIVE = re.compile(r"@(\w+)=(\S+)")
@@ -48,6 +51,7 @@ class FakeServer:
         usage: ``asked`` (a usage chunk where the request asked), ``always``, or ``never``.
         done: end streams with ``data: [DONE]`` (``transformers serve`` does not).
         down_after: stop listening (the server is down) once this many streams have ended.
+        work: what ``@work=SECONDS`` runs, given the seconds.
     """
 
     def __init__(
@@ -59,11 +63,13 @@ class FakeServer:
         usage: str = "asked",
         done: bool = True,
         down_after: int | None = None,
+        work: Callable[[float], None] | None = None,
     ) -> None:
         self.model, self.ttft_s, self.gap_s = model, ttft_s, gap_s
         self.refuse_stream_options, self.usage, self.done = refuse_stream_options, usage, done
         self.received: list[Received] = []
         self.down_after, self.answered = down_after, 0
+        self.work = work
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="fake-openai-server")
         self._server: asyncio.AbstractServer | None = None
@@ -174,6 +180,7 @@ class FakeServer:
             "ttft": ttft,
             "gap": gap,
             "fault": given.get("fault", ""),
+            "work": float(given.get("work", 0.0)),
             "prompt_tokens": len(text.split()),
         }
 
@@ -208,6 +215,8 @@ class FakeServer:
         if chat:
             await send(json.dumps({"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
         n = b["tokens"] if not fault or fault == "nousage" else 2
+        if b["work"] and self.work is not None:
+            self.work(b["work"])
         for k in range(n):
             await asyncio.sleep(b["ttft"] if k == 0 else b["gap"])
             await send(chunk(f" w{k}"))
