@@ -37,7 +37,7 @@ from .load import LoadPlan, LoadResult, plan_load, run_load
 from .prompts import Prompt, load_prompts
 from .segments import BUSY_PHASE, IDLE_PHASE, SPAN_PHASE
 from .summary import CONSERVATION_TABLE, conservation_sentence, failure_counts
-from .timeline import busy, request_spans, segment_edges
+from .timeline import busy, output_tokens, request_spans, segment_edges
 from .workload import ServeBenchWorkload
 
 log = logging.getLogger("energyframe")
@@ -219,7 +219,7 @@ def record_segments(m: Measurement, workload: ServeBenchWorkload, load: LoadResu
     for a, b, is_busy in zip(starts, ends, active):
         m.record_window(BUSY_PHASE if is_busy else IDLE_PHASE, float(a), float(b))
     m.record_window(SPAN_PHASE, float(edges[0]), float(edges[-1]))
-    m.set_work(SPAN_PHASE, {"output_tokens": float(sum(r.output_tokens or r.chunks for r in records))})
+    m.set_work(SPAN_PHASE, {"output_tokens": float(sum(output_tokens(r) for r in records))})
     workload.records, workload.spans, workload.span_start_s = records, tuple(spans), float(edges[0])
 
 
@@ -326,6 +326,11 @@ def serve_bench(
     prompt_list = load_prompts(prompts, requests) if isinstance(prompts, str) else list(prompts)
     if not prompt_list:
         raise UsageError("no prompts to send")
+    ids = [p.request_id for p in prompt_list]
+    if len(set(ids)) != len(ids):
+        raise UsageError(
+            f"two prompts have the id {next(i for i in ids if ids.count(i) > 1)!r}; each request needs its own"
+        )
     plan = plan_load(prompt_list, rate, concurrency, seed)
     the_reporters = [
         r for r in registry.create_all(registry.REPORTERS, list(reporters)) if isinstance(r, Reporter)
@@ -353,7 +358,7 @@ def serve_bench(
         out=out,
         sync=None,
         meta={
-            "workload": plugin_record(workload),
+            "workload": workload_record(workload),
             "reporters": [plugin_record(r) for r in the_reporters],
             "config": {"idle_s": idle_s},
         },
@@ -362,49 +367,74 @@ def serve_bench(
         workload=workload,
     )
     workload.warn = m.warn
-    return _measure(m, workload, server, chosen, prompt_list, plan, the_reporters)
+    return _measure(m, workload, server, prompt_list, plan, the_reporters, out)
 
 
 def _measure(
     m: Measurement,
     workload: ServeBenchWorkload,
     server: ServerSettings,
-    model: str,
     prompts: Sequence[Prompt],
     plan: LoadPlan,
     reporters: Sequence[Reporter],
+    out: Path | str | None,
 ) -> RunResult:
+    """Start measuring, run the load, record its segments, save; an error of ours on the way
+    still saves the run, incomplete, and is raised."""
     try:
         m.start()
     except KeyboardInterrupt as e:
         raise RunInterrupted("interrupted by SIGINT while the power sources started") from e
-    status, reason = COMPLETE, None
-    log.info("sending %d requests to %s (%s)", len(prompts), server.url, model)
+    log.info("sending %d requests to %s (%s)", len(prompts), server.url, workload.options["model"])
     try:
-        load = asyncio.run(_send_all(server, model, prompts, plan, PROGRESS_S))
-    except KeyboardInterrupt:  # a Ctrl-C the load's own handler did not see (before it began)
-        load = LoadResult((), len(prompts), "interrupted by SIGINT", time.monotonic())
+        load = _load(m, workload, server, prompts, plan)
+    except KeyboardInterrupt:  # while the windows were recorded: keep what was measured
+        why = "interrupted by SIGINT while the load's windows were recorded"
+        m.finish(INCOMPLETE, why)
+        raise RunInterrupted(f"{why}{_saved(out)}") from None
+    except BaseException as e:  # a bug of ours: the run is kept, and the error raised
+        m.finish(INCOMPLETE, f"{type(e).__name__} after the load: {e}")
+        raise
+    status, reason = COMPLETE, None
     if load.interrupted:
         status, reason = (
             INCOMPLETE,
             f"{load.interrupted} after {len(load.records)} of {len(prompts)} requests were sent",
         )
-    record_segments(m, workload, load)
-    workload.load_figures = load_figures(plan, load)
-    for warning in load_warnings(workload.load_figures, load):
-        m.warn(warning)
-    m.describe(workload=workload_record(workload))
     try:
         result = m.finish(status, reason)
     except KeyboardInterrupt:
         raise RunInterrupted("interrupted by SIGINT while saving") from None
     _say_conservation(result)
-    run_reporters(reporters, result, m.out)
-    error = _outcome(result, load, m.out)
+    run_reporters(reporters, result, Path(out) if out is not None else None)
+    error = _outcome(result, load, out)
     if error is not None:
         error.result = result  # type: ignore[attr-defined]
         raise error
     return result
+
+
+def _load(
+    m: Measurement,
+    workload: ServeBenchWorkload,
+    server: ServerSettings,
+    prompts: Sequence[Prompt],
+    plan: LoadPlan,
+) -> LoadResult:
+    """The load, then its segments recorded as windows and what the run says about it."""
+    try:
+        load = asyncio.run(_send_all(server, workload.options["model"], prompts, plan, PROGRESS_S))
+    except KeyboardInterrupt:  # a Ctrl-C the load's own handler did not see (before it began)
+        load = LoadResult((), len(prompts), "interrupted by SIGINT", time.monotonic())
+    record_segments(m, workload, load)
+    workload.load_figures = load_figures(plan, load)
+    for warning in load_warnings(workload.load_figures, load):
+        m.warn(warning)
+    return load
+
+
+def _saved(out: Path | str | None) -> str:
+    return f"; the run is saved in {out}" if out is not None else ""
 
 
 def _say_conservation(result: RunResult) -> None:
@@ -415,9 +445,9 @@ def _say_conservation(result: RunResult) -> None:
     log.info("%s", conservation_sentence(row))
 
 
-def _outcome(result: RunResult, load: LoadResult, out: Path | None) -> EnergyFrameError | None:
+def _outcome(result: RunResult, load: LoadResult, out: Path | str | None) -> EnergyFrameError | None:
     """The error the run ends with, if any (it is saved already)."""
-    saved = f"; the run is saved in {out}" if out is not None else ""
+    saved = _saved(out)
     if load.interrupted:
         return RunInterrupted(f"{result.reason}{saved}")
     if result.status != COMPLETE:

@@ -245,4 +245,8 @@ def conservation_sentence(row: Mapping[str, Any]) -> str:
 
 
 def conservation_table(row: Mapping[str, Any]) -> DerivedTable:
-    return DerivedTable(CONSERVATION_TABLE, "conservation", [dict(row)], note=conservation_sentence(row))
+    return DerivedTable(
+        CONSERVATION_TABLE,
+        "conservation: the requests' energy plus the idle energy against the load's own window",
+        [dict(row)],
+    )

@@ -22,9 +22,9 @@ from .client import RequestRecord
 
 QUEUED, PREFILL, DECODE = "queued", "prefill", "decode"
 #: state changes are put on this grid before segments are cut, so that no segment is shorter
-#: and the segments read back from windows.csv's Unix seconds (0.24 us resolution) hold the
-#: same requests. Units: s.
-GRID_S = 1e-6
+#: and the segments read back from windows.csv's Unix seconds (0.24 us resolution) hold the same
+#: requests at their midpoints; 10 us of a request's time is 7 mJ at 700 W. Units: s.
+GRID_S = 1e-5
 
 
 def snap(t: float) -> float:

@@ -77,22 +77,18 @@ class ServeBenchWorkload(Workload):
         """None: the windows are the load's segments, recorded after it (``serve_bench``)."""
         return ()
 
-    def info(self) -> Mapping[str, Any]:
-        return {"requests_sent": len(self.records)}
-
     def derive(self, result: RunResult) -> Sequence[DerivedTable]:
         """The summary and the conservation check, from the segments' energy."""
         primary = list(result.run_meta.primary_channels)
         span = measured_span(result.windows, primary)
+        offset = self._unix_offset(result)
         attribution: Attribution | None = None
-        offset = 0.0
-        if span is not None and math.isfinite(self.span_start_s):
-            offset = span.start_s - self.span_start_s
+        if offset is not None:
             shifted = [s.shifted(offset) for s in self.spans]
             attribution = attribute(
                 shifted, measured_segments(result.windows, primary), self.options["prefill_weight"]
             )
-        frame = request_rows(self.records, self.spans, attribution, offset)
+        frame = request_rows(self.records, self.spans, attribution, offset or 0.0)
         self._requests = frame
         conservation = conservation_row(attribution, span)
         if conservation["within_bound"] is False:
@@ -100,12 +96,21 @@ class ServeBenchWorkload(Workload):
         row = summary_row(frame, self.records, span, attribution, self.load_figures)
         return (summary_table(row), conservation_table(conservation))
 
+    def _unix_offset(self, result: RunResult) -> float | None:
+        """Unix seconds minus monotonic ones, as windows.csv converted the load's own window."""
+        span = measured_span(result.windows, list(result.run_meta.primary_channels))
+        if span is None or not math.isfinite(self.span_start_s):
+            return None
+        return span.start_s - self.span_start_s
+
     def extra_files(self, result: RunResult) -> Mapping[str, bytes]:
         """requests.csv (one row per request) and tokens.csv (when each chunk of text came)."""
-        frame = self._requests
-        if frame is None:
-            frame = request_rows(self.records, self.spans, None, 0.0)
-        offset = frame["sent_s"].iloc[0] - self.records[0].sent_s if self.records else 0.0
+        offset = self._unix_offset(result) or 0.0
+        frame = (
+            self._requests
+            if self._requests is not None
+            else request_rows(self.records, self.spans, None, offset)
+        )
         tokens = pd.DataFrame(
             [(r.request_id, k, t + offset) for r in self.records for k, t in enumerate(r.token_times_s)],
             columns=["request_id", "index", "time_s"],

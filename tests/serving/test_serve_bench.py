@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import energyframe as ef
 from energyframe.cli import main
 from energyframe.serving import read_requests
-from energyframe.serving.summary import REQUEST_COLUMNS
+from energyframe.serving.summary import REQUEST_COLUMNS, conservation_sentence
 from tests.conftest import write_power_csv
 from tests.serving.server import FakeServer
 
@@ -65,7 +65,8 @@ def test_the_run_prints_its_summary_and_conservation_and_writes_documented_files
 
     out, output = saved
     assert "per request (ok requests; energy with its 95 % bound)" in output
-    assert "conservation: attributed " in output and "within its bound" in output
+    shown = " ".join(output.split())
+    assert "conservation: the requests' energy plus the idle energy against the load's own window" in shown
     files = check_run(out)
     assert {"requests.csv", "tokens.csv", "serving.csv", "conservation.csv", "windows.csv"} <= files
     frame = read_requests(out)
@@ -337,7 +338,9 @@ def test_timing_only(server, tmp_path):
     assert result.exit_code == 0, result.output
     frame = read_requests(out)
     assert set(frame["status"]) == {"ok"} and frame["energy_j"].isna().all() and (frame["ttft_s"] > 0).all()
-    assert "conservation: not checked (no energy measured over the load)" in " ".join(result.output.split())
+    row = ef.load_run(out).derived_table("conservation").rows[0]
+    assert row["within_bound"] is None and row["measured_energy_j"] is None  # NaN in run.json is null
+    assert conservation_sentence(row) == "conservation: not checked (no energy measured over the load)"
 
 
 def test_without_httpx_the_command_names_the_extra(monkeypatch, tmp_path):
@@ -359,3 +362,26 @@ def test_without_httpx_the_command_names_the_extra(monkeypatch, tmp_path):
     )
     assert result.exit_code == 2
     assert result.output == "Error: energyframe serve-bench needs httpx: pip install 'energyframe[serve]'\n"
+
+
+def test_an_error_after_the_load_still_saves_the_run_incomplete(server, power, tmp_path, monkeypatch):
+    from energyframe.serving import run
+
+    def broken(m, workload, load):
+        raise RuntimeError("a bug while the windows were recorded")
+
+    monkeypatch.setattr(run, "record_segments", broken)
+    with pytest.raises(RuntimeError, match="a bug while the windows were recorded"):
+        run.serve_bench(
+            server.url,
+            "synthetic:prompt_tokens=4,output_tokens=2",
+            requests=2,
+            rate=math.inf,
+            power=[power],
+            out=tmp_path / "run",
+            idle_s=0.0,
+            reporters=[],
+        )
+    saved = ef.load_run(tmp_path / "run")
+    assert saved.status == "incomplete"
+    assert saved.reason == "RuntimeError after the load: a bug while the windows were recorded"
