@@ -15,7 +15,7 @@ import numpy as np
 
 from ..model import ReportFigure
 from ..plugin import RunResult
-from ..report.html.figures import HEIGHT, PALETTE, graph_objects, text
+from ..report.html.figures import HEIGHT, PALETTE, decimate, graph_objects, text
 from ..report.plots import origin_s, trace_lines
 from .attribution import Attribution, Segments, attribute
 from .client import OK
@@ -23,6 +23,8 @@ from .segments import measured_segments
 
 #: the requests drawn one by one in the stacked power (the most energetic); the rest are one band
 MAX_STACKED = 40
+#: beyond this many segments, the stacked power is drawn on this many equal bins (energy kept)
+MAX_SEGMENTS_DRAWN = 2000
 
 
 def report_figures(run_dir: Path, result: RunResult) -> Sequence[ReportFigure]:
@@ -94,6 +96,19 @@ def _steps(starts: np.ndarray, ends: np.ndarray, values: np.ndarray) -> tuple[np
     return np.column_stack([starts, ends]).ravel(), np.repeat(values, 2)
 
 
+def rebinned(
+    starts: np.ndarray, ends: np.ndarray, power_w: np.ndarray, bins: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Contiguous segments' power on ``bins`` equal bins, each bin's energy kept (the cumulative
+    energy read at the bins' edges): a long load's thousands of segments drawn in a page's size."""
+    if len(starts) <= bins:
+        return starts, ends, power_w
+    cumulative = np.concatenate([[0.0], np.cumsum(np.nan_to_num(power_w) * (ends - starts))])
+    edges = np.linspace(starts[0], ends[-1], bins + 1)
+    energy = np.diff(np.interp(edges, np.concatenate([starts[:1], ends]), cumulative))
+    return edges[:-1], edges[1:], energy / np.diff(edges)
+
+
 def stacked_power(result: RunResult, frame, segments: Segments, attribution: Attribution) -> dict | None:
     """Each request's share of each segment's power (its energy share over the segment's
     length), stacked; the idle segments; the measured power on top."""
@@ -105,19 +120,28 @@ def stacked_power(result: RunResult, frame, segments: Segments, attribution: Att
     with np.errstate(divide="ignore", invalid="ignore"):
         power = np.where(ends > starts, segments.energy_j / (ends - starts), math.nan)
     req, seg, share, _ = attribution.shares
-    per_request = np.zeros((len(frame), len(segments)))
-    np.add.at(per_request, (req, seg), share * power[seg])
+    taken = share * power[seg]
     order = np.argsort([-(r.energy_j if math.isfinite(r.energy_j) else 0.0) for r in attribution.requests])
-    shown, rest = order[:MAX_STACKED], order[MAX_STACKED:]
-    fig = go.Figure()
-    bands: list[tuple[str, np.ndarray]] = [(str(frame["request_id"].iloc[i]), per_request[i]) for i in shown]
-    if len(rest):
-        bands.append((f"{len(rest)} other requests", per_request[rest].sum(axis=0)))
+    shown = order[:MAX_STACKED]
+    bands: list[tuple[str, np.ndarray]] = []
+    for i in shown:
+        mine = req == i
+        bands.append(
+            (
+                str(frame["request_id"].iloc[i]),
+                np.bincount(seg[mine], weights=taken[mine], minlength=len(segments)),
+            )
+        )
+    rest = ~np.isin(req, shown)
+    if rest.any():
+        label = f"{len(order) - len(shown)} other requests"
+        bands.append((label, np.bincount(seg[rest], weights=taken[rest], minlength=len(segments))))
     busy = np.zeros(len(segments), dtype=bool)
     busy[seg] = True
     bands.append(("idle (no request active)", np.where(busy, 0.0, power)))
+    fig = go.Figure()
     for k, (name, values) in enumerate(bands):
-        x, y = _steps(starts, ends, values)
+        x, y = _steps(*rebinned(starts, ends, values, MAX_SEGMENTS_DRAWN))
         fig.add_trace(
             go.Scatter(
                 x=x, y=y, name=text(name), mode="lines", stackgroup="requests", line={"width": 0.5},
@@ -127,10 +151,11 @@ def stacked_power(result: RunResult, frame, segments: Segments, attribution: Att
     primary = set(result.run_meta.primary_channels)
     for line in trace_lines(result, all_channels=False):
         if line.name in primary:
+            times, watts, _ = decimate(line.times_s, line.power_w, 2 * MAX_SEGMENTS_DRAWN)
             fig.add_trace(
                 go.Scatter(
-                    x=line.times_s,
-                    y=line.power_w,
+                    x=times,
+                    y=watts,
                     name=text(f"{line.label} (measured)"),
                     mode="lines",
                     line={"color": "black", "width": 1},

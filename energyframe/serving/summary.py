@@ -247,6 +247,6 @@ def conservation_sentence(row: Mapping[str, Any]) -> str:
 def conservation_table(row: Mapping[str, Any]) -> DerivedTable:
     return DerivedTable(
         CONSERVATION_TABLE,
-        "conservation: the requests' energy plus the idle energy against the load's own window",
+        "conservation: requests + idle against the load's window",
         [dict(row)],
     )

@@ -66,7 +66,7 @@ def test_the_run_prints_its_summary_and_conservation_and_writes_documented_files
     out, output = saved
     assert "per request (ok requests; energy with its 95 % bound)" in output
     shown = " ".join(output.split())
-    assert "conservation: the requests' energy plus the idle energy against the load's own window" in shown
+    assert "conservation: requests + idle against the load's window" in shown
     files = check_run(out)
     assert {"requests.csv", "tokens.csv", "serving.csv", "conservation.csv", "windows.csv"} <= files
     frame = read_requests(out)
@@ -385,3 +385,17 @@ def test_an_error_after_the_load_still_saves_the_run_incomplete(server, power, t
     saved = ef.load_run(tmp_path / "run")
     assert saved.status == "incomplete"
     assert saved.reason == "RuntimeError after the load: a bug while the windows were recorded"
+
+
+def test_a_long_loads_segments_are_drawn_on_bins_that_keep_their_energy():
+    from energyframe.serving.figures import rebinned
+
+    rng = np.random.default_rng(1)
+    ends = np.cumsum(rng.uniform(0.001, 0.1, 5000))
+    starts = np.concatenate([[0.0], ends[:-1]])
+    power = rng.uniform(50, 700, 5000)
+    a, b, p = rebinned(starts, ends, power, 200)
+    assert len(p) == 200 and a[0] == 0.0 and b[-1] == pytest.approx(ends[-1])
+    assert np.sum(p * (b - a)) == pytest.approx(np.sum(power * (ends - starts)), rel=1e-9)
+    few = power[:10]
+    assert rebinned(starts[:10], ends[:10], few, 200)[2] is few  # few segments: drawn as they are
