@@ -29,12 +29,15 @@ class SpanEnergy:
     Args:
         start_s, end_s: its edges (windows.csv's Unix seconds).
         energy_j, bound_j: its energy over the primary channels and the 95 % bound.
+        dynamic_j, dynamic_bound_j: the same above the idle baseline (NaN without one).
     """
 
     start_s: float
     end_s: float
     energy_j: float
     bound_j: float
+    dynamic_j: float = math.nan
+    dynamic_bound_j: float = math.nan
 
     @property
     def duration_s(self) -> float:
@@ -100,7 +103,16 @@ def measured_span(windows: pd.DataFrame, primary: Sequence[str]) -> SpanEnergy |
     energy = rows["energy_j"].sum(min_count=n) if n else math.nan
     random = math.sqrt(float((rows["energy_random_j"] ** 2).sum(min_count=n))) if n else math.nan
     systematic = float(rows["energy_systematic_j"].sum(min_count=n)) if n else math.nan
+    baseline = float(
+        np.sqrt(np.maximum(rows["dynamic_energy_bound_j"] ** 2 - rows["energy_bound_j"] ** 2, 0.0)).sum()
+    )
+    dynamic = float(rows["dynamic_energy_j"].sum(min_count=n)) if n else math.nan
     first = rows.iloc[0]
     return SpanEnergy(
-        float(first["start_s"]), float(first["end_s"]), float(energy), math.hypot(random, systematic)
+        float(first["start_s"]),
+        float(first["end_s"]),
+        float(energy),
+        math.hypot(random, systematic),
+        dynamic,
+        math.sqrt(random**2 + systematic**2 + baseline**2),
     )

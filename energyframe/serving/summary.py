@@ -161,6 +161,8 @@ def summary_row(
         "output_tokens_per_s": tokens / duration if duration > 0 else math.nan,
         "energy_j": energy,
         "energy_bound_j": bound,
+        "dynamic_energy_j": span.dynamic_j if span is not None else math.nan,
+        "dynamic_energy_bound_j": span.dynamic_bound_j if span is not None else math.nan,
         "mean_power_w": energy / duration if duration > 0 else math.nan,
         "mean_power_bound_w": bound / duration if duration > 0 else math.nan,
         "attributed_energy_j": attribution.attributed_energy_j if attribution else math.nan,
