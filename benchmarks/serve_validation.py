@@ -30,6 +30,7 @@ import json
 import math
 import os
 import random
+import shlex
 import shutil
 import signal
 import statistics
@@ -129,20 +130,24 @@ def build_model(directory: Path) -> None:
 
 
 def health(url: str) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # straight to 127.0.0.1
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with opener.open(url, timeout=2) as response:
             return response.status == 200
     except OSError:
         return False
 
 
-def start_server(model_dir: Path, out: Path) -> subprocess.Popen:
-    exe = shutil.which("transformers")
-    if exe is None:
-        sys.exit("no `transformers` command on PATH (pip install transformers)")
+#: the server's command line; {port} and {model} are filled in (--server-cmd changes it)
+SERVER_CMD = "transformers serve --continuous-batching --host 127.0.0.1 --port {port} {model}"
+
+
+def start_server(model_dir: Path, out: Path, command: str = SERVER_CMD) -> subprocess.Popen:
+    argv = shlex.split(command.format(port=PORT, model=model_dir))
+    if shutil.which(argv[0]) is None:
+        sys.exit(f"no `{argv[0]}` command on PATH (pip install transformers)")
     server_log = open(out / "server.log", "w")  # noqa: SIM115 (open for the server's whole life)
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    argv = [exe, "serve", "--continuous-batching", "--host", "127.0.0.1", "--port", str(PORT), str(model_dir)]
     log("server:", " ".join(argv))
     proc = subprocess.Popen(argv, stdout=server_log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     started = time.monotonic()
@@ -203,8 +208,12 @@ def bench(name: str, out: Path, target: Target, prompts, **kw) -> dict:
         result = getattr(e, "result", None)
         if result is None:
             return {"name": name, "error": str(e)}
-    summary = result.derived_table("serving").rows[0]
-    conservation = result.derived_table("conservation").rows[0]
+    try:
+        summary = result.derived_table("serving").rows[0]
+        conservation = result.derived_table("conservation").rows[0]
+    except KeyError:  # nothing was sent: no segments, no tables
+        log(f"{name}: no request was measured ({result.reason or result.warnings})")
+        return {"name": name, "error": "no request was measured"}
     frame = read_requests(run_dir)
     figures = {
         "name": name,
@@ -410,12 +419,13 @@ def main() -> None:
     parser.add_argument("--model-dir", type=Path, default=Path("/tmp/energyframe-serve-model"))
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--only", default="rates,a,b", help="parts to run: rates, a, b (comma-separated)")
+    parser.add_argument("--server-cmd", default=SERVER_CMD, help="the server's command line ({port}, {model})")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ["HF_HUB_OFFLINE"] = "1"
     started = time.monotonic()
     build_model(args.model_dir)
-    server = start_server(args.model_dir, args.out)
+    server = start_server(args.model_dir, args.out, args.server_cmd)
     target = Target(f"http://127.0.0.1:{PORT}/v1", str(args.model_dir))
     try:
         bench("warmup", args.out, target, "synthetic:prompt_tokens=64,output_tokens=16", requests=8, concurrency=4, idle_s=0.5)
