@@ -119,6 +119,8 @@ def test_the_power_a_prefill_draws_goes_to_the_request_in_prefill(tmp_path, fake
         )
     windows = pd.read_csv(out / "windows.csv")
     span = windows[(windows["phase"] == "serve") & (windows["channel"] == "gpu0")].iloc[0]
-    assert ef.load_run(out).derived_table("conservation").rows[0]["measured_energy_j"] == pytest.approx(
-        span["energy_j"]
-    )
+    conservation = ef.load_run(out).derived_table("conservation").rows[0]
+    assert conservation["measured_energy_j"] == pytest.approx(span["energy_j"])
+    # each segment's edges estimated on their own (the counter's ticks, the fused samples): they
+    # still add up to the load's window
+    assert conservation["within_bound"] is True
