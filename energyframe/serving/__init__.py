@@ -13,7 +13,12 @@ if TYPE_CHECKING:
     from .run import serve_bench
     from .workload import ServeBenchWorkload, read_requests
 
-_HOMES = {"Prompt": "prompts", "serve_bench": "run", "ServeBenchWorkload": "workload", "read_requests": "workload"}
+_HOMES = {
+    "Prompt": "prompts",
+    "serve_bench": "run",
+    "ServeBenchWorkload": "workload",
+    "read_requests": "workload",
+}
 __all__ = ["Prompt", "ServeBenchWorkload", "read_requests", "serve_bench"]
 
 

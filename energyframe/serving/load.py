@@ -14,14 +14,22 @@ import math
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from ..errors import UsageError
-from .client import RequestRecord
+from .client import OK, RequestRecord
 from .prompts import Prompt
+from .summary import failure_counts
 
 Send = Callable[[Prompt, float, float], Awaitable[RequestRecord]]
+#: a send later than this after it could go is the client's lag. Units: s.
+CLIENT_LAG_S = 0.02
+#: an achieved rate under this share of the scheduled one is said to fall short
+RATE_SHORTFALL = 0.95
 
 
 @dataclass(frozen=True)
@@ -161,3 +169,53 @@ async def run_load(prompts: Sequence[Prompt], plan: LoadPlan, send: Send) -> Loa
     if failed:  # a bug of ours, not the server's: said, not hidden
         raise failed[0]
     return LoadResult(records, len(prompts) - len(records), stopper.reason, start)
+
+
+def load_figures(plan: LoadPlan, load: LoadResult) -> dict[str, Any]:
+    """The load's own figures for the summary: rates, unsent requests, the client's lag."""
+    sent = sorted(r.sent_s for r in load.records)
+    achieved = (len(sent) - 1) / (sent[-1] - sent[0]) if len(sent) > 1 and sent[-1] > sent[0] else math.nan
+    lag = np.asarray(load.client_lag_s or [math.nan])
+    wait = np.asarray(load.slot_wait_s or [math.nan])
+    scheduled = plan.asked_rate if len(plan.offsets_s) > 1 and max(plan.offsets_s) > 0 else math.nan
+    return {
+        "unsent": load.unsent,
+        "scheduled_rate_per_s": scheduled,
+        "request_rate_per_s": achieved,
+        "client_lag_p99_s": float(np.quantile(lag, 0.99)),
+        "client_lag_max_s": float(np.max(lag)),
+        "slot_wait_median_s": float(np.median(wait)),
+    }
+
+
+def load_warnings(figures: Mapping[str, Any], load: LoadResult) -> list[str]:
+    """What the run says about the load: failures, missing usage, a rate that fell short."""
+    out = []
+    records = load.records
+    failed = [r for r in records if r.status != OK]
+    if failed:
+        out.append(
+            f"{len(failed)} of {len(records)} requests failed ({failure_counts(records)}); first: "
+            f"{failed[0].request_id}: {failed[0].error}"
+        )
+    counted = [r for r in records if r.status == OK and r.output_tokens is None]
+    if counted:
+        out.append(
+            f"the server reported no usage for {len(counted)} request(s): their output tokens are the chunks "
+            "of text counted (one token each) and their prompt tokens the prompts' own count"
+        )
+    scheduled, achieved = figures["scheduled_rate_per_s"], figures["request_rate_per_s"]
+    if math.isfinite(scheduled) and math.isfinite(achieved) and achieved < RATE_SHORTFALL * scheduled:
+        if figures["slot_wait_median_s"] > figures["client_lag_p99_s"]:
+            cause = "the --concurrency limit held requests back until others ended (the server's pace)"
+        else:
+            cause = "this client sent them late: the client, not the server, limited the rate"
+        out.append(f"the requests went out at {achieved:.3g}/s, not the {scheduled:.3g}/s scheduled: {cause}")
+    lag = load.client_lag_s
+    late = sum(1 for x in lag if x > CLIENT_LAG_S)
+    if late:
+        out.append(
+            f"{late} of {len(lag)} requests left this client more than {CLIENT_LAG_S * 1e3:.0f} ms after they "
+            f"could (the worst {max(lag) * 1e3:.0f} ms): a busy client delays sends and what they measure"
+        )
+    return out

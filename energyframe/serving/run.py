@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,172 +30,19 @@ from ..plugin import Reporter
 from ..results.meta import COMPLETE, INCOMPLETE
 from ..results.provenance import plugin_record, workload_record
 from ..results.result import RunResult
-from .client import ENDPOINTS, OK, RequestRecord, StreamingClient
-from .load import LoadPlan, LoadResult, plan_load, run_load
+from .client import OK
+from .load import LoadPlan, LoadResult, load_figures, load_warnings, plan_load
 from .prompts import Prompt, load_prompts
 from .segments import BUSY_PHASE, IDLE_PHASE, SPAN_PHASE
+from .server import ServerSettings, check_server, send_load, warm_up
 from .summary import CONSERVATION_TABLE, conservation_sentence, failure_counts
 from .timeline import busy, output_tokens, request_spans, segment_edges
 from .workload import ServeBenchWorkload
 
 log = logging.getLogger("energyframe")
 
-#: how long the check that the server is there may take. Units: s.
-CHECK_TIMEOUT_S = 10.0
 #: how often a long load says how far it is. Units: s.
 PROGRESS_S = 10.0
-#: a send later than this after it could go is the client's lag. Units: s.
-CLIENT_LAG_S = 0.02
-#: an achieved rate under this share of the scheduled one is said to fall short
-RATE_SHORTFALL = 0.95
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    """How every request is sent.
-
-    Args:
-        url: the server's OpenAI base URL.
-        model: the ``model`` field (``None``: the first the server lists).
-        endpoint: ``chat`` or ``completions``.
-        request_timeout_s: the longest one request may take. Units: s.
-        stream_usage: ask for ``usage`` in the stream (``stream_options``).
-        extra_body: fields added to every request.
-    """
-
-    url: str
-    model: str | None = None
-    endpoint: str = "chat"
-    request_timeout_s: float = 300.0
-    stream_usage: bool = True
-    extra_body: Mapping[str, Any] | None = None
-
-    def checked(self) -> ServerSettings:
-        if not self.url.startswith(("http://", "https://")):
-            raise UsageError(f"--url {self.url!r}: give the server's base URL, e.g. http://127.0.0.1:8000/v1")
-        if self.endpoint not in ENDPOINTS:
-            raise UsageError(f"unknown endpoint {self.endpoint!r}. Available: {', '.join(ENDPOINTS)}")
-        if not (self.request_timeout_s > 0 and math.isfinite(self.request_timeout_s)):
-            raise UsageError(
-                f"--request-timeout must be a number of seconds above 0, got {self.request_timeout_s!r}"
-            )
-        return self
-
-
-def _http(timeout_s: float):
-    """The HTTP client: direct to the server (no proxy from the environment: the server runs
-    on the machine being measured), no limit on connections (a pool limit would queue
-    requests in the client and misplace their send)."""
-    import httpx
-
-    return httpx.AsyncClient(
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-        timeout=httpx.Timeout(connect=min(CHECK_TIMEOUT_S, timeout_s), read=None, write=None, pool=None),
-        trust_env=False,
-    )
-
-
-async def check_server(server: ServerSettings) -> str:
-    """The model to ask for, once the server answers at ``url/models``.
-
-    Raises:
-        ServerError: nothing answers there.
-        UsageError: no ``model`` given and the server lists none.
-    """
-    import httpx
-
-    names: list[str] = []
-    async with _http(CHECK_TIMEOUT_S) as http:
-        try:
-            response = await asyncio.wait_for(http.get(server.url.rstrip("/") + "/models"), CHECK_TIMEOUT_S)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            raise ServerError(
-                f"no server answers at {server.url} ({e or type(e).__name__}); start it first, or check --url"
-            ) from e
-        except (asyncio.TimeoutError, httpx.TimeoutException) as e:
-            raise ServerError(
-                f"the server at {server.url} did not answer within {CHECK_TIMEOUT_S:g} s"
-            ) from e
-        except httpx.HTTPError as e:
-            raise ServerError(f"the server at {server.url} could not be asked for its models: {e}") from e
-        if response.status_code == 200:
-            try:
-                names = [
-                    str(m["id"]) for m in response.json().get("data", []) if isinstance(m, dict) and "id" in m
-                ]
-            except (ValueError, AttributeError):
-                names = []
-    if server.model:
-        if names and server.model not in names:
-            log.warning(
-                "warning: the server lists %s, not %r; asking for %r anyway",
-                ", ".join(names),
-                server.model,
-                server.model,
-            )
-        return server.model
-    if not names:
-        raise UsageError(f"give --model NAME: the server at {server.url} lists no model at /models")
-    if len(names) > 1:
-        log.info("the server lists %s; measuring %s (give --model to choose)", ", ".join(names), names[0])
-    return names[0]
-
-
-async def _send_all(
-    server: ServerSettings,
-    model: str,
-    prompts: Sequence[Prompt],
-    plan: LoadPlan,
-    progress_s: float | None = None,
-) -> LoadResult:
-    """Send every prompt as planned; with ``progress_s``, say how far the load is that often."""
-    ended = [0]
-
-    async def say() -> None:
-        while True:
-            await asyncio.sleep(progress_s or math.inf)
-            log.info("%d of %d requests ended", ended[0], len(prompts))
-
-    async with _http(server.request_timeout_s) as http:
-        client = StreamingClient(
-            http,
-            server.url,
-            model,
-            server.endpoint,
-            server.request_timeout_s,
-            server.stream_usage,
-            server.extra_body,
-        )
-
-        async def send(prompt: Prompt, due: float, ready: float) -> RequestRecord:
-            record = await client.send(prompt, due, ready)
-            ended[0] += 1
-            return record
-
-        ticker = asyncio.ensure_future(say()) if progress_s else None
-        try:
-            return await run_load(prompts, plan, send)
-        finally:
-            if ticker is not None:
-                ticker.cancel()
-
-
-def warm_up(server: ServerSettings, model: str, prompts: Sequence[Prompt], n: int) -> None:
-    """Send ``n`` of the prompts one after the other, unmeasured (compiled kernels, caches)."""
-    if n <= 0:
-        return
-    chosen = [prompts[i % len(prompts)] for i in range(n)]
-    log.info("warming up the server with %d request(s)", n)
-    result = asyncio.run(_send_all(server, model, chosen, LoadPlan((0.0,) * n, concurrency=1)))
-    failed = [r for r in result.records if r.status != OK]
-    if failed:
-        log.warning(
-            "warning: %d of %d warm-up requests failed (%s); first: %s",
-            len(failed),
-            n,
-            failure_counts(failed),
-            failed[0].error,
-        )
 
 
 def record_segments(m: Measurement, workload: ServeBenchWorkload, load: LoadResult) -> None:
@@ -221,56 +66,6 @@ def record_segments(m: Measurement, workload: ServeBenchWorkload, load: LoadResu
     m.record_window(SPAN_PHASE, float(edges[0]), float(edges[-1]))
     m.set_work(SPAN_PHASE, {"output_tokens": float(sum(output_tokens(r) for r in records))})
     workload.records, workload.spans, workload.span_start_s = records, tuple(spans), float(edges[0])
-
-
-def load_figures(plan: LoadPlan, load: LoadResult) -> dict[str, Any]:
-    """The load's own figures for the summary: rates, unsent requests, the client's lag."""
-    sent = sorted(r.sent_s for r in load.records)
-    achieved = (len(sent) - 1) / (sent[-1] - sent[0]) if len(sent) > 1 and sent[-1] > sent[0] else math.nan
-    lag = np.asarray(load.client_lag_s or [math.nan])
-    wait = np.asarray(load.slot_wait_s or [math.nan])
-    scheduled = plan.asked_rate if len(plan.offsets_s) > 1 and max(plan.offsets_s) > 0 else math.nan
-    return {
-        "unsent": load.unsent,
-        "scheduled_rate_per_s": scheduled,
-        "request_rate_per_s": achieved,
-        "client_lag_p99_s": float(np.quantile(lag, 0.99)),
-        "client_lag_max_s": float(np.max(lag)),
-        "slot_wait_median_s": float(np.median(wait)),
-    }
-
-
-def load_warnings(figures: Mapping[str, Any], load: LoadResult) -> list[str]:
-    """What the run says about the load: failures, missing usage, a rate that fell short."""
-    out = []
-    records = load.records
-    failed = [r for r in records if r.status != OK]
-    if failed:
-        out.append(
-            f"{len(failed)} of {len(records)} requests failed ({failure_counts(records)}); first: "
-            f"{failed[0].request_id}: {failed[0].error}"
-        )
-    counted = [r for r in records if r.status == OK and r.output_tokens is None]
-    if counted:
-        out.append(
-            f"the server reported no usage for {len(counted)} request(s): their output tokens are the chunks "
-            "of text counted (one token each) and their prompt tokens the prompts' own count"
-        )
-    scheduled, achieved = figures["scheduled_rate_per_s"], figures["request_rate_per_s"]
-    if math.isfinite(scheduled) and math.isfinite(achieved) and achieved < RATE_SHORTFALL * scheduled:
-        if figures["slot_wait_median_s"] > figures["client_lag_p99_s"]:
-            cause = "the --concurrency limit held requests back until others ended (the server's pace)"
-        else:
-            cause = "this client sent them late: the client, not the server, limited the rate"
-        out.append(f"the requests went out at {achieved:.3g}/s, not the {scheduled:.3g}/s scheduled: {cause}")
-    lag = load.client_lag_s
-    late = sum(1 for x in lag if x > CLIENT_LAG_S)
-    if late:
-        out.append(
-            f"{late} of {len(lag)} requests left this client more than {CLIENT_LAG_S * 1e3:.0f} ms after they "
-            f"could (the worst {max(lag) * 1e3:.0f} ms): a busy client delays sends and what they measure"
-        )
-    return out
 
 
 def serve_bench(
@@ -423,7 +218,7 @@ def _load(
 ) -> LoadResult:
     """The load, then its segments recorded as windows and what the run says about it."""
     try:
-        load = asyncio.run(_send_all(server, workload.options["model"], prompts, plan, PROGRESS_S))
+        load = asyncio.run(send_load(server, workload.options["model"], prompts, plan, PROGRESS_S))
     except KeyboardInterrupt:  # a Ctrl-C the load's own handler did not see (before it began)
         load = LoadResult((), len(prompts), "interrupted by SIGINT", time.monotonic())
     record_segments(m, workload, load)
