@@ -1,6 +1,6 @@
 """serve-bench against a real continuously batched LLM server on one GPU (issue 39's validation).
 
-Builds a Llama-shaped model of ~0.95 B parameters with random weights and a BPE tokenizer trained
+Builds a Llama-shaped model of ~0.96 B parameters with random weights and a BPE tokenizer trained
 on the spot (nothing from a hub), starts ``transformers serve --continuous-batching`` on
 127.0.0.1, and measures with NVML:
 
@@ -64,11 +64,13 @@ class Target:
     power: tuple[str, ...] = ("nvml",)
     time_scale: float = 1.0
     idle_s: float = 2.0
-#: the model: Llama-shaped, ~0.95 B parameters (DEVICE-NOTES: 0.77 B served at ~370 tokens/s)
+
+
+#: the model: Llama-shaped, 0.96 B parameters (DEVICE-NOTES: 0.77 B served at ~370 tokens/s)
 SHAPE = {
     "hidden_size": 2048,
     "intermediate_size": 5632,
-    "num_hidden_layers": 16,
+    "num_hidden_layers": 18,
     "num_attention_heads": 16,
     "num_key_value_heads": 16,
     "max_position_embeddings": 4096,
@@ -81,22 +83,17 @@ def log(*parts) -> None:
 
 
 # -- the model and its server ----------------------------------------------------------------
-def build_model(directory: Path) -> None:
-    """A random-weight Llama and a BPE tokenizer trained on the synthetic prompts' words, saved
-    with ``save_pretrained`` (reused when the directory already holds them)."""
-    if (directory / "config.json").exists() and (directory / "tokenizer.json").exists():
-        log(f"model: reusing {directory}")
-        return
-    import torch
+def build_tokenizer(directory: Path, vocab: int = VOCAB):
+    """A byte-level BPE tokenizer trained on the synthetic prompts' words (each one token) and
+    random words that fill the vocabulary, with a plain chat template; saved in ``directory``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    started = time.monotonic()
     rng = random.Random(0)
     letters = "abcdefghijklmnopqrstuvwxyz"
 
     def corpus():
-        for _ in range(20000):  # the prompts' words, each one token, and random words to fill the vocabulary
+        for _ in range(20000):
             yield " ".join(rng.choice(WORDS) for _ in range(30))
             yield " ".join("".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(30))
 
@@ -104,28 +101,43 @@ def build_model(directory: Path) -> None:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tok.train_from_iterator(corpus(), trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     fast.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
     directory.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(directory)
+    return fast
+
+
+def build_model(directory: Path, shape: dict = SHAPE, vocab: int = VOCAB, device: str = "cuda") -> None:
+    """A random-weight Llama of ``shape`` and its tokenizer, saved with ``save_pretrained``
+    (reused when the directory already holds them). Nothing comes from a hub."""
+    if (directory / "config.json").exists() and (directory / "tokenizer.json").exists():
+        log(f"model: reusing {directory}")
+        return
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    started = time.monotonic()
+    fast = build_tokenizer(directory, vocab)
     config = LlamaConfig(
         vocab_size=len(fast),
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id,
-        **SHAPE,
+        **shape,
     )
-    with torch.device("cuda"):
+    with torch.device(device):
         model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.generation_config.eos_token_id = None  # random weights would stop early
     model.generation_config.pad_token_id = fast.pad_token_id
     model.save_pretrained(directory)
     params = sum(p.numel() for p in model.parameters())
     del model
-    torch.cuda.empty_cache()
+    if device == "cuda":
+        torch.cuda.empty_cache()
     log(f"model: {params / 1e9:.2f} B parameters, vocabulary {len(fast)}, built in {time.monotonic() - started:.0f} s")
 
 

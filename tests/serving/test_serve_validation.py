@@ -32,3 +32,35 @@ def test_the_validation_runs_and_writes_its_tables(tmp_path):
         "# serve-bench"
     )
     assert json.loads((tmp_path / "serve_validation.json").read_text())["parts"] == ["a", "b"]
+
+
+def test_the_model_the_validation_serves_is_built_without_a_hub(tmp_path):
+    """The script's set-up on the CPU, at a tiny size: the tokenizer makes each synthetic word
+    one token, the chat template renders, the saved model loads and generates past its EOS."""
+    pytest.importorskip("transformers")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from energyframe.serving.prompts import load_prompts
+
+    bench = load_benchmark("serve_validation")
+    tiny = {
+        **bench.SHAPE,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+    }
+    bench.build_model(tmp_path / "model", shape=tiny, vocab=2048, device="cpu")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
+    prompt = load_prompts("synthetic:prompt_tokens=50", 1)[0].text
+    assert len(tokenizer(prompt)["input_ids"]) == 50
+    chat = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
+    assert chat == prompt + "\n"
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    assert model.config.vocab_size == len(tokenizer) and model.generation_config.eos_token_id is None
+    out = model.generate(torch.tensor([tokenizer(prompt)["input_ids"]]), max_new_tokens=12, do_sample=False)
+    assert out.shape[1] == 50 + 12
