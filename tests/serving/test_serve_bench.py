@@ -278,7 +278,7 @@ def test_no_server_is_an_error_before_anything_is_measured(power, tmp_path):
 
 def test_a_server_that_goes_down_mid_load(power, tmp_path):
     lines = [{"prompt": "a @tokens=3", "arrival_s": 0.0}, {"prompt": "b @tokens=3", "arrival_s": 0.0}]
-    lines += [{"prompt": f"late {i}", "arrival_s": 0.6} for i in range(2)]
+    lines += [{"prompt": f"late {i}", "arrival_s": 1.5} for i in range(2)]  # well after the first two end
     path = tmp_path / "prompts.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines))
     with FakeServer(down_after=2) as s:  # down once the first two were answered

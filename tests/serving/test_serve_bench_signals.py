@@ -103,8 +103,10 @@ def test_the_power_a_prefill_draws_goes_to_the_request_in_prefill(tmp_path, fake
     frame = read_requests(out).set_index("request_id", drop=False)
     x = frame.loc["x"]
     assert x["prompt_tokens"] == 100 and x["sent_s"] < first_at - 0.5  # the test's premise
-    assert x["prefill_s"] == pytest.approx(first_at - 0.3, abs=0.02)
-    assert x["prefill_energy_j"] >= 0.9 * 400.0 * 0.3 * 100 / 102
+    assert x["prefill_s"] == pytest.approx(first_at - 0.3, abs=0.05)
+    # x's prefill window is the extra power's, give or take the server's and the client's timing
+    # (a few ms; 60 ms allowed): without its prompt's weight it would get a third of it
+    assert x["prefill_energy_j"] >= 400.0 * (0.3 - 0.06) * 100 / 102
 
     def profile_w(t):
         return np.where((t >= first_at - 0.3) & (t < first_at), 500.0, 100.0)
