@@ -103,8 +103,7 @@ def records_at(sends, ready=None, due=None):
 
 
 def test_a_rate_that_falls_short_says_whether_the_client_or_the_server_held_it_back():
-    from energyframe.serving.load import LoadResult
-    from energyframe.serving.load import load_figures, load_warnings
+    from energyframe.serving.load import LoadResult, load_figures, load_warnings
 
     plan = LoadPlan(tuple(0.1 * i for i in range(11)), None, 10.0)  # 10 per second, scheduled
     on_time = LoadResult(records_at([0.1 * i for i in range(11)]))
