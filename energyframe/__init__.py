@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         PluginNotFoundError,
         PowerSourceError,
         RunInterrupted,
+        ServerError,
         StoreError,
         UsageError,
         WorkloadError,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from .plugin import Workload
     from .results.meta import RunMeta
     from .results.result import RunResult, load_run
+    from .serving.run import serve_bench
     from .sweeps.api import sweep
     from .sweeps.kernel import load_kernel
     from .sweeps.results import KernelResult, SweepResult

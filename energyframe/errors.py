@@ -50,5 +50,9 @@ class DistributedError(EnergyFrameError):
     another way; every rank stops, and rank 0 saves what was measured."""
 
 
+class ServerError(EnergyFrameError):
+    """The server a load was meant for does not answer, or answered no request of it."""
+
+
 class ReporterError(EnergyFrameError):
     """A reporter failed or did not return; the run itself was saved before it ran."""

@@ -26,7 +26,7 @@ LAYERS = [
     # the built-in plugins, registered like a third party's: replay and sweeps build on workloads
     {"power"},
     {"workloads"},
-    {"replay", "sweeps", "reporters"},
+    {"replay", "sweeps", "reporters", "serving"},
     {"cli", "api", "__init__", "__main__"},
 ]
 

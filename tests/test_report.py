@@ -269,3 +269,17 @@ def test_a_workload_draws_its_own_figures_in_the_report(runs, tmp_path):
     assert titles == ["Replay: prediction", "Replay: tiers", "Replay: the traced iteration (gantt)"]
     page = build_report([saved])
     assert "Replay: prediction" in page and f"no gantt: the trace directory {run / 'trace'} is not here" in page
+
+
+def test_the_power_trace_shades_every_window_once_with_one_legend_entry_per_phase():
+    from energyframe.testing import sample_result
+
+    result = sample_result()
+    fig = figures.power_trace(result)
+    shapes = fig["layout"]["shapes"]
+    spans = result.windows.drop_duplicates(["phase", "trial"])
+    assert len(shapes) == len(spans) == 4
+    assert [s["name"] for s in shapes if s["showlegend"]] == list(dict.fromkeys(spans["phase"]))
+    t0 = figures.origin_s(result)
+    assert [s["x0"] for s in shapes] == pytest.approx(sorted(spans["start_s"] - t0))
+    assert len({s["fillcolor"] for s in shapes}) == 2

@@ -1,0 +1,496 @@
+"""serve-bench against a real continuously batched LLM server on one GPU (issue 39's validation).
+
+Builds a Llama-shaped model of ~0.96 B parameters with random weights and a BPE tokenizer trained
+on the spot (nothing from a hub), starts ``transformers serve --continuous-batching`` on
+127.0.0.1, and measures with NVML:
+
+- rates: 200 requests at 8 per second, 60 at 2 per second (conservation, the summary);
+- (a) 8 identical requests sent together, twice: their energies' spread (target <= 5 %);
+- (b) marginal truth: W (12 requests, Poisson) against W plus K = 4 long-prompt requests at the
+  same arrival times, K overlapping W (``overlap``) or after it (``after``), each pair twice.
+  Every run ends with one tiny marker request at the same time, so the runs span the same load;
+  the difference of the runs' dynamic energy (each above its own idle baseline) against the
+  dynamic energy attributed to the K requests (target: within 10 %), and the total difference
+  (less the idle power over the spans' small difference in length) against K's total;
+- (c) the leaderboard's estimate (the run's energy per output token times each request's output
+  tokens) against the attributed energy, by kind of request and by load.
+
+Run on the GPU machine (about 5 to 6 minutes; the model is built once into --model-dir):
+
+    HF_HUB_OFFLINE=1 python benchmarks/serve_validation.py --out "$OUT"
+
+Writes ``OUT/serve_validation.json`` (every figure), ``OUT/serve_validation.md`` (the tables
+printed), ``OUT/server.log`` and each run's directory under ``OUT/runs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import energyframe as ef
+from energyframe.serving import read_requests
+from energyframe.serving.prompts import WORDS
+
+PORT = 8123
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the runs go and what they measure (the tests point it at their own server).
+
+    Args:
+        url, model: the server.
+        power: the power sources.
+        time_scale: every arrival time of (b) is multiplied by it (1: the real schedule).
+        idle_s: each run's idle baseline. Units: s.
+    """
+
+    url: str
+    model: str
+    power: tuple[str, ...] = ("nvml",)
+    time_scale: float = 1.0
+    idle_s: float = 2.0
+
+
+#: the model: Llama-shaped, 0.96 B parameters (DEVICE-NOTES: 0.77 B served at ~370 tokens/s)
+SHAPE = {
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 18,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "max_position_embeddings": 4096,
+}
+VOCAB = 8192
+
+
+def log(*parts) -> None:
+    print(*parts, flush=True)
+
+
+# -- the model and its server ----------------------------------------------------------------
+def build_tokenizer(directory: Path, vocab: int = VOCAB):
+    """A byte-level BPE tokenizer trained on the synthetic prompts' words (each one token) and
+    random words that fill the vocabulary, with a plain chat template; saved in ``directory``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    rng = random.Random(0)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+
+    def corpus():
+        for _ in range(20000):
+            yield " ".join(rng.choice(WORDS) for _ in range(30))
+            yield " ".join("".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(30))
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab, special_tokens=["<s>", "</s>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(corpus(), trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    directory.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(directory)
+    return fast
+
+
+def build_model(directory: Path, shape: dict = SHAPE, vocab: int = VOCAB, device: str = "cuda") -> None:
+    """A random-weight Llama of ``shape`` and its tokenizer, saved with ``save_pretrained``
+    (reused when the directory already holds them). Nothing comes from a hub."""
+    if (directory / "config.json").exists() and (directory / "tokenizer.json").exists():
+        log(f"model: reusing {directory}")
+        return
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    started = time.monotonic()
+    fast = build_tokenizer(directory, vocab)
+    config = LlamaConfig(
+        vocab_size=len(fast),
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+        pad_token_id=fast.pad_token_id,
+        **shape,
+    )
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.generation_config.eos_token_id = None  # random weights would stop early
+    model.generation_config.pad_token_id = fast.pad_token_id
+    model.save_pretrained(directory)
+    params = sum(p.numel() for p in model.parameters())
+    del model
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    log(f"model: {params / 1e9:.2f} B parameters, vocabulary {len(fast)}, built in {time.monotonic() - started:.0f} s")
+
+
+def health(url: str) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # straight to 127.0.0.1
+    try:
+        with opener.open(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+#: the server's command line; {port} and {model} are filled in (--server-cmd changes it)
+SERVER_CMD = "transformers serve --continuous-batching --host 127.0.0.1 --port {port} {model}"
+
+
+def start_server(model_dir: Path, out: Path, command: str = SERVER_CMD) -> subprocess.Popen:
+    argv = shlex.split(command.format(port=PORT, model=model_dir))
+    if shutil.which(argv[0]) is None:
+        sys.exit(f"no `{argv[0]}` command on PATH (pip install transformers)")
+    server_log = open(out / "server.log", "w")  # noqa: SIM115 (open for the server's whole life)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    log("server:", " ".join(argv))
+    proc = subprocess.Popen(argv, stdout=server_log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    started = time.monotonic()
+    while not health(f"http://127.0.0.1:{PORT}/health"):
+        if proc.poll() is not None:
+            sys.exit(f"the server exited with {proc.returncode}:\n" + (out / "server.log").read_text()[-4000:])
+        if time.monotonic() - started > 300:
+            proc.kill()
+            sys.exit("the server did not answer /health within 300 s:\n" + (out / "server.log").read_text()[-4000:])
+        time.sleep(1.0)
+    log(f"server: up after {time.monotonic() - started:.0f} s")
+    return proc
+
+
+# -- prompts ---------------------------------------------------------------------------------
+def prompt(n_words: int, max_tokens: int, rid: str, arrival_s: float | None = None, seed: int = 0) -> dict:
+    rng = random.Random(f"{rid}-{seed}")
+    line = {"id": rid, "prompt": " ".join(rng.choice(WORDS) for _ in range(n_words)), "max_tokens": max_tokens}
+    if arrival_s is not None:
+        line["arrival_s"] = round(arrival_s, 6)
+    return line
+
+
+def write_jsonl(path: Path, lines: list[dict]) -> Path:
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def poisson(n: int, rate: float, start_s: float, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    t, out = start_s, []
+    for _ in range(n):
+        out.append(t)
+        t += rng.expovariate(rate)
+    return out
+
+
+# -- one run ---------------------------------------------------------------------------------
+def bench(name: str, out: Path, target: Target, prompts, **kw) -> dict:
+    """One serve-bench run; its figures."""
+    run_dir = out / "runs" / name
+    started = time.monotonic()
+    try:
+        result = ef.serve_bench(
+            target.url,
+            prompts,
+            model=target.model,
+            power=list(target.power),
+            out=run_dir,
+            idle_s=kw.pop("idle_s", target.idle_s),
+            request_timeout_s=120.0,
+            stream_usage=False,
+            reporters=[],
+            **kw,
+        )
+    except ef.EnergyFrameError as e:
+        log(f"{name}: FAILED: {e}")
+        result = getattr(e, "result", None)
+        if result is None:
+            return {"name": name, "error": str(e)}
+    try:
+        summary = result.derived_table("serving").rows[0]
+        conservation = result.derived_table("conservation").rows[0]
+    except KeyError:  # nothing was sent: no segments, no tables
+        log(f"{name}: no request was measured ({result.reason or result.warnings})")
+        return {"name": name, "error": "no request was measured"}
+    frame = read_requests(run_dir)
+    figures = {
+        "name": name,
+        "wall_s": time.monotonic() - started,
+        "summary": summary,
+        "conservation": conservation,
+        "requests": frame.to_dict("records"),
+        "idle_power_w": _idle_w(result),
+        "warnings": result.warnings,
+    }
+    log(
+        f"{name}: {summary['ok']}/{summary['requests']} ok, {summary['duration_s']:.1f} s, "
+        f"{summary['energy_j']:.0f} J ± {summary['energy_bound_j']:.1f}, median {summary['energy_per_request_median_j']:.2f} J/request, "
+        f"conservation {conservation['difference_j']:+.3g} J (bound {conservation['measured_bound_j']:.3g}), "
+        f"{figures['wall_s']:.0f} s wall"
+    )
+    return figures
+
+
+def _idle_w(result) -> float:
+    """The idle baseline's power over the primary channels (those the requests' energy sums)."""
+    baseline = result.meta.get("idle_baseline") or {}
+    powers = [(baseline.get(c) or {}).get("power_w") for c in result.run_meta.primary_channels]
+    return float(sum(powers)) if powers and all(isinstance(p, (int, float)) for p in powers) else math.nan
+
+
+# -- the validations -------------------------------------------------------------------------
+def relative_spread(values: list[float]) -> float:
+    """(max - min) / median; NaN where it cannot say (none, or a median of 0)."""
+    if not values or not statistics.median(values):
+        return math.nan
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def served_together(requests: list[dict]) -> list[dict]:
+    """The requests whose first token came in the same step as most of them (within half the
+    median time per output token of the median first token): those the server ran in lockstep."""
+    firsts = [r["first_token_s"] for r in requests]
+    steps = [r["tpot_s"] for r in requests if math.isfinite(r["tpot_s"])]
+    if not firsts or not steps:
+        return []
+    middle, half_step = statistics.median(firsts), statistics.median(steps) / 2
+    return [r for r in requests if abs(r["first_token_s"] - middle) <= half_step]
+
+
+def identical(out: Path, target: Target, repeats: int) -> list[dict]:
+    """(a): 8 identical requests sent at once. A server may start the first to arrive a step or
+    two before the others (transformers serve did, on the CPU): it then ran alone, and its energy
+    is larger by that much. The spread is given over all of them, and over those served together
+    (the target's premise: the same work in the same steps)."""
+    rows = []
+    for k in range(repeats):
+        fig = bench(
+            f"identical-{k}",
+            out,
+            target,
+            f"synthetic:prompt_tokens=256,output_tokens=64,same=true,seed={k}",
+            requests=8,
+            rate=math.inf,
+        )
+        ok = [r for r in fig.get("requests", []) if r["status"] == "ok"]
+        together = served_together(ok)
+        energies = [r["energy_j"] for r in ok]
+        spread_together = relative_spread([r["energy_j"] for r in together])
+        rows.append(
+            {
+                "run": fig["name"],
+                "n": len(ok),
+                "median_j": statistics.median(energies) if energies else math.nan,
+                "spread_pct": 100 * relative_spread(energies),
+                "dynamic_spread_pct": 100 * relative_spread([r["dynamic_energy_j"] for r in ok]),
+                "n_together": len(together),
+                "spread_together_pct": 100 * spread_together,
+                "first_token_range_ms": 1e3 * (max(r["first_token_s"] for r in ok) - min(r["first_token_s"] for r in ok)) if ok else math.nan,
+                "target_met": spread_together <= 0.05,
+            }
+        )  # fmt: skip
+    return rows
+
+
+def marginal(out: Path, target: Target, repeats: int) -> list[dict]:
+    """W against W + K, K overlapping W or after it, every run ending with the same marker."""
+    scale = target.time_scale
+    w_times = poisson(12, 2.0, 0.0, seed=11)  # ~6 s of load
+    base = [prompt(256, 32, f"w{i}", t * scale) for i, t in enumerate(w_times)]
+    k_overlap = [prompt(1500, 32, f"k{i}", t * scale) for i, t in enumerate(poisson(4, 0.7, 0.5, seed=12))]
+    k_after = [prompt(1500, 32, f"k{i}", (8.5 + 1.7 * i) * scale) for i in range(4)]
+    marker = prompt(8, 1, "marker", 16.0 * scale)
+    files = {
+        "W": write_jsonl(out / "W.jsonl", [*base, marker]),
+        "W+K overlap": write_jsonl(out / "WK-overlap.jsonl", [*base, *k_overlap, marker]),
+        "W+K after": write_jsonl(out / "WK-after.jsonl", [*base, *k_after, marker]),
+    }
+    runs: dict[str, list[dict]] = {name: [] for name in files}
+    for k in range(repeats):  # interleaved, so that a drift over the minutes hits every kind alike
+        for name, path in files.items():
+            runs[name].append(bench(f"{name.replace(' ', '-').replace('+', '')}-{k}", out, target, str(path)))
+    rows = []
+    for kind in ("W+K overlap", "W+K after"):
+        for k in range(repeats):
+            w, wk = runs["W"][k], runs[kind][k]
+            if "summary" not in w or "summary" not in wk:
+                continue
+            idle_w = statistics.mean([w["idle_power_w"], wk["idle_power_w"]])
+            d_span = wk["summary"]["duration_s"] - w["summary"]["duration_s"]
+            # the total difference, less the idle power over the spans' difference in length; and
+            # the dynamic difference, each run above its own idle baseline (a drift of the idle
+            # power between runs, 1 W over 16 s, is 16 J: it cancels there)
+            total = wk["summary"]["energy_j"] - w["summary"]["energy_j"] - idle_w * d_span
+            measured = wk["summary"]["dynamic_energy_j"] - w["summary"]["dynamic_energy_j"]
+            bound = math.hypot(wk["summary"]["dynamic_energy_bound_j"], w["summary"]["dynamic_energy_bound_j"])
+            k_rows = [r for r in wk["requests"] if str(r["request_id"]).startswith("k")]
+            attributed = sum(r["energy_j"] for r in k_rows)
+            dynamic = sum(r["dynamic_energy_j"] for r in k_rows)
+            rows.append(
+                {
+                    "kind": kind,
+                    "repeat": k,
+                    "measured_total_difference_j": total,
+                    "measured_difference_j": measured,
+                    "difference_bound_j": bound,
+                    "attributed_j": attributed,
+                    "attributed_dynamic_j": dynamic,
+                    "dynamic_error_pct": 100 * (dynamic - measured) / measured if measured else math.nan,
+                    "span_difference_s": d_span,
+                    "k_ok": sum(r["status"] == "ok" for r in k_rows),
+                }
+            )
+    return rows
+
+
+def leaderboard(figures: list[dict]) -> list[dict]:
+    """(c): the run's energy per output token times each request's tokens, against the attribution."""
+    rows = []
+    for fig in figures:
+        if "summary" not in fig:
+            continue
+        s = fig["summary"]
+        per_token = s["energy_j"] / s["output_tokens"] if s["output_tokens"] else math.nan
+        groups: dict[str, list[float]] = {}
+        for r in fig["requests"]:
+            if r["status"] != "ok" or not r["output_tokens"] or not math.isfinite(r["energy_j"]):
+                continue
+            estimate = per_token * r["output_tokens"]
+            kind = "prefill-heavy (K)" if str(r["request_id"]).startswith("k") else "marker" if r["request_id"] == "marker" else "ordinary"
+            groups.setdefault(kind, []).append(estimate / r["energy_j"])
+        for kind, ratios in groups.items():
+            rows.append({"run": fig["name"], "kind": kind, "n": len(ratios), "leaderboard_over_attributed_median": statistics.median(ratios),
+                         "min": min(ratios), "max": max(ratios), "load_rate_per_s": s["request_rate_per_s"]})  # fmt: skip
+    return rows
+
+
+# -- tables ----------------------------------------------------------------------------------
+def table(rows: list[dict], columns: list[str]) -> str:
+    def cell(v):
+        if isinstance(v, float):
+            return "-" if not math.isfinite(v) else f"{v:.4g}"
+        return str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+RATE_COLUMNS = (
+    "requests", "ok", "request_rate_per_s", "output_tokens_per_s", "energy_j", "energy_bound_j", "mean_power_w",
+    "idle_energy_j", "energy_per_request_median_j", "energy_per_request_median_bound_j", "energy_per_request_p99_j",
+    "energy_per_output_token_median_j", "ttft_median_s", "tpot_median_s",
+)  # fmt: skip
+
+
+def rates(out: Path, target: Target) -> list[dict]:
+    """The 200-request run and a slower one: their summaries and conservation."""
+    runs = [
+        bench("rate-8", out, target, "synthetic:prompt_tokens=128,output_tokens=32", requests=200, rate=8.0),
+        bench("rate-2", out, target, "synthetic:prompt_tokens=128,output_tokens=32,seed=1", requests=60, rate=2.0),
+    ]
+    return [f for f in runs if "summary" in f]
+
+
+def validate(out: Path, target: Target, parts: set[str], repeats: int) -> dict:
+    """Every part asked for; the report's figures."""
+    report: dict = {"shape": SHAPE, "parts": sorted(parts)}
+    rate_runs = rates(out, target) if "rates" in parts else []
+    if rate_runs:
+        report["rates"] = [
+            {
+                "run": f["name"],
+                **{k: f["summary"].get(k) for k in RATE_COLUMNS},
+                "conservation_difference_j": f["conservation"]["difference_j"],
+                "conservation_bound_j": f["conservation"]["measured_bound_j"],
+                "conservation_within_bound": f["conservation"]["within_bound"],
+            }
+            for f in rate_runs
+        ]
+    if "a" in parts:
+        report["identical"] = identical(out, target, repeats)
+    if "b" in parts:
+        report["marginal"] = marginal(out, target, repeats)
+    figures = rate_runs + [bench_figure(out, name) for name in ("WK-overlap-0", "WK-after-0")]
+    report["leaderboard"] = leaderboard([f for f in figures if f])
+    return report
+
+
+def write_report(report: dict, out: Path) -> str:
+    """The tables, printed and saved (serve_validation.md), and every figure (.json)."""
+    text = [f"# serve-bench validation ({report.get('wall_s', math.nan):.0f} s)"]
+    if report.get("rates"):
+        text += ["", "## rates", table(report["rates"], list(report["rates"][0]))]
+    if "identical" in report:
+        text += ["", "## (a) identical requests sent together (target: spread <= 5 %)",
+                 table(report["identical"], ["run", "n", "median_j", "spread_pct", "dynamic_spread_pct", "first_token_range_ms",
+                                             "n_together", "spread_together_pct", "target_met"])]  # fmt: skip
+    if "marginal" in report:
+        text += ["", "## (b) marginal truth: the dynamic energy of W+K less W's against the K requests' attributed dynamic energy (target: within 10 %)",
+                 table(report["marginal"], ["kind", "repeat", "measured_difference_j", "difference_bound_j", "attributed_dynamic_j",
+                                            "dynamic_error_pct", "measured_total_difference_j", "attributed_j", "span_difference_s", "k_ok"])]  # fmt: skip
+    if report.get("leaderboard"):
+        text += ["", "## (c) the leaderboard's estimate over the attributed energy, per request",
+                 table(report["leaderboard"], ["run", "kind", "n", "leaderboard_over_attributed_median", "min", "max", "load_rate_per_s"])]  # fmt: skip
+    output = "\n".join(text)
+    (out / "serve_validation.md").write_text(output + "\n")
+    (out / "serve_validation.json").write_text(json.dumps(report, indent=1, default=str))
+    return output
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--model-dir", type=Path, default=Path("/tmp/energyframe-serve-model"))
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--only", default="rates,a,b", help="parts to run: rates, a, b (comma-separated)")
+    parser.add_argument("--server-cmd", default=SERVER_CMD, help="the server's command line ({port}, {model})")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    started = time.monotonic()
+    build_model(args.model_dir)
+    server = start_server(args.model_dir, args.out, args.server_cmd)
+    target = Target(f"http://127.0.0.1:{PORT}/v1", str(args.model_dir))
+    try:
+        bench("warmup", args.out, target, "synthetic:prompt_tokens=64,output_tokens=16", requests=8, concurrency=4, idle_s=0.5)
+        report = validate(args.out, target, set(args.only.split(",")), args.repeats)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+    report["wall_s"] = time.monotonic() - started
+    log(write_report(report, args.out))
+
+
+def bench_figure(out: Path, name: str) -> dict | None:
+    """A saved run's figures (the leaderboard comparison reads the (b) runs back)."""
+    run_dir = out / "runs" / name
+    if not (run_dir / "run.json").exists():
+        return None
+    result = ef.load_run(run_dir)
+    return {
+        "name": name,
+        "summary": result.derived_table("serving").rows[0],
+        "requests": read_requests(run_dir).to_dict("records"),
+    }
+
+
+if __name__ == "__main__":
+    main()
