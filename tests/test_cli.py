@@ -108,15 +108,15 @@ def test_run_with_file_reporters_to_stdout(tmp_path):
     [
         (
             ["--power", "nvm", "--workload", "sleep"],
-            f"Error: unknown power source 'nvm'. Available: {POWER_NAMES}\n",
+            f"Error: unknown power source 'nvm'. Did you mean 'nvml'? Available: {POWER_NAMES}\n",
         ),
         (
             ["--workload", "resnet"],
-            f"Error: unknown workload 'resnet'. Available: {WORKLOAD_NAMES}\n",
+            f"Error: unknown workload 'resnet'. Did you mean 'resnet50' or 'resnet18'? Available: {WORKLOAD_NAMES}\n",
         ),
         (
             ["--workload", "sleep", "--reporter", "html"],
-            f"Error: unknown reporter 'html'. Available: {REPORTER_NAMES}\n",
+            f"Error: unknown reporter 'html'. Available: {REPORTER_NAMES}\n",  # nothing close: no guess
         ),
         (
             ["--workload", "sleep:second=1"],
