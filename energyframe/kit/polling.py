@@ -189,7 +189,8 @@ class PollingSource(PowerSource):
     #: samples held but not read beyond this mean the source floods: it fails
     MAX_PENDING: ClassVar[int] = 1_000_000
 
-    def __init__(self, name: str | None = None, **options: Any) -> None:
+    def __init__(self, name: str | None = None, /, **options: Any) -> None:
+        # the name positionally, as Plugin takes it: a source may declare an option called 'name'
         super().__init__(name, **options)
         #: what ``prepare`` returned in the measured process, wherever ``open`` runs
         self.prepared: dict[str, Any] = {}

@@ -234,18 +234,31 @@ def create(kind: str, spec: str | Spec | Plugin) -> Plugin:
     return cls(short, **options)
 
 
-def _check_name_option(cls: type, owner: str) -> None:
-    """A plugin that declares an option called ``name`` must take its own name positionally
-    (``def __init__(self, name=None, /, **options)``), or the option would collide with it."""
+def name_option_problem(cls: type, owner: str) -> str | None:
+    """Why a plugin's option called ``name`` would collide with the plugin's own name, or
+    ``None`` when it cannot: the plugin declares no such option, or its constructor takes its own
+    name positionally (``def __init__(self, name=None, /, **options)``, as ``Plugin`` does), so
+    ``torchvision:name=convnext_tiny`` is the option."""
+    if not any(getattr(o, "name", None) == "name" for o in getattr(cls, "OPTIONS", ())):
+        return None
     try:
         parameter = inspect.signature(cls).parameters.get("name")
     except (TypeError, ValueError):  # no signature to read: let the call say what is wrong
-        return
-    if parameter is not None and parameter.kind != parameter.POSITIONAL_ONLY:
-        raise PluginLoadError(
-            f"{owner} declares an option called 'name', but its constructor takes its own name by keyword: "
-            "its package must take it positionally (def __init__(self, name=None, /, **options)) or rename the option"
-        )
+        return None
+    if parameter is None or parameter.kind == parameter.POSITIONAL_ONLY:
+        return None
+    return (
+        f"{owner} declares an option called 'name', but its constructor takes its own name by keyword: "
+        "its package must take it positionally (def __init__(self, name=None, /, **options)) or rename the option"
+    )
+
+
+def _check_name_option(cls: type, owner: str) -> None:
+    """A plugin that declares an option called ``name`` must take its own name positionally, or
+    the option would collide with it."""
+    problem = name_option_problem(cls, owner)
+    if problem is not None:
+        raise PluginLoadError(problem)
 
 
 def create_workload(spec: str | Spec | Workload) -> Workload:
