@@ -55,6 +55,14 @@ def test_list_shows_every_kind_with_options():
     assert "console" in out and "csv" in out and "json" in out
 
 
+def test_list_commands_names_every_command_a_plugin_adds():
+    out = invoke("list", "commands").output
+    assert "compare  [energyframe.cli.compare]  adds: compare, report" in out
+    assert "sweep  [energyframe.sweeps.cli]  adds: merge, sweep" in out
+    listed = {c.strip() for line in out.splitlines() if "adds: " in line for c in line.split("adds: ")[1].split(",")}
+    assert listed == set(main.commands) - {"list", "run", "show"}
+
+
 def test_list_one_kind():
     out = invoke("list", "reporters").output
     assert "reporters (energyframe.reporters):" in out

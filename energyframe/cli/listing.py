@@ -46,6 +46,8 @@ def list_plugins(kind: str | None) -> None:
 
 
 def _list_commands() -> None:
+    """Each command hook with the commands it adds (``compare`` adds ``compare`` and ``report``),
+    found by registering it on a group of its own."""
     from ..kit import registry
 
     click.secho(f"commands ({registry.COMMANDS_GROUP}):", bold=True)
@@ -53,8 +55,16 @@ def _list_commands() -> None:
     if not hooks:
         click.echo("  (none installed)")
     for name, hook, error in hooks:
+        added: list[str] = []
+        if error is None:
+            probe = click.Group()
+            try:
+                hook(probe)
+                added = sorted(probe.commands)
+            except Exception as e:  # a third party's bug, shown as `energyframe` shows it at start
+                error = f"{type(e).__name__}: {e}"
         if error is not None:
             click.echo(f"  {name}  ", nl=False)
             click.secho(f"FAILED TO LOAD: {error}", fg="red")
         else:
-            click.echo(f"  {name}  [{hook.__module__}]")
+            click.echo(f"  {name}  [{hook.__module__}]  adds: {', '.join(added) or '(nothing)'}")
