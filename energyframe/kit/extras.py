@@ -3,7 +3,9 @@
 ``pip install energyframe`` brings what measures commands and power (no torch); GPU kernels,
 traces and models built here need ``energyframe[torch]``, the models by name
 ``energyframe[models]`` (torch, torchvision, transformers, timm), PNGs need ``energyframe[plots]``
-(matplotlib), the HTML report ``energyframe[report]`` (plotly, jinja2). Code that needs one of them asks here, so a missing package is one line that
+(matplotlib), the HTML report ``energyframe[report]`` (plotly, jinja2), the training callbacks and
+the trackers' reporters ``energyframe[integrations]`` (transformers, accelerate, lightning, mlflow,
+tensorboard, wandb). Code that needs one of them asks here, so a missing package is one line that
 names the extra to install, never a traceback.
 """
 
@@ -27,6 +29,12 @@ EXTRA_OF = {
     "matplotlib": "plots",
     "plotly": "report",
     "jinja2": "report",
+    "accelerate": "integrations",
+    "lightning": "integrations",
+    "pytorch_lightning": "integrations",
+    "mlflow": "integrations",
+    "tensorboard": "integrations",
+    "wandb": "integrations",
 }
 
 
