@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ EVAL = "evaluation"
 PHASES = (STEP, EVAL)
 #: the prefix of every key a callback adds to the logs
 PREFIX = "energy/"
-#: at the end of training, how long to wait for the energy of the last windows. Units: s.
+#: at the end of training, how long to wait for the energy of the last windows, all together. Units: s.
 FINAL_WAIT_S = 60.0
 
 
@@ -252,10 +253,11 @@ class TrainingMeter:
     def _known(self, wait: bool) -> int:
         """How many closed windows, from the oldest, have their energy known here."""
         known = 0
-        per_window = FINAL_WAIT_S / max(1, len(self._closed))
+        deadline = time.monotonic() + FINAL_WAIT_S
         for item in self._closed:
+            left = max(0.0, deadline - time.monotonic())
             try:
-                live = item.handle.energy(wait=wait, timeout_s=per_window if wait else None)
+                live = item.handle.energy(wait=wait, timeout_s=left if wait else None)
             except Exception:  # its live number failed: known, without a figure (below)
                 live = None
                 known += 1

@@ -12,6 +12,7 @@ from energyframe.errors import UsageError
 from energyframe.kit import registry
 
 pytest.importorskip("wandb")
+from google.protobuf.message import DecodeError  # noqa: E402
 from wandb.proto import wandb_internal_pb2  # noqa: E402
 
 pytestmark = pytest.mark.slow  # W&B starts its service process
@@ -33,6 +34,8 @@ def records(path):
             continue
         _checksum, length, kind = struct.unpack("<IHB", data[pos : pos + RECORD_HEADER])
         body = data[pos + RECORD_HEADER : pos + RECORD_HEADER + length]
+        if len(body) < length:  # still being written
+            return
         pos += RECORD_HEADER + length
         if kind == 0 and length == 0:
             continue
@@ -50,7 +53,10 @@ def read_offline(folder, within_s=60.0):
     deadline = time.monotonic() + within_s
     while True:
         (path,) = folder.glob("wandb/offline-run-*/run-*.wandb")
-        found = list(records(path))
+        try:
+            found = list(records(path))
+        except DecodeError:  # a record read while it was being written
+            found = []
         if any(r.WhichOneof("record_type") == "exit" for r in found) or time.monotonic() > deadline:
             break
         time.sleep(0.1)
