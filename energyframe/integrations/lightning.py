@@ -89,6 +89,8 @@ class EnergyHooks:
     # -- the run -----------------------------------------------------------------------------
     def on_fit_start(self, trainer, pl_module) -> None:
         self._batch_size = _batch_size_of(type(trainer).__module__)
+        if self.meter.result is not None:  # fitted before: this fit is measured on its own
+            self.meter = self.meter.fresh()
         if self.meter.m is None:  # every rank: DDP's process group is up by now
             self.meter.start(default_run_dir("train", root=Path(trainer.default_root_dir) / "energyframe"))
 

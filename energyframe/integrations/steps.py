@@ -148,6 +148,11 @@ class TrainingMeter:
         self._unknown = 0
 
     # -- the measurement ---------------------------------------------------------------------
+    def fresh(self) -> TrainingMeter:
+        """A meter with the same settings, for another training run (each run its own directory;
+        a given ``out`` is used once)."""
+        return TrainingMeter(self.power, None, self.sync, self.channel, self.coordinator)
+
     @property
     def running(self) -> bool:
         return self.m is not None and self.result is None

@@ -107,6 +107,8 @@ class EnergyCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if not self._placed:  # added after the Trainer was made (trainer.add_callback)
             self._go_first()
+        if self.meter.result is not None:  # trained before: this run is measured on its own
+            self.meter = self.meter.fresh()
         if self.meter.m is None:
             self.meter.start(default_run_dir("train", root=Path(args.output_dir) / "energyframe"))
 

@@ -108,3 +108,16 @@ def test_two_ranks_over_gloo_sum_their_gpus(tmp_path):
     logged, windows = fit(tmp_path, 2, "ddp")
     assert {"rank0.replay", "rank1.replay", "total"} <= set(windows["channel"])
     check(logged, windows, "total", 150.0, ranks=2)
+
+
+def test_both_package_names_and_ddp_spawn_pickling():
+    import pickle
+
+    from energyframe.integrations import lightning as integration
+
+    assert issubclass(integration.EnergyCallback, lightning.pytorch.Callback)
+    pl = pytest.importorskip("pytorch_lightning")
+    assert issubclass(integration.PLEnergyCallback, pl.Callback)
+    for cls in (integration.EnergyCallback, integration.PLEnergyCallback):
+        copy = pickle.loads(pickle.dumps(cls(power="none")))  # what ddp_spawn sends to each process
+        assert type(copy) is cls and copy.meter.power == "none"

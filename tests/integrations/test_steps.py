@@ -60,6 +60,11 @@ def test_a_window_whose_energy_is_not_known_is_left_for_later_without_waiting(tm
     assert meter.collect(wait=True) == {}  # each window once
     result = meter.finish()
     assert (tmp_path / "run" / "run.json").is_file() and result.summary(STEP).trials == 1
+    assert not meter.running and meter.finish() is result  # saved once
+    meter.begin(STEP)  # after the end: nothing is measured
+    assert not meter.is_open(STEP)
+    again = meter.fresh()  # a second training run: its own measurement, its own directory
+    assert again.m is None and again.power == [source] and again.out is None
 
 
 def test_figures_add_random_parts_in_quadrature_and_systematic_ones_linearly():
