@@ -55,6 +55,14 @@ def test_list_shows_every_kind_with_options():
     assert "console" in out and "csv" in out and "json" in out
 
 
+def test_list_commands_names_every_command_a_plugin_adds():
+    out = invoke("list", "commands").output
+    assert "compare  [energyframe.cli.compare]  adds: compare, report" in out
+    assert "sweep  [energyframe.sweeps.cli]  adds: merge, sweep" in out
+    listed = {c.strip() for line in out.splitlines() if "adds: " in line for c in line.split("adds: ")[1].split(",")}
+    assert listed == set(main.commands) - {"list", "run", "show"}
+
+
 def test_list_one_kind():
     out = invoke("list", "reporters").output
     assert "reporters (energyframe.reporters):" in out
@@ -108,15 +116,15 @@ def test_run_with_file_reporters_to_stdout(tmp_path):
     [
         (
             ["--power", "nvm", "--workload", "sleep"],
-            f"Error: unknown power source 'nvm'. Available: {POWER_NAMES}\n",
+            f"Error: unknown power source 'nvm'. Did you mean 'nvml'? Available: {POWER_NAMES}\n",
         ),
         (
             ["--workload", "resnet"],
-            f"Error: unknown workload 'resnet'. Available: {WORKLOAD_NAMES}\n",
+            f"Error: unknown workload 'resnet'. Did you mean 'resnet50' or 'resnet18'? Available: {WORKLOAD_NAMES}\n",
         ),
         (
             ["--workload", "sleep", "--reporter", "html"],
-            f"Error: unknown reporter 'html'. Available: {REPORTER_NAMES}\n",
+            f"Error: unknown reporter 'html'. Available: {REPORTER_NAMES}\n",  # nothing close: no guess
         ),
         (
             ["--workload", "sleep:second=1"],

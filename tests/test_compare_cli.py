@@ -4,6 +4,7 @@ the same work twice is not; every table format; the error paths."""
 import io
 import json
 import re
+import time
 
 import pandas as pd
 import pytest
@@ -12,34 +13,40 @@ from click.testing import CliRunner
 import energyframe as ef
 from energyframe.cli import main
 
-CONFIG = ef.RunSettings(trials=5)
-#: a sleep of 0.4 s per window: a few ms of scheduler jitter on a loaded machine stay well under
-#: the 1 % minimum change, so the same work twice is "not significant" whatever the load
-SLEEP_S = 0.4
-pytestmark = pytest.mark.slow  # three runs of 2 s each
+#: each run's five windows, exact whatever the machine's load: recorded with ``record_window``
+#: at these edges, not timed around sleeps that a loaded machine stretches. Units: s.
+DURATIONS_S = (0.200, 0.202, 0.199, 0.201, 0.198)
+pytestmark = pytest.mark.slow  # three runs of about a second each
 
 
 def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
 
+def measured_run(out, csv, durations_s=DURATIONS_S, phase="sleep"):
+    """A run of the replay source playing ``csv``, with windows of exactly ``durations_s``, one
+    after another, recorded once the time they cover has passed."""
+    with ef.measure(power=[f"replay:file={csv},loop=true"], out=out, sync=None) as m:
+        start = time.monotonic()
+        while time.monotonic() < start + sum(durations_s):
+            time.sleep(0.01)
+        edge = start
+        for duration_s in durations_s:
+            m.record_window(phase, edge, edge + duration_s)
+            edge += duration_s
+    return out
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Three runs of the same work (5 windows of a sleep): at 100 W, 110 W and 100 W."""
+    """Three runs of the same windows: at 100 W, 110 W and 100 W."""
     from tests.conftest import write_power_csv
 
     root = tmp_path_factory.mktemp("compare")
     out = {}
     for name, watts in (("w100", 100.0), ("w110", 110.0), ("again100", 100.0)):
         csv = write_power_csv(root / f"{name}.csv", watts, period_s=0.05, duration_s=4.0)
-        ef.run(
-            f"sleep:seconds={SLEEP_S}",
-            power=[f"replay:file={csv},loop=true"],
-            reporters=[],
-            out=root / name,
-            config=CONFIG,
-        )
-        out[name] = root / name
+        out[name] = measured_run(root / name, csv)
     return out
 
 
@@ -53,11 +60,9 @@ def test_ten_percent_more_energy_is_significant(runs):
     rows = csv_rows(result.stdout)
     energy = rows[(rows["figure"] == "energy") & (rows["run"] == "w110")].iloc[0]
     assert energy["name"] == "sleep" and energy["channel"] == "replay"
-    assert float(energy["ratio"]) == pytest.approx(1.10, rel=0.01)
+    assert float(energy["ratio"]) == pytest.approx(1.10, rel=1e-6)
     assert energy["significant"] == "True" and float(energy["p_value"]) < 0.05
-    # the verdict names the ratio it measured (1.09-1.11 on a loaded machine: sleep windows
-    # stretch, and energy is power x time)
-    assert energy["verdict"].startswith(f"{float(energy['ratio']):.2f}× more energy, significant (p=")
+    assert energy["verdict"].startswith("1.10× more energy, significant (p=")
     latency = rows[(rows["figure"] == "time") & (rows["run"] == "w110")].iloc[0]
     assert latency["significant"] == "False" and "not significant" in latency["verdict"]
     # the power files differ: said on stderr, so that stdout stays one CSV table
@@ -91,8 +96,9 @@ def test_text_table_three_runs_and_labels(runs):
     assert out.startswith("Against base. Each run: median (IQR/median, trials).")
     for header in ("change (hot)", "verdict (hot)", "change (b2)", "verdict (b2)"):
         assert header in out
-    # 1.09-1.11 on a loaded machine (sleep windows stretch, and energy is power x time)
-    assert re.search(r"1\.(09|10|11)× more energy, significant", out) and "(IQR " in out
+    assert re.search(r"1\.10× more energy, significant", out) and "(IQR " in out
+    # the same windows: time in hot and b2, energy in b2
+    assert out.count("no change, not significant (p=1)") == 3
 
 
 def test_json_and_figures(runs):

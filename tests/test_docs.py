@@ -355,3 +355,57 @@ def test_the_architecture_page_names_every_module_and_only_real_ones():
     assert links
     broken = [link for link in links if not (DOCS / link).is_file()]
     assert not broken, f"docs/architecture.md links to missing pages: {broken}"
+
+
+# -- the README's Python examples --------------------------------------------------------------
+README = DOCS.parent / "README.md"
+
+
+def readme_python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+
+
+class QuickEnergyframe:
+    """``energyframe`` as the README's code sees it, with ``ef.run`` given short windows (the
+    defaults take 8 s a phase): every other name is the real one."""
+
+    def __getattr__(self, name):
+        return getattr(ef, name)
+
+    @staticmethod
+    def run(*args, **kwargs):
+        kwargs.setdefault("settings", QUICK)
+        kwargs.setdefault("reporters", [])
+        return ef.run(*args, **kwargs)
+
+
+@pytest.mark.slow
+def test_the_readme_python_examples_run_and_print(tmp_path, monkeypatch, fake_nvml, capsys):
+    """Every ```python block of README.md, as written (fake NVML at the lowest layer, a tiny
+    model for ``net``): the on_window_energy callback prints every window."""
+    import torch
+
+    fake_nvml()
+    monkeypatch.chdir(tmp_path)
+    blocks = readme_python_blocks()
+    assert len(blocks) == 2 and "import energyframe as ef" in blocks[0]
+    namespace = {
+        "step": lambda: sum(range(1000)),
+        "serve": lambda request: time.sleep(0.05),
+        "request": object(),
+        "net": torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)),
+        "x": torch.randn(2, 8),
+        "loader": range(3),
+    }
+    for block in blocks:
+        code = block.replace("import energyframe as ef\n", "ef = QUICK_EF\n")
+        exec(compile(code, "README.md", "exec"), {**namespace, "QUICK_EF": QuickEnergyframe()}, namespace)
+    out = capsys.readouterr().out
+    heard = re.findall(r"^(train-step|request) (\d+\.\d{3}) J ± [\d.e+]+ %$", out, re.M)
+    assert sorted(phase for phase, _ in heard) == ["request", "train-step"], out
+    assert all(float(energy_j) > 0 for _, energy_j in heard)
+    assert re.search(r"^\d+\.\d{3} J$", out, re.M), out  # w.energy_j
+    assert (tmp_path / "runs" / "my-run" / "run.json").is_file() and namespace["result"].complete
+    measured = [p for p in (tmp_path / "runs").iterdir() if p.name.endswith("-measured")]
+    assert len(measured) == 1 and ef.load_run(measured[0]).summary("train_step").trials == 3
+    assert {"my-run", "x", measured[0].name} <= {Path(p).name for p in namespace["table"]["run"]}

@@ -27,7 +27,7 @@ LAYERS = [
     {"power"},
     {"workloads"},
     {"replay", "sweeps", "reporters", "serving"},
-    {"cli", "api", "__init__", "__main__"},
+    {"cli", "api", "integrations", "__init__", "__main__"},
 ]
 
 #: (importing module, imported module) prefixes allowed to point up, each with its reason

@@ -81,7 +81,7 @@ def test_only_models_with_a_per_layer_mode_are_taken():
     assert (
         str(e.value) == f"workload 'matmul' has no per-layer mode. Models that have one: {', '.join(names)}"
     )
-    with pytest.raises(PluginNotFoundError, match="unknown workload 'resnet51'. Available: "):
+    with pytest.raises(PluginNotFoundError, match="unknown workload 'resnet51'. Did you mean 'resnet50'"):
         make("per-layer:model=resnet51")
 
 

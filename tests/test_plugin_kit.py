@@ -170,10 +170,23 @@ def test_start_raising_power_source_error_is_the_sources_own_documented_error():
 
 
 def test_an_option_called_name():
-    class NamedOption(Meter):
+    class NamedOption(Meter):  # a constructor that takes its own name by keyword: the two collide
         OPTIONS = (Option("name", "str", "x", "a sensor name"),)
 
+        def __init__(self, name=None, **options):
+            super().__init__(name, **options)
+
     assert broken_rule(check_power_source, NamedOption, run_s=RUN_S) == "option-name"
+
+
+def test_an_option_called_name_beside_a_positional_name_keeps_the_contract():
+    class NamedSensor(Meter):  # as docs/writing-plugins.md allows (torchvision:name=convnext_tiny)
+        OPTIONS = (*Meter.OPTIONS, Option("name", "str", "x", "a sensor name"))
+
+    samples = check_power_source(NamedSensor, {"name": "left"}, run_s=RUN_S)
+    assert samples["meter"]
+    sensor = NamedSensor("namedsensor", name="left")  # as the registry builds it
+    assert sensor.name == "namedsensor" and sensor.options["name"] == "left"
 
 
 # -- power sources: what read() hands over -------------------------------------------------------

@@ -89,6 +89,22 @@ def test_unknown_name_lists_what_is_available():
     assert {"command", "cpu-matmul", "resnet50", "matmul"} <= set(registry.names(registry.WORKLOADS))
 
 
+@pytest.mark.parametrize(
+    "kind,typed,guess",
+    [
+        (registry.WORKLOADS, "cpu-matmull", "Did you mean 'cpu-matmul' or 'matmul'?"),
+        (registry.WORKLOADS, "resnet5", "Did you mean 'resnet50' or 'resnet18'?"),
+        (registry.POWER, "nvidia_smi", "Did you mean 'nvidia-smi'?"),
+        (registry.REPORTERS, "markdwon", "Did you mean 'markdown'?"),
+    ],
+)
+def test_a_typo_gets_the_closest_names_and_still_the_whole_list(kind, typed, guess):
+    with pytest.raises(PluginNotFoundError) as e:
+        registry.load(kind, typed)
+    listing = ", ".join(registry.names(kind))
+    assert str(e.value) == f"unknown {registry.LABELS[kind]} {typed!r}. {guess} Available: {listing}"
+
+
 @pytest.mark.slow
 def test_a_plugin_failing_to_import_does_not_break_a_run_in_another_process(install_plugin, tmp_path):
     site = install_plugin("energyframe.workloads", "broken", "ef_broken2", BROKEN, "Broken")

@@ -193,9 +193,47 @@ def test_pipeline_and_sweep_sections(runs):
     specs = [json.loads(s) for s in re.findall(r'id="figure-\d+">(.*?)</script>', page, re.S)]
     bars = [s for s in specs if s["layout"].get("title", {}).get("text", "").startswith("two: per stage")]
     assert len(bars) == 1 and [t["y"] for t in bars[0]["data"]][0] == ["mm", "add"]
+    # the totals (one row, many columns) turned on their side: a line per column, exact values kept
+    (attrs, lines), = tables(page, "derived transposed")
+    totals = json.loads((runs["pipeline"] / "run.json").read_text())["derived"]
+    (row,) = [t for t in totals if t["name"] == "summary"][0]["rows"]
+    assert len(row) > 6 and [cells[0][0] for cells in lines] == list(row)
+    for (field, value, _), column in zip((cells[0] for cells in lines), row):
+        expected = row[column]
+        if isinstance(expected, (int, float)) and not isinstance(expected, bool) and math.isfinite(expected):
+            assert float(value) == expected, field
+    assert re.search(r"<tr><th>sum_energy_j</th><td data-field=\"sum_energy_j\"", page)
     sweep = build_report([rundir.load(runs["sweep"])])
     for title in ("Sweep: latency heatmaps", "Sweep: speedup", "Sweep: energy against latency"):
         assert title in sweep
+
+
+def test_an_error_bar_wider_than_its_value_stops_at_zero_and_says_so():
+    from types import SimpleNamespace
+
+    from energyframe.core.stats import Spread
+    from energyframe.core.uncertainty import Bound
+
+    small = Spread.of([0.140, 0.144, 0.150])  # 144 mJ
+    large = Spread.of([20.0, 21.0, 22.0])
+    rows = [
+        SimpleNamespace(figure="energy", kind="phase", name="tiny", channel="gpu0", unit="J",
+                        spreads=[small, small], bounds=[Bound(2.6), Bound(0.01)]),  # ± 1800 %, then ± 7 %
+        SimpleNamespace(figure="energy", kind="phase", name="big", channel="gpu0", unit="J",
+                        spreads=[large, large], bounds=[Bound(0.2), Bound(0.2)]),
+    ]
+    spec = figures.compare_bars(SimpleNamespace(rows=rows, labels=["a", "b"]), "energy")
+    a, b = spec["data"]
+    assert a["error_y"]["arrayminus"] == [pytest.approx(0.144), pytest.approx(0.2)]  # cut at the value
+    assert a["error_y"]["array"] == [pytest.approx(2.6), pytest.approx(0.2)]  # above: the whole bound
+    assert b["error_y"]["arrayminus"] == [pytest.approx(0.01), pytest.approx(0.2)]
+    assert list(a["hovertext"]) == [figures.WIDER_NOTE, ""] and list(b["hovertext"]) == ["", ""]
+    lowest = min(m - d for t in (a, b) for m, d in zip(t["y"], t["error_y"]["arrayminus"]))
+    assert lowest >= 0
+    assert "1 bar(s) cut at zero: the 95 % bound is wider than the value" in spec["layout"]["title"]["text"]
+    rows[0].bounds = [Bound(0.01), Bound(0.01)]
+    assert "cut at zero" not in figures.compare_bars(SimpleNamespace(rows=rows, labels=["a", "b"]), "energy")[
+        "layout"]["title"]["text"]
 
 
 def test_gantt_of_a_recorded_h200_trace(tmp_path):

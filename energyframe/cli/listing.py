@@ -82,6 +82,8 @@ def _qualified(entry: Any, shared: set[str]) -> str:
 
 
 def _list_commands() -> None:
+    """Each command hook with the commands it adds (``compare`` adds ``compare`` and ``report``),
+    found by registering it on a group of its own."""
     from ..kit import registry
     from ..results.display import printable
 
@@ -90,11 +92,19 @@ def _list_commands() -> None:
     if not hooks:
         click.echo("  (none installed)")
     for name, hook, error in hooks:
+        added: list[str] = []
+        if error is None:
+            probe = click.Group()
+            try:
+                hook(probe)
+                added = sorted(probe.commands)
+            except Exception as e:  # a third party's bug, shown as `energyframe` shows it at start
+                error = f"{type(e).__name__}: {e}"
         if error is not None:
             click.echo(f"  {name}  ", nl=False)
             click.secho(f"FAILED TO LOAD: {printable(error)}", fg="red")
         else:
-            click.echo(f"  {name}  [{hook.__module__}]")
+            click.echo(f"  {name}  [{hook.__module__}]  adds: {', '.join(added) or '(nothing)'}")
 
 
 def list_document(kinds: list[str]) -> dict[str, Any]:
@@ -142,6 +152,7 @@ def _plugin_record(kind: str, entry: Any, shared: set[str]) -> dict[str, Any]:
     }
     if kind == registry.POWER:
         record["auto_priority"] = getattr(entry.cls, "AUTO_PRIORITY", None) if loaded else None
+        record["fast_polling"] = (getattr(entry.cls, "FAST_POLLING", "") or None) if loaded else None
     return record
 
 

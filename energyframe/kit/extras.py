@@ -4,7 +4,9 @@
 traces and models built here need ``energyframe[torch]``, the models by name
 ``energyframe[models]`` (torch, torchvision, transformers, timm), PNGs need ``energyframe[plots]``
 (matplotlib), the HTML report ``energyframe[report]`` (plotly, jinja2), ``energyframe serve-bench``
-``energyframe[serve]`` (httpx). Code that needs one of them asks here, so a missing package is one line that
+``energyframe[serve]`` (httpx), the training callbacks and the trackers' reporters
+``energyframe[integrations]`` (transformers, accelerate, lightning, mlflow, tensorboard, wandb).
+Code that needs one of them asks here, so a missing package is one line that
 names the extra to install, never a traceback.
 """
 
@@ -29,6 +31,12 @@ EXTRA_OF = {
     "plotly": "report",
     "jinja2": "report",
     "httpx": "serve",
+    "accelerate": "integrations",
+    "lightning": "integrations",
+    "pytorch_lightning": "integrations",
+    "mlflow": "integrations",
+    "tensorboard": "integrations",
+    "wandb": "integrations",
 }
 
 

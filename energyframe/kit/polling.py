@@ -212,7 +212,8 @@ class PollingSource(PowerSource):
     #: source's ``info`` beside what acquisition cost: ``acquisition``). Empty: it does not
     FAST_POLLING: ClassVar[str] = ""
 
-    def __init__(self, name: str | None = None, **options: Any) -> None:
+    def __init__(self, name: str | None = None, /, **options: Any) -> None:
+        # the name positionally, as Plugin takes it: a source may declare an option called 'name'
         super().__init__(name, **options)
         #: what ``prepare`` returned in the measured process, wherever ``open`` runs
         self.prepared: dict[str, Any] = {}

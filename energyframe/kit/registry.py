@@ -8,6 +8,7 @@ Here so tests can override: a test may install a package or put a ``*.dist-info`
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata as md
 import inspect
 import logging
@@ -71,6 +72,24 @@ def names(kind: str) -> list[str]:
     return sorted({ep.name for ep in _entry_points(kind)})
 
 
+#: how alike a typed name and a registered one must be to be suggested (difflib's ratio)
+SUGGEST_CUTOFF = 0.6
+
+
+def suggestions(name: str, candidates: Sequence[str]) -> list[str]:
+    """The registered names closest to a mistyped ``name``, closest first (at most three)."""
+    return difflib.get_close_matches(name, list(candidates), n=3, cutoff=SUGGEST_CUTOFF)
+
+
+def unknown_message(kind: str, name: str) -> str:
+    """``unknown workload 'resnet'. Did you mean 'resnet50' or 'resnet18'? Available: ...``: the
+    closest names first, then every registered one."""
+    available = names(kind)
+    close = suggestions(name, available)
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown {LABELS[kind]} {name!r}.{hint} Available: {', '.join(available) or '(none installed)'}"
+
+
 def _describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
@@ -131,8 +150,7 @@ def load(kind: str, name: str) -> type[Plugin]:
     registered = [ep for ep in _entry_points(kind) if ep.name == short]
     eps = list({ep.value: ep for ep in registered}.values())  # one target registered twice is one plugin
     if not eps:
-        listing = ", ".join(names(kind)) or "(none installed)"
-        raise PluginNotFoundError(f"unknown {LABELS[kind]} {short!r}. Available: {listing}")
+        raise PluginNotFoundError(unknown_message(kind, short))
     if wanted:
         picked = [ep for ep in eps if _normalized(_distribution(ep)) == _normalized(wanted)]
         if not picked:
@@ -216,18 +234,31 @@ def create(kind: str, spec: str | Spec | Plugin) -> Plugin:
     return cls(short, **options)
 
 
-def _check_name_option(cls: type, owner: str) -> None:
-    """A plugin that declares an option called ``name`` must take its own name positionally
-    (``def __init__(self, name=None, /, **options)``), or the option would collide with it."""
+def name_option_problem(cls: type, owner: str) -> str | None:
+    """Why a plugin's option called ``name`` would collide with the plugin's own name, or
+    ``None`` when it cannot: the plugin declares no such option, or its constructor takes its own
+    name positionally (``def __init__(self, name=None, /, **options)``, as ``Plugin`` does), so
+    ``torchvision:name=convnext_tiny`` is the option."""
+    if not any(getattr(o, "name", None) == "name" for o in getattr(cls, "OPTIONS", ())):
+        return None
     try:
         parameter = inspect.signature(cls).parameters.get("name")
     except (TypeError, ValueError):  # no signature to read: let the call say what is wrong
-        return
-    if parameter is not None and parameter.kind != parameter.POSITIONAL_ONLY:
-        raise PluginLoadError(
-            f"{owner} declares an option called 'name', but its constructor takes its own name by keyword: "
-            "its package must take it positionally (def __init__(self, name=None, /, **options)) or rename the option"
-        )
+        return None
+    if parameter is None or parameter.kind == parameter.POSITIONAL_ONLY:
+        return None
+    return (
+        f"{owner} declares an option called 'name', but its constructor takes its own name by keyword: "
+        "its package must take it positionally (def __init__(self, name=None, /, **options)) or rename the option"
+    )
+
+
+def _check_name_option(cls: type, owner: str) -> None:
+    """A plugin that declares an option called ``name`` must take its own name positionally, or
+    the option would collide with it."""
+    problem = name_option_problem(cls, owner)
+    if problem is not None:
+        raise PluginLoadError(problem)
 
 
 def create_workload(spec: str | Spec | Workload) -> Workload:

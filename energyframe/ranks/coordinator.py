@@ -98,8 +98,8 @@ class Coordinator(ABC):
 
     @abstractmethod
     def agree(self, value: float, what: str, how: str = "max") -> float:
-        """``value`` as every rank takes it: the largest (``max``), the smallest (``min``) or
-        rank 0's (``root``)."""
+        """``value`` as every rank takes it: the largest (``max``), the smallest (``min``), rank
+        0's (``root``) or the sum over the ranks (``sum``)."""
 
     @abstractmethod
     def decide_out(self, out: Path | None, claim: Callable[[Path], None]) -> Path | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import logging
+import math
 import os
 import pickle
 import signal
@@ -395,7 +396,9 @@ class TorchCoordinator(Coordinator):
             return min(verdict.values)
         if how == "root":
             return verdict.values[0]
-        raise ValueError(f"how must be max, min or root, got {how!r}")
+        if how == "sum":
+            return math.fsum(verdict.values)
+        raise ValueError(f"how must be max, min, root or sum, got {how!r}")
 
     def _agreed(self, flag: int, what: str, value: float) -> Verdict:
         if self.ended:

@@ -252,7 +252,7 @@ def check_accuracy(
         PowerSourceError: the source could not run against the fake device.
     """
     declared(cls, PowerSource)
-    source = cls(name=cls.__name__.lower(), **dict(options or {}))
+    source = cls(cls.__name__.lower(), **dict(options or {}))  # the name positionally, as the registry passes it
     with _Driver(drive, profile, update_s) as driver:
         m = Measurement([source], sync=None, aligner=None, coordinator=None)
         with m:

@@ -30,6 +30,7 @@ from ..core.samples import MAX_POWER_W
 from ..errors import PowerSourceError
 from ..kit.calls import BoundedCall, CallTimeout, PluginCallError, describe
 from ..kit.polling import PollingSource
+from ..kit.registry import name_option_problem
 from ..lifecycle import recorder
 from ..model import Channel, ClockBase, Quantity, Sample, SourceContext, Timing
 from ..options import Option
@@ -74,9 +75,8 @@ def declared(cls: Any, base: type) -> None:
     require(isinstance(cls.DESCRIPTION, str) and cls.DESCRIPTION.strip() != "", "declaration",
             f"{cls.__name__}.DESCRIPTION must be one line for `energyframe list`")
     require(all(isinstance(o, Option) for o in cls.OPTIONS), "declaration", f"{cls.__name__}.OPTIONS must hold Option()s")
-    require(all(o.name != "name" for o in cls.OPTIONS), "option-name",
-            f"{cls.__name__} declares an option called 'name', which the constructor takes as the plugin's "
-            "name: rename the option")
+    problem = name_option_problem(cls, cls.__name__)
+    require(problem is None, "option-name", problem or "")
 
 
 def _channels(name: str, returned: Any) -> dict[str, Channel]:
@@ -328,7 +328,7 @@ def check_power_source(
         PowerSourceError: the source could not run here (its own, documented error).
     """
     declared(cls, PowerSource)
-    source = cls(name=cls.__name__.lower(), **dict(options or {}))
+    source = cls(cls.__name__.lower(), **dict(options or {}))  # the name positionally, as the registry passes it
     if cls.AUTO_PRIORITY is not None:
         found = cls.detect()
         require(hasattr(found, "available") and hasattr(found, "reason"), "detect", "detect() must return a Detection")

@@ -118,7 +118,7 @@ def check_workload(cls: type[Workload], options: Mapping[str, Any] | None = None
         ContractError: the first promise broken, named (``.rule``).
     """
     declared(cls, Workload)
-    workload = cls(name=cls.__name__.lower(), **dict(options or {}))
+    workload = cls(cls.__name__.lower(), **dict(options or {}))  # the name positionally, as the registry passes it
     try:
         RunSettings.from_mapping(workload.run_defaults())
     except EnergyFrameError as e:
@@ -210,7 +210,7 @@ def check_reporter(cls: type[Reporter], options: Mapping[str, Any] | None = None
         ContractError: the first promise broken, named (``.rule``).
     """
     declared(cls, Reporter)
-    reporter = cls(name=cls.__name__.lower(), **dict(options or {}))
+    reporter = cls(cls.__name__.lower(), **dict(options or {}))  # the name positionally, as the registry passes it
     with tempfile.TemporaryDirectory(prefix="energyframe-check-") as tmp:
         for i, (label, result) in enumerate(sample_results()):
             run_dir = Path(tmp) / f"run-{i}"

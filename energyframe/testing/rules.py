@@ -11,7 +11,8 @@ from __future__ import annotations
 RULES: dict[str, str] = {
     # declaration
     "declaration": "a plugin subclasses its base, has a one-line DESCRIPTION and OPTIONS of Option()s",
-    "option-name": "no option is called 'name' (the constructor's first argument is the plugin's name)",
+    "option-name": "an option called 'name' needs a constructor that takes the plugin's own name positionally "
+    "(def __init__(self, name=None, /, **options)), or the two collide",
     # power sources: what start() declares
     "start-errors": "start() raises PowerSourceError saying what to do, nothing else",
     "start-budget": "start() returns within the run's start budget",

@@ -213,6 +213,9 @@ def test_an_option_called_name_declared_by_the_plugin(install_plugin):
 
         class Named(SignalSource):
             OPTIONS = (Option("name", "str", "x", "the meter's name"),)
+
+            def __init__(self, name=None, **options):  # its own name by keyword: it collides
+                super().__init__(name, **options)
     """, "Named", dist="named-plugin")
     with pytest.raises(PluginLoadError) as e:
         registry.create(registry.POWER, "named:name=y")

@@ -165,7 +165,14 @@ def summary_rows(run: SavedRun) -> list[dict]:
     return rows
 
 
+#: a one-row table wider than this is shown turned on its side (a row per column): 30 columns
+#: of pipeline or per-layer totals side by side do not fit a page
+TRANSPOSE_OVER = 6
+
+
 def derived_tables(run: SavedRun) -> list[dict]:
+    """The workload's tables; a single row of many columns is turned into one line per column
+    (``transposed``), each cell keeping its field and exact value."""
     out = []
     for table in run.result.derived:
         columns: list[str] = list(table.display)
@@ -174,7 +181,14 @@ def derived_tables(run: SavedRun) -> list[dict]:
                 columns += [c for c in row if c not in columns]
         rows = [[_cell(cell(c, row.get(c)), row.get(c), c) for c in columns] for row in table.rows]
         out.append(
-            {"name": table.name, "title": table.title, "note": table.note, "columns": columns, "rows": rows}
+            {
+                "name": table.name,
+                "title": table.title,
+                "note": table.note,
+                "columns": columns,
+                "rows": rows,
+                "transposed": len(rows) == 1 and len(columns) > TRANSPOSE_OVER,
+            }
         )
     return out
 

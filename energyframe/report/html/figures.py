@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -129,28 +130,47 @@ def window_shapes(windows, t0: float) -> list[dict]:
     return shapes
 
 
-def _bar_errors(rows, i: int, bounded: bool) -> tuple[list[float], list[float], list[float]]:
+@dataclass(frozen=True)
+class BarErrors:
+    """One run's bars: medians, the error bar's extent below and above each, and the rows whose
+    95 % bound is wider than the value (their bar is cut at zero, and its hover text says so)."""
+
+    medians: list[float]
+    low: list[float]
+    high: list[float]
+    wider: list[bool]
+
+
+def _bar_errors(rows, i: int, bounded: bool) -> BarErrors:
     """Each row's median of run ``i`` and its error bar: the 95 % bound where the runs record
-    one (energy), else the quartiles."""
-    medians, low, high = [], [], []
+    one (energy), else the quartiles. A bar never reaches below zero: energy and time are not
+    negative, so a bound wider than the value (``144 mJ ± 1812 %``) is cut at zero and flagged."""
+    out = BarErrors([], [], [], [])
     for r in rows:
         s = r.spreads[i]
         m = s.median if s is not None else math.nan
-        medians.append(m)
         bound = r.bounds[i] if bounded and i < len(r.bounds) else None
         if bounded:
             width = bound.total_j if bound is not None else math.nan
-            low.append(width)
-            high.append(width)
+            below, above = width, width
         else:
-            low.append(m - s.q1 if s is not None else math.nan)
-            high.append(s.q3 - m if s is not None else math.nan)
-    return medians, low, high
+            below = m - s.q1 if s is not None else math.nan
+            above = s.q3 - m if s is not None else math.nan
+        wider = bool(math.isfinite(m) and m >= 0 and math.isfinite(below) and below > m)
+        out.medians.append(m)
+        out.low.append(m if wider else below)
+        out.high.append(above)
+        out.wider.append(wider)
+    return out
+
+
+#: the hover text of a bar whose bound is wider than its value
+WIDER_NOTE = "the 95 % bound is wider than the value: the bar stops at zero"
 
 
 def compare_bars(comparison, figure: str) -> dict | None:
     """Per row of one figure, each run's median with its 95 % bound (energy of runs that record
-    one) or its quartiles as error bars."""
+    one) or its quartiles as error bars, never below zero."""
     go = graph_objects()
     rows = [r for r in comparison.rows if r.figure == figure and r.kind != "derived"]
     if not rows:
@@ -158,28 +178,34 @@ def compare_bars(comparison, figure: str) -> dict | None:
     fig = go.Figure()
     names = [text(f"{r.name} [{r.channel}]" if r.channel else r.name) for r in rows]
     bounded = any(b is not None for r in rows for b in r.bounds)
+    cut = 0
     for i, label in enumerate(comparison.labels):
-        medians, low, high = _bar_errors(rows, i, bounded)
+        bars = _bar_errors(rows, i, bounded)
+        cut += sum(bars.wider)
         fig.add_trace(
             go.Bar(
                 x=names,
-                y=medians,
+                y=bars.medians,
                 name=text(label),
                 marker_color=PALETTE[i % len(PALETTE)],
-                error_y={"type": "data", "symmetric": False, "array": high, "arrayminus": low},
+                error_y={"type": "data", "symmetric": False, "array": bars.high, "arrayminus": bars.low},
+                hovertext=[WIDER_NOTE if w else "" for w in bars.wider],
             )
         )
     unit = rows[0].unit
+    title = (
+        f"{figure} per iteration: median, bars its 95 % bound (a difference inside both is not called real)"
+        if bounded
+        else f"{figure} per iteration: median, bars from the first to the third quartile"
+    )
+    if cut:
+        title += f"<br>{cut} bar(s) cut at zero: {WIDER_NOTE.split(':')[0]}"
     fig.update_layout(
         barmode="group",
-        title=(
-            f"{figure} per iteration: median, bars its 95 % bound (a difference inside both is not called real)"
-            if bounded
-            else f"{figure} per iteration: median, bars from the first to the third quartile"
-        ),
-        yaxis={"title": f"{figure} ({unit})"},
+        title=title,
+        yaxis={"title": f"{figure} ({unit})", "rangemode": "tozero"},
         height=HEIGHT,
-        margin={"t": 50},
+        margin={"t": 70 if cut else 50},
     )
     return fig.to_plotly_json()
 
