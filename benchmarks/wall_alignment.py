@@ -67,7 +67,7 @@ def live(seconds: float, lag: float, plot: str | None) -> None:
     t0 = time.monotonic()
     profile = random_steps(t0, seconds + 30.0, seed=1, mean_step_s=4.0)
     with WattsUpEmulator(profile, lag_s=lag, noise_w=1.0) as meter:
-        with ef.measure(power=[ProfilePowerSource(profile), f"wattsup:ports={meter.port}"], sync=None) as m:
+        with ef.measure(power=[ProfilePowerSource(profile=profile), f"wattsup:ports={meter.port}"], sync=None) as m:
             with m.window("workload"):
                 time.sleep(seconds)
         record = m.records[0]

@@ -126,7 +126,9 @@ class ProfilePowerSource(PollingSource):
 
     DESCRIPTION = "a known power profile as a live GPU-scoped channel"
 
-    def __init__(self, profile: Callable[[float], float], name: str = "gpu", period_s: float = 0.02) -> None:
+    def __init__(
+        self, name: str = "gpu", *, profile: Callable[[float], float], period_s: float = 0.02
+    ) -> None:
         super().__init__(name)
         self.profile = profile
         self.period_s = period_s

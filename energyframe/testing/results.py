@@ -54,7 +54,7 @@ class _Tiny(Workload):
 def _measured(variant: str) -> RunResult:
     from ..lifecycle.orchestrator import run
 
-    power: Any = "none" if variant == "timing-only" else [KnownProfileSource(lambda t: 100.0)]
+    power: Any = "none" if variant == "timing-only" else [KnownProfileSource(profile=lambda t: 100.0)]
     idle = 0.1 if variant == "dynamic" else 0.0
     return run(_Tiny(name="tiny"), power=power, reporters=[],
                settings=RunSettings(trials=2, min_window_s=0.05, warmup=1, idle_s=idle))

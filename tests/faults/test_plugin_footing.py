@@ -75,7 +75,7 @@ def test_fake_context_is_a_source_context_that_keeps_warnings(tmp_path: Path):
     context.warn("first")
     assert context.warnings == ["first"] and context.raw_dir == tmp_path / "raw"
     assert context.devices == ["cuda:0"] and context.rank == 1 and context.context() is context
-    source = KnownProfileSource(lambda t: 100.0)
+    source = KnownProfileSource(profile=lambda t: 100.0)
     channels = source.start(context)
     try:
         assert channels == [Channel("gpu0", Quantity.POWER, Scope.GPU, 0.02, channels[0].clock,
