@@ -74,7 +74,7 @@ from held_out_ticks import bound_figures, held_out, held_out_stats, stamp_spread
 from run_data import counter_energy_of, from_result, gpu_info, load_run  # noqa: E402
 
 from energyframe.core.clock import ClockModel  # noqa: E402
-from energyframe.core.energy import SHORT_WINDOW  # noqa: E402
+from energyframe.core.vocabulary import SHORT_WINDOW  # noqa: E402
 from energyframe.model import split_flags  # noqa: E402
 from energyframe.results.store import json_safe  # noqa: E402
 

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from energyframe.core.clock import ClockModel, ClockPair
-from energyframe.core.edges import ANCHORED, COUNTER, FUSED, Evidence, evidence_window, fused_edge
-from energyframe.core.energy import SHORT_WINDOW, counter_energy
+from energyframe.core.edges import Evidence, evidence_window, fused_edge
+from energyframe.core.energy import counter_energy
 from energyframe.core.fusion import ShapeSeries, fuse, fused_channels
+from energyframe.core.vocabulary import ANCHORED, COUNTER, FUSED, SHORT_WINDOW
 from energyframe.core.windows import compute_windows
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

@@ -8,16 +8,10 @@ from energyframe.core.clock import ClockModel, ClockPair
 from energyframe.core.edges import Evidence, evidence_window
 from energyframe.core.fusion import ShapeSeries, fuse
 from energyframe.core.samples import SampleSeries
-from energyframe.core.tickgrid import (
-    COLUMN,
-    IRREGULAR_TICKS,
-    OFF_GRID_S,
-    REGULAR_SD_S,
-    SPREAD_COLUMN,
-    TICK_OFF_GRID,
-    TickGrid,
-    grid_residual_s,
-)
+from energyframe.core.tickgrid import OFF_GRID_S, REGULAR_SD_S, TickGrid, grid_residual_s
+from energyframe.core.vocabulary import IRREGULAR_TICKS, TICK_OFF_GRID
+from energyframe.core.vocabulary import TICK_OFF_GRID_COLUMN as COLUMN
+from energyframe.core.vocabulary import TICK_SPREAD_COLUMN as SPREAD_COLUMN
 from energyframe.core.windows import WindowRecord, compute_windows, off_grid_warnings
 from energyframe.model import Channel, Quantity, Scope
 

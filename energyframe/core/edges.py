@@ -35,17 +35,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .energy import SHORT_WINDOW, WindowEnergy, counter_energy, power_energy
+from .energy import WindowEnergy, counter_energy, power_energy
 from .fusion import FusionResult
 from .samples import SampleSeries
 from .shapes import STEP_SHARE, Signal
 from .stats import Z95
-from .ticks import ANCHORED, COUNTER, FUSED, STAMP_SD_S, Edge, counter_edge, interval, stamp_sd
+from .ticks import STAMP_SD_S, Edge, counter_edge, interval, stamp_sd
+from .vocabulary import ANCHORED, COUNTER, FUSED, SHORT_WINDOW
 
 __all__ = [
-    "ANCHORED",
-    "COUNTER",
-    "FUSED",
     "Z95",
     "Edge",
     "Evidence",

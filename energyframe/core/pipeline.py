@@ -69,10 +69,6 @@ class Recording:
     opened_s: Sequence[float] = ()
 
 
-#: the flag of a window closed by a Ctrl-C or SIGTERM before its work ended
-INTERRUPTED = "interrupted"
-
-
 @dataclass(frozen=True)
 class Placement:
     """Samples placed on the run's timeline, and how each channel was moved."""

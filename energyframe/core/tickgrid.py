@@ -34,11 +34,8 @@ import numpy as np
 from .energy import WindowEnergy
 from .stats import Z95
 from .ticks import interval
+from .vocabulary import IRREGULAR_TICKS, TICK_OFF_GRID, TICK_OFF_GRID_COLUMN, TICK_SPREAD_COLUMN
 
-#: window flag: a counter tick beside an edge lies off the counter's update grid
-TICK_OFF_GRID = "tick_off_grid"
-#: window flag: the counter's ticks spread about their grid by more than ``REGULAR_SD_S``
-IRREGULAR_TICKS = "irregular_ticks"
 #: a tick farther than this from the grid was stamped late; above the farthest of 17,880 H100 and
 #: H200 ticks polled normally (11.6 ms). Units: s.
 OFF_GRID_S = 0.015
@@ -58,10 +55,6 @@ MIN_PERIODS_OFF = 2.5
 #: bound (flagged only beyond ``OFF_GRID_S``): the 99th percentile of the ticks' distance from the
 #: grid on an H100 polled freely under load steps was 2.9-5.1 ms (docs/validation.md). Units: s.
 WIDEN_S = 0.005
-#: the window column of the farthest off-grid tick beside an edge. Units: ms.
-COLUMN = "tick_off_grid_ms"
-#: the window column of an irregular grid's spread (robust sd). Units: ms.
-SPREAD_COLUMN = "tick_spread_ms"
 
 
 def robust_sd(r: np.ndarray) -> float:
@@ -164,8 +157,8 @@ class TickGrid:
         """``we`` with the stamps' errors the grid shows at the four ticks beside its edges: each
         such tick's error (``error_s``) taken as one sd, at its interval's power, in the share the
         interpolation carries to the edge; flagged ``tick_off_grid`` where a tick lies more than
-        ``OFF_GRID_S`` off a regular grid (column ``COLUMN``: the farthest such tick, ms), and
-        ``irregular_ticks`` on an irregular grid (``SPREAD_COLUMN``: its spread, ms)."""
+        ``OFF_GRID_S`` off a regular grid (column ``TICK_OFF_GRID_COLUMN``: the farthest such tick, ms),
+        and ``irregular_ticks`` on an irregular grid (``TICK_SPREAD_COLUMN``: its spread, ms)."""
         if not self.counts or ticks_s.size < 2 or not math.isfinite(we.energy_j):
             return we
         extra2, farthest = 0.0, 0.0
@@ -190,8 +183,8 @@ class TickGrid:
         flags = list(we.flags)
         if not self.regular:
             flags.append(IRREGULAR_TICKS)
-            columns[SPREAD_COLUMN] = 1e3 * self.spread_s
+            columns[TICK_SPREAD_COLUMN] = 1e3 * self.spread_s
         elif farthest > 0.0:
             flags.append(TICK_OFF_GRID)
-            columns[COLUMN] = 1e3 * farthest
+            columns[TICK_OFF_GRID_COLUMN] = 1e3 * farthest
         return replace(we, flags=tuple(dict.fromkeys(flags)), random_j=random, columns=columns)

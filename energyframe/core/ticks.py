@@ -10,17 +10,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .vocabulary import COUNTER
+
 #: a tick is stamped within ± this of the counter's change: the poller stamps a change midway
 #: between the starts of two reads ~4 ms apart (a read of NVML's counter takes ~3-4 ms and reads
 #: as it begins; benchmarks/tick_stamps.py). Units: s.
 STAMP_S = 0.002
 #: standard deviation of a stamp error uniform within ±STAMP_S. Units: s.
 STAMP_SD_S = STAMP_S / math.sqrt(3.0)
-COUNTER = "counter"
-FUSED = "fused"
-#: a window's start edge read as ``fused`` with the rise the samples place just before it moved
-#: onto it (``edges.anchored_edge``)
-ANCHORED = "anchored"
 
 
 @dataclass(frozen=True)

@@ -12,21 +12,27 @@ import pandas as pd
 from ..model import Channel, Quantity, WindowAnnotation, join_flags, split_flags
 from .clock import ClockModel
 from .edges import Evidence, evidence_window, fused_window
-from .energy import (
-    CLOCK_STEP,
-    DUPLICATE_SAMPLES,
-    INVALID_READING,
-    MISSING_POWER,
-    NEGATIVE_POWER,
-    WindowEnergy,
-    window_energy,
-)
+from .energy import WindowEnergy, window_energy
 from .fusion import fused_counter
 from .samples import DUPLICATE, IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, STEPPED, SampleSeries
 from .stats import Spread
-from .tickgrid import COLUMN as OFF_GRID_COLUMN
-from .tickgrid import IRREGULAR_TICKS, REGULAR_SD_S, SPREAD_COLUMN, TICK_OFF_GRID, TickGrid
+from .tickgrid import REGULAR_SD_S, TickGrid
 from .uncertainty import Bound, median_ci_j, summary_bound, systematic_j
+from .vocabulary import (
+    CLOCK_STEP,
+    DUPLICATE_SAMPLES,
+    FUSED,
+    IDLE_ABOVE_LOAD,
+    INVALID_READING,
+    IRREGULAR_TICKS,
+    MISSING_POWER,
+    NEGATIVE_POWER,
+    NOISY,
+    PARTIAL,
+    TICK_OFF_GRID,
+    TICK_OFF_GRID_COLUMN,
+    TICK_SPREAD_COLUMN,
+)
 
 WINDOW_COLUMNS = [
     "phase",
@@ -53,14 +59,9 @@ WINDOW_COLUMNS = [
 #: text columns of windows.csv (the others are numbers)
 TEXT_COLUMNS = ("phase", "channel", "estimator", "flags")
 
-#: window flag: the idle baseline's power is above the window's mean power, so its dynamic
-#: energy is negative (the baseline was not idle, or the work draws less than it)
-IDLE_ABOVE_LOAD = "idle_above_load"
 #: how far a saved time may be from the one measured (Unix seconds in a float64 hold 0.24 us):
 #: a dynamic energy within the baseline's power times this is zero, not below the load. Units: s.
 TIME_ROUNDING_S = 1e-6
-NOISY = "noisy"  # phase-level flag: IQR/median of time or energy per iteration >= 10 %
-PARTIAL = "partial"  # phase-level flag: energy known for fewer trials than were measured
 #: flags of rejected readings that leave a window's energy unknown (NaN), not just bridged
 UNKNOWABLE = (CLOCK_STEP,)
 #: which flag a rejected reading gives the windows around it (samples.py names the reasons)
@@ -159,7 +160,7 @@ def _channel_energy(
     counter = fused_counter(channel.name)
     if counter is not None and counter in evidence and math.isfinite(we.energy_j):
         random = fused_window(evidence[counter], start_s, end_s)
-        return WindowEnergy(we.energy_j, we.flags, "fused", random)
+        return WindowEnergy(we.energy_j, we.flags, FUSED, random)
     return we
 
 
@@ -312,7 +313,7 @@ def off_grid_warnings(windows: pd.DataFrame) -> list[str]:
     """Per counter with windows flagged ``tick_off_grid`` or ``irregular_ticks``, what happened,
     in one sentence (its fused power's windows carry the same flags)."""
     out = []
-    for column in (OFF_GRID_COLUMN, SPREAD_COLUMN):
+    for column in (TICK_OFF_GRID_COLUMN, TICK_SPREAD_COLUMN):
         if windows.empty or column not in windows.columns:
             continue
         flagged = windows[windows[column].notna()]
@@ -320,7 +321,7 @@ def off_grid_warnings(windows: pd.DataFrame) -> list[str]:
             if fused_counter(str(channel)) is not None:
                 continue
             ms = float(group[column].max())
-            if column == OFF_GRID_COLUMN:
+            if column == TICK_OFF_GRID_COLUMN:
                 out.append(
                     f"{channel}: {len(group)} window(s) have a counter tick beside an edge stamped up to "
                     f"{ms:.0f} ms off the counter's update grid: the poller saw the change late (a host short "

@@ -18,7 +18,6 @@ from typing import Any
 
 from ..core.clock import ClockModel
 from ..core.pipeline import (
-    INTERRUPTED,
     Annotate,
     Placement,
     Recording,
@@ -30,6 +29,7 @@ from ..core.pipeline import (
     place_samples,
 )
 from ..core.samples import DUPLICATE, SampleSeries
+from ..core.vocabulary import INTERRUPTED
 from ..core.windows import (
     IdleBaseline,
     idle_warnings,

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.energy import INVALID_READING
 from ..core.samples import STEPPED
+from ..core.vocabulary import INVALID_READING
 from ..core.windows import REJECTION_FLAGS
 from ..errors import PowerSourceError, UsageError
 from ..model import Channel, ClockBase, Quantity, Sample, Scope, SourceContext, Timing, WindowAnnotation

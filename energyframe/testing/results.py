@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..core.energy import UNCOVERED
+from ..core.vocabulary import UNCOVERED
 from ..core.windows import summarize
 from ..errors import EnergyFrameError
 from ..kit.calls import BoundedCall, CallTimeout, PluginCallError, describe
