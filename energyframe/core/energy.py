@@ -109,7 +109,8 @@ def counter_energy(
     v = segment_v - segment_v[0]
     e0 = float(np.interp(0.0, t, v))
     e1 = float(np.interp(end_s - start_s, t, v))
-    sd = math.hypot(counter_edge(t, v, 0.0).sd_j, counter_edge(t, v, end_s - start_s).sd_j)
+    # each edge's place between the ticks as every other estimator reads it: on the ticks as stamped
+    sd = math.hypot(counter_edge(times_s, energy_j, start_s).sd_j, counter_edge(times_s, energy_j, end_s).sd_j)
     return WindowEnergy(e1 - e0, tuple(flags), COUNTER, Z95 * sd)
 
 
