@@ -308,7 +308,7 @@ def simulated(load, seed: int) -> dict:
     import step_sim
 
     from energyframe.core.clock import ClockPair
-    from energyframe.core.edges import Evidence
+    from energyframe.core.edge import Evidence
     from energyframe.core.fusion import fused_channels
     from energyframe.core.windows import compute_windows
 
@@ -515,14 +515,15 @@ def recomputed(result, rows):
     """``rows`` (the gpu0 windows) with energy, random bound, estimator and flags as this
     checkout computes them from the run's samples: placed as a run places them, fused, each
     edge's estimator chosen by the evidence, the counter's ticks checked against their grid."""
+    from energyframe.core.edge import Span
     from energyframe.core.pipeline import add_fused_power
-    from energyframe.core.windows import channel_energy, first_start_after, tick_grids
+    from energyframe.core.windows import channel_energy, counter_ticks, first_start_after
 
     run, recording, placement = placed(result)
     # the run's own steps: each channel's timing applied, then the fused channel and its evidence,
     # each edge's estimator chosen by it, and the stamps' errors the counter's grid shows
     recording, placement, _ = add_fused_power(recording, placement, print)
-    grids = tick_grids(recording.channels, placement.series)
+    counters = counter_ticks(recording.channels, placement.series, placement.evidence)
     channel = recording.channels["gpu0"]
     rows = rows.copy()
     # every window of the step family opens after a device sync (record_steps, record_steady): an
@@ -530,8 +531,8 @@ def recomputed(result, rows):
     every = result.windows
     starts = np.sort(every.loc[every["channel"] == "gpu0", "start_s"].to_numpy(float))
     for index, (a, b) in zip(rows.index, rows[["start_s", "end_s"]].to_numpy(float)):
-        next_open = first_start_after(starts, b)
-        w = channel_energy(channel, placement.series, a, b, placement.evidence, grids, True, next_open)
+        span = Span(start_s=a, end_s=b, synced=True, next_synced_start_s=first_start_after(starts, b))
+        w = channel_energy(channel, placement.series, span, counters)
         rows.loc[index, ["energy_j", "energy_random_j"]] = [w.energy_j, w.random_j]
         rows.loc[index, "estimator"] = w.estimator
         rows.loc[index, "flags"] = ";".join(w.flags)

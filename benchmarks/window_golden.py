@@ -663,8 +663,8 @@ def report(built: dict) -> None:
     print("flags: " + ", ".join(f"{k} {v}" for k, v in sorted(flags.items())))
 
 
-def check(folder: Path) -> int:
-    golden = pickle.loads((folder / "outputs.pkl").read_bytes())
+def check(folder: Path, against: str = "outputs.pkl") -> int:
+    golden = pickle.loads((folder / against).read_bytes())
     now = outputs(folder)
     report(golden)
     found: list[str] = []
@@ -689,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("step", choices=("record", "build", "check"))
     ap.add_argument("folder", type=Path)
     ap.add_argument("--seeds", type=int, default=2, help="simulated runs per configuration and reading")
+    ap.add_argument("--against", default="outputs.pkl", help="check: the built outputs to compare with (a file in the folder)")
     args = ap.parse_args(argv)
     if args.step == "record":
         record(args.folder, args.seeds)
@@ -696,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "build":
         build(args.folder)
         return 0
-    return check(args.folder)
+    return check(args.folder, args.against)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from energyframe.core.clock import ClockModel, ClockPair
-from energyframe.core.edges import Evidence, evidence_window
+from energyframe.core.edge import CounterTicks, Evidence, Span, counter_window
 from energyframe.core.fusion import ShapeSeries, fuse
 from energyframe.core.samples import SampleSeries
 from energyframe.core.tickgrid import OFF_GRID_S, REGULAR_SD_S, TickGrid, grid_residual_s
@@ -102,13 +102,17 @@ def test_the_residual_of_the_ends_uses_the_neighbours_there():
 
 def window_of(stamps, true, start_s, end_s):
     """A constant load's window on the counter over the stamped ticks, with 20-ms samples
-    beside it as NVML gives them (``edges.py``); the checked one; the truth."""
+    beside it as NVML gives them (``edge``); the checked one; the truth."""
     counter_j = POWER_W * (true - true[0])
     u = np.arange(true[0], true[-1], 0.02)
     noise = np.random.default_rng(9).normal(0.0, 2.0, u.size)
     fusion = fuse(stamps, counter_j, [ShapeSeries("buffer", u, POWER_W + noise, 0.02, "point")])
-    we = evidence_window(Evidence.of(fusion), stamps, counter_j, start_s, end_s, PERIOD_S)
-    checked = TickGrid.check(stamps).widen(we, stamps, counter_j, start_s, end_s)
+    channel = Channel("gpu0", Quantity.ENERGY, Scope.GPU, PERIOD_S)
+    series, evidence = SampleSeries(stamps, counter_j), Evidence.of(fusion)
+    span = Span(start_s=start_s, end_s=end_s)
+    we = counter_window(channel=channel, series=series, span=span, ticks=CounterTicks(series=series, evidence=evidence))
+    grid = CounterTicks(series=series, evidence=evidence, grid=TickGrid.check(stamps))
+    checked = counter_window(channel=channel, series=series, span=span, ticks=grid)
     return we, checked, POWER_W * (end_s - start_s)
 
 

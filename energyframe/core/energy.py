@@ -27,8 +27,6 @@ import numpy as np
 
 from ..model import Quantity
 from .samples import MAX_POWER_W
-from .stats import Z95
-from .ticks import counter_edge
 from .uncertainty import sample_coverage_j
 from .vocabulary import COUNTER, COUNTER_RESET, GAP, POWER, SHORT_WINDOW, STUCK_COUNTER, UNCOVERED
 
@@ -82,7 +80,8 @@ def _quality_flags(
 def counter_energy(
     times_s: np.ndarray, energy_j: np.ndarray, start_s: float, end_s: float, resolution_s: float = 0.0
 ) -> WindowEnergy:
-    """Energy between ``start_s`` and ``end_s`` from a cumulative counter sampled at its ticks.
+    """Energy between ``start_s`` and ``end_s`` from a cumulative counter sampled at its ticks,
+    and its flags; its bound is its edges' (``edge.counter_window``).
 
     Args:
         times_s: tick times, ascending. Units: s.
@@ -109,9 +108,7 @@ def counter_energy(
     v = segment_v - segment_v[0]
     e0 = float(np.interp(0.0, t, v))
     e1 = float(np.interp(end_s - start_s, t, v))
-    # each edge's place between the ticks as every other estimator reads it: on the ticks as stamped
-    sd = math.hypot(counter_edge(times_s, energy_j, start_s).sd_j, counter_edge(times_s, energy_j, end_s).sd_j)
-    return WindowEnergy(e1 - e0, tuple(flags), COUNTER, Z95 * sd)
+    return WindowEnergy(e1 - e0, tuple(flags), COUNTER)
 
 
 def _longest_flat_s(

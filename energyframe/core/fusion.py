@@ -422,7 +422,7 @@ def fused_channels(
         primary: make each fused channel primary, and its counter channel secondary (only where
             validation shows fused power no worse than the counter everywhere).
         results: if given, receives each ``FusionResult`` by the counter channel's name: the
-            evidence ``edges.py`` chooses each window edge's estimator from.
+            evidence ``edge`` chooses each window edge's estimator from.
 
     Returns:
         New dicts of channels and series, with the fused channels added.

@@ -18,7 +18,7 @@ import pandas as pd
 from ..model import Channel, Timing, WindowAnnotation, join_flags, split_flags
 from .align import MeterAligner
 from .clock import ChannelTimeMap, ClockModel
-from .edges import Evidence
+from .edge import Evidence
 from .fusion import FusionResult, fused_channels, fused_counter
 from .samples import SampleSeries
 from .windows import IdleBaseline, WindowRecord, compute_windows, idle_baselines
@@ -50,7 +50,7 @@ class Recording:
             ended: kept, and flagged ``interrupted``.
         opened_s: starts of windows opened after a device sync that ``records`` does not hold
             (still open, or closed after a live window's snapshot; monotonic s): a window ending
-            just before one reads its end edge as that start does (``edges.anchored_edge``).
+            just before one reads its end edge as that start does (``edge.estimators``).
     """
 
     clock: ClockModel
@@ -76,7 +76,7 @@ class Placement:
     series: Mapping[str, SampleSeries]
     time_maps: Mapping[str, ChannelTimeMap]
     alignment: Mapping[str, Any] | None
-    #: per counter channel, what its fused power says about each tick interval (``edges.py``)
+    #: per counter channel, what its fused power says about each tick interval (``edge``)
     evidence: Mapping[str, Evidence] = field(default_factory=dict)
 
 

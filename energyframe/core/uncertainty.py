@@ -1,7 +1,7 @@
 """How wrong an energy figure may be: a 95 % bound, split into its random and systematic parts.
 
 - **Random** (varies window to window): where each edge falls between the counter's ticks and
-  what the chosen estimator may misplace there (``edges.py``), or, for power samples, where the
+  what the chosen estimator may misplace there (``edge``), or, for power samples, where the
   power may have changed between two samples (sample coverage); for a phase's summary, also the
   spread of its trials (the 95 % confidence interval of their median).
 - **Systematic** (the same for every window on the board): the sensor's stated accuracy

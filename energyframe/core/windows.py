@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..model import Channel, Quantity, WindowAnnotation, join_flags, split_flags
 from .clock import ClockModel
-from .edges import Evidence, evidence_window, fused_window
+from .edge import CounterTicks, Evidence, Span, counter_window
 from .energy import WindowEnergy, window_energy
 from .fusion import fused_counter
 from .samples import DUPLICATE, IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, STEPPED, SampleSeries
@@ -21,7 +21,6 @@ from .uncertainty import Bound, median_ci_j, summary_bound, systematic_j
 from .vocabulary import (
     CLOCK_STEP,
     DUPLICATE_SAMPLES,
-    FUSED,
     IDLE_ABOVE_LOAD,
     INVALID_READING,
     IRREGULAR_TICKS,
@@ -86,7 +85,7 @@ class WindowRecord:
         iterations: iterations of the phase's step inside the window.
         synced: the window opened after a device sync (a sync other than none), so none of its
             work began before ``start_s`` and what ran before it had finished
-            (``edges.anchored_edge`` relies on it).
+            (``edge.Span`` carries it to the estimators).
     """
 
     phase: str
@@ -117,51 +116,38 @@ class IdleBaseline:
     bound_w: float = math.nan
 
 
-def channel_energy(
-    channel: Channel,
+def counter_ticks(
+    channels: Mapping[str, Channel],
     series: Mapping[str, SampleSeries],
-    start_s: float,
-    end_s: float,
-    evidence: Mapping[str, Evidence] | None = None,
-    grids: Mapping[str, tuple[str, TickGrid]] | None = None,
-    synced: bool = False,
-    next_open_s: float | None = None,
-) -> WindowEnergy:
-    """One window on one channel: a counter with fine samples beside it chooses each edge's
-    estimator (``edges.py``; ``synced``: the device was synchronised as the window opened, so a
-    rise the samples place just before its start is the window's own; ``next_open_s``: the first
-    synced start at or after its end, whose reading its end edge shares); the fused channel gets
-    its own edges' bound; the rest as ``energy.window_energy`` reads them. Where ``grids`` has
-    the channel (``tick_grids``), the stamps' errors its counter's grid shows are added
-    (``tickgrid.py``)."""
-    we = _channel_energy(channel, series, start_s, end_s, evidence or {}, synced, next_open_s)
-    if grids and channel.name in grids:
-        counter, grid = grids[channel.name]
-        ticks = series[counter]
-        we = grid.widen(we, ticks.times_s, ticks.values, start_s, end_s)
-    return we
-
-
-def _channel_energy(
-    channel: Channel,
-    series: Mapping[str, SampleSeries],
-    start_s: float,
-    end_s: float,
     evidence: Mapping[str, Evidence],
-    synced: bool,
-    next_open_s: float | None = None,
-) -> WindowEnergy:
-    s = series[channel.name]
-    if channel.quantity == Quantity.ENERGY and channel.name in evidence:
-        return evidence_window(
-            evidence[channel.name], s.times_s, s.values, start_s, end_s, channel.resolution_s, synced, next_open_s
+    grids: bool = True,
+) -> dict[str, CounterTicks]:
+    """Per channel whose windows are read between a counter's ticks (each counter, and the power
+    derived from one), that counter: its ticks, what its fused power says about them, and, with
+    ``grids``, its ticks' update grid where the check can tell (``tickgrid.py``)."""
+    counters = {
+        name: CounterTicks(
+            series=series[name],
+            evidence=evidence.get(name),
+            grid=TickGrid.check(series[name].times_s) if grids else None,
         )
-    we = window_energy(channel.quantity, s.times_s, s.values, start_s, end_s, channel.resolution_s)
-    counter = fused_counter(channel.name)
-    if counter is not None and counter in evidence and math.isfinite(we.energy_j):
-        random = fused_window(evidence[counter], start_s, end_s)
-        return WindowEnergy(we.energy_j, we.flags, FUSED, random)
-    return we
+        for name, channel in channels.items()
+        if channel.quantity == Quantity.ENERGY and name in series
+    }
+    derived = {name: counters[counter] for name in channels if (counter := fused_counter(name)) in counters}
+    return {**counters, **derived}
+
+
+def channel_energy(
+    channel: Channel, series: Mapping[str, SampleSeries], span: Span, counters: Mapping[str, CounterTicks]
+) -> WindowEnergy:
+    """One window on one channel: read between its counter's ticks (``edge``) where it has one,
+    else as ``energy.window_energy`` reads its stream."""
+    s = series[channel.name]
+    ticks = counters.get(channel.name)
+    if ticks is not None:
+        return counter_window(channel=channel, series=s, span=span, ticks=ticks)
+    return window_energy(channel.quantity, s.times_s, s.values, span.start_s, span.end_s, channel.resolution_s)
 
 
 def idle_baselines(
@@ -171,10 +157,12 @@ def idle_baselines(
     evidence: Mapping[str, Evidence] | None = None,
 ) -> dict[str, IdleBaseline]:
     out = {}
+    counters = counter_ticks(channels, series, evidence or {}, grids=False)
+    span = Span(start_s=window.start_s, end_s=window.end_s)
     for name, channel in channels.items():
         if not channel.integrable:
             continue
-        we = channel_energy(channel, series, window.start_s, window.end_s, evidence)
+        we = channel_energy(channel, series, span, counters)
         duration = window.duration_s
         power = we.energy_j / duration if duration > 0 else math.nan
         bound = we.random_j / duration if duration > 0 else math.nan
@@ -201,7 +189,7 @@ def rejection_flags(
 def first_start_after(starts_s: np.ndarray, end_s: float) -> float | None:
     """The first of ``starts_s`` (sorted starts of windows opened after a device sync) at or
     after ``end_s``: the start whose reading a window ending at ``end_s`` shares
-    (``edges.evidence_window``'s ``next_open_s``). ``None`` where there is none."""
+    (``edge.Span``'s ``next_synced_start_s``). ``None`` where there is none."""
     k = int(np.searchsorted(starts_s, end_s, side="left"))
     return float(starts_s[k]) if k < len(starts_s) else None
 
@@ -223,7 +211,7 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
         rejected: per channel, when readings that cannot be physical were kept out of its series
             (``SampleStore.rejected_times``); the windows near them are flagged.
         evidence: per counter channel, what its fused power says about each tick interval
-            (``edges.Evidence``): its windows then choose each edge's estimator (a window
+            (``edge.Evidence``): its windows then choose each edge's estimator (a window
             opened after a device sync, ``WindowRecord.synced``, may read its start ``anchored``,
             and a window that ends just before such a start reads its end as that start does).
         opened_s: starts of synced windows not in ``records`` (still open as a live window is
@@ -232,11 +220,16 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
     idle = idle or {}
     rejected = rejected or {}
     integrable = [c for c in channels.values() if c.integrable]
-    grids = tick_grids(channels, series)
+    counters = counter_ticks(channels, series, evidence or {})
     synced_starts = np.sort(np.array([w.start_s for w in records if w.synced] + list(opened_s), dtype=float))
     rows = []
     for w in records:
-        next_open = first_start_after(synced_starts, w.end_s)
+        span = Span(
+            start_s=w.start_s,
+            end_s=w.end_s,
+            synced=w.synced,
+            next_synced_start_s=first_start_after(synced_starts, w.end_s),
+        )
         base = {
             "phase": w.phase,
             "trial": w.trial,
@@ -250,7 +243,7 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
             rows.append({**base, "channel": "", "flags": ""})
             continue
         for channel in integrable:
-            we = channel_energy(channel, series, w.start_s, w.end_s, evidence, grids, w.synced, next_open)
+            we = channel_energy(channel, series, span, counters)
             flags = list(we.flags)
             if channel.name in rejected:
                 for flag in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s):
@@ -289,24 +282,6 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
             frame[column] = math.nan if column not in TEXT_COLUMNS else ""
     extra = [c for c in frame.columns if c not in WINDOW_COLUMNS]
     return frame[WINDOW_COLUMNS + extra]
-
-
-def tick_grids(
-    channels: Mapping[str, Channel], series: Mapping[str, SampleSeries]
-) -> dict[str, tuple[str, TickGrid]]:
-    """Per channel whose windows interpolate between a counter's ticks (the counter, and its
-    fused power), that counter and its ticks' grid, where the check can tell (``tickgrid.py``)."""
-    grids = {
-        name: TickGrid.check(series[name].times_s)
-        for name, channel in channels.items()
-        if channel.quantity == Quantity.ENERGY and name in series
-    }
-    out: dict[str, tuple[str, TickGrid]] = {}
-    for name in channels:
-        counter = name if name in grids else fused_counter(name)
-        if counter is not None and (grid := grids.get(counter)) is not None:
-            out[name] = (counter, grid)
-    return out
 
 
 def off_grid_warnings(windows: pd.DataFrame) -> list[str]:
