@@ -97,7 +97,12 @@ def channels_of(data: dict) -> dict[str, Channel]:
 def recording_from(data: dict):
     from energyframe.core.pipeline import Recording
     from energyframe.core.samples import SampleSeries
-    from energyframe.core.windows import IdleBaseline, WindowRecord
+    from energyframe.core.windows import WindowRecord
+
+    try:
+        from energyframe.core.idle import IdleBaseline
+    except ImportError:  # before core/idle.py
+        from energyframe.core.windows import IdleBaseline  # type: ignore[attr-defined,no-redef]
 
     def window(d):
         return WindowRecord(d["phase"], d["trial"], d["start_s"], d["end_s"], d["iterations"], d["synced"])
@@ -468,7 +473,13 @@ def fake_runs(folder: Path, run_root: Path) -> tuple[dict[str, tuple[dict, objec
 def run_steps(data: dict, aligner, annotate: bool) -> dict:
     """A recording through the run's steps, as ``lifecycle/assemble.py`` calls them."""
     from energyframe.core.pipeline import add_fused_power, flag_windows, integrate, place_samples
-    from energyframe.core.windows import idle_warnings, off_grid_warnings, summarize
+    from energyframe.core.windows import off_grid_warnings
+
+    try:
+        from energyframe.core.idle import idle_warnings
+        from energyframe.core.summary import summarize
+    except ImportError:  # before core/idle.py and core/summary.py
+        from energyframe.core.windows import idle_warnings, summarize  # type: ignore[attr-defined,no-redef]
 
     try:
         from energyframe.core.vocabulary import INTERRUPTED

@@ -47,7 +47,7 @@ from .options import Option as Option
 if TYPE_CHECKING:
     from .core.samples import SampleSeries as SampleSeries
     from .core.stats import Spread as Spread
-    from .core.windows import PhaseSummary as PhaseSummary
+    from .core.summary import PhaseSummary as PhaseSummary
     from .kit.polling import Dedup as Dedup
     from .kit.polling import Poller as Poller
     from .kit.polling import PollingSource as PollingSource

@@ -15,7 +15,8 @@ from energyframe import model, plugin
 from energyframe.cli import main
 from energyframe.core import vocabulary
 from energyframe.core.stats import Spread
-from energyframe.core.windows import WINDOW_COLUMNS, PhaseSummary
+from energyframe.core.summary import PhaseSummary
+from energyframe.core.windows import WINDOW_COLUMNS
 from energyframe.kit import registry
 from energyframe.lifecycle.config import RunSettings
 from energyframe.model import Phase

@@ -47,7 +47,7 @@ def edge_window(evidence, ticks, counter, start_s, end_s, resolution_s, synced=F
 def edge_reading(evidence, t, synced_start_s=None):
     """The reading of one edge at ``t`` by the estimators (``edge.estimators.read_edge``)."""
     fusion = evidence.fusion
-    return read_edge(evidence, place(fusion.ticks_s, fusion.counter_j, t), synced_start_s)
+    return read_edge(evidence, place(fusion.ticks_s, fusion.counter_j, t, synced_start_s))
 
 #: the issue's targets for the default number: windows >= 150 ms opening or closing on a step
 STEP_MEDIAN_PCT, STEP_MAX_PCT, LONG_MAX_PCT = 2.0, 5.0, 1.5

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..model import Quantity
 from .samples import MAX_POWER_W
-from .uncertainty import sample_coverage_j
+from .stats import Z95
 from .vocabulary import COUNTER, COUNTER_RESET, GAP, POWER, SHORT_WINDOW, STUCK_COUNTER, UNCOVERED
 
 # numpy 2 renamed trapz; keep working with numpy 1.24+
@@ -169,6 +169,22 @@ def _value_at(t: np.ndarray, v: np.ndarray, x: float) -> float:
         if i < t.size and t[i] == x:
             return float(v[i])
     return float(np.interp(x, t, v))
+
+
+def sample_coverage_j(times_s: np.ndarray, power_w: np.ndarray, start_s: float, end_s: float) -> float:
+    """The random bound of power samples integrated over [start, end]: between two samples the
+    power may have changed anywhere, not linearly; a change of ``dp`` over ``dt`` then moves the
+    integral by up to ``dp dt / 2``, uniformly (sd ``dp dt / sqrt 12``), independently per
+    sample interval. Units: J (95 %)."""
+    if times_s.size < 2:
+        return math.nan
+    lo = max(int(np.searchsorted(times_s, start_s, side="right")) - 1, 0)
+    hi = min(int(np.searchsorted(times_s, end_s, side="left")), times_s.size - 1)
+    t = np.clip(times_s[lo : hi + 1], start_s, end_s)
+    dt = np.diff(t)
+    dp = np.diff(power_w[lo : hi + 1])
+    return Z95 * float(np.sqrt(np.sum((dp * dt) ** 2) / 12.0))
+
 
 
 def window_energy(

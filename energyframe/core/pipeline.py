@@ -20,8 +20,9 @@ from .align import MeterAligner
 from .clock import ChannelTimeMap, ClockModel
 from .edge import Evidence
 from .fusion import FusionResult, fused_channels, fused_counter
+from .idle import IdleBaseline
 from .samples import SampleSeries
-from .windows import IdleBaseline, WindowRecord, compute_windows, idle_baselines
+from .windows import WindowRecord, compute_windows, idle_baselines
 
 #: called after the run with every channel and its samples; returns per-channel time corrections
 #: (a wall meter's lag and drift)
@@ -163,11 +164,11 @@ def integrate(
         recording.channels,
         placement.series,
         recording.clock,
-        idle,
-        annotate,
-        placed_rejections(recording.rejected, placement.time_maps),
-        placement.evidence,
-        recording.opened_s,
+        idle=idle,
+        annotate=annotate,
+        rejected=placed_rejections(recording.rejected, placement.time_maps),
+        evidence=placement.evidence,
+        opened_s=recording.opened_s,
     )
     return windows, idle
 

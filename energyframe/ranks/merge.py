@@ -26,7 +26,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..core.windows import WINDOW_COLUMNS, summarize
+from ..core.summary import summarize
+from ..core.windows import WINDOW_COLUMNS
 from ..model import DerivedTable, join_flags, split_flags
 from ..results.meta import RunMeta, SourceRecord
 from ..results.result import COMPLETE, RunResult

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..core.clock import ClockModel
-from ..core.windows import PhaseSummary
+from ..core.summary import PhaseSummary
 from ..model import Channel, DerivedTable, Quantity
 
 # History of run.json's format (the run directory's; windows.csv and samples.parquet have kept

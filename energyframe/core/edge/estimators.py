@@ -126,7 +126,8 @@ def evidence_reading(evidence: Evidence, edge: EdgePlace) -> EdgeReading:
 
 def anchored_reading(evidence: Evidence, edge: EdgePlace, reading: EdgeReading, synced_start_s: float) -> EdgeReading:
     """``reading`` (``fused`` or ``counter``) read again for the start of a window opened after
-    a device sync at ``synced_start_s``, at the edge or less than a sample period after it:
+    a device sync at ``synced_start_s`` (``EdgePlace.synced_start_s``), at the edge or less than
+    a sample period after it:
     where the samples place a rise less than one sample period before that start, the shape is
     moved by that much, so that the rise lies on the start. The edge's share of the increment is
     then the moved shape before it, read at the run's gain (``Evidence.level_share_j``): the GPU
@@ -174,14 +175,14 @@ def anchored_reading(evidence: Evidence, edge: EdgePlace, reading: EdgeReading, 
     return EdgeReading(estimator=ANCHORED, correction_j=d, sd_j=sd, step=True, shaped=True)
 
 
-def read_edge(evidence: Evidence, edge: EdgePlace, synced_start_s: float | None) -> EdgeReading:
+def read_edge(evidence: Evidence, edge: EdgePlace) -> EdgeReading:
     """An edge of a counter with fused power beside it (``evidence_reading``), ``anchored`` where
-    the start of a synced window lies at it or just after it (``synced_start_s``) and the samples
-    place that window's rise just before it (``anchored_reading``)."""
+    the start of a synced window lies at it or just after it (``EdgePlace.synced_start_s``) and
+    the samples place that window's rise just before it (``anchored_reading``)."""
     reading = evidence_reading(evidence, edge)
-    if synced_start_s is None or not reading.shaped:
+    if edge.synced_start_s is None or not reading.shaped:
         return reading
-    return anchored_reading(evidence, edge, reading, synced_start_s)
+    return anchored_reading(evidence, edge, reading, edge.synced_start_s)
 
 
 def fused_sd_j(evidence: Evidence, edge: EdgePlace) -> float:

@@ -19,6 +19,9 @@ class EdgePlace:
         t0_s, t1_s: the ticks either side. Units: s.
         x: where the edge lies in the interval: 0 at ``t0_s``, 1 at ``t1_s`` (clipped).
         increment_j: the counter's increment over the interval. Units: J.
+        synced_start_s: the start of a window opened after a device sync at this edge or less
+            than a sample period after it, whose reading the edge shares (``None``: none): a
+            synced window's own start, or the next one's at its end. Units: s.
     """
 
     t_s: float
@@ -27,6 +30,7 @@ class EdgePlace:
     t1_s: float
     x: float
     increment_j: float
+    synced_start_s: float | None = None
 
     @property
     def span_s(self) -> float:
@@ -44,9 +48,9 @@ def interval(ticks_s: np.ndarray, t: float) -> int:
     return int(np.clip(np.searchsorted(ticks_s, t, side="right") - 1, 0, ticks_s.size - 2))
 
 
-def place(ticks_s: np.ndarray, counter_j: np.ndarray, t: float) -> EdgePlace:
+def place(ticks_s: np.ndarray, counter_j: np.ndarray, t: float, synced_start_s: float | None = None) -> EdgePlace:
     """Where ``t`` lies between the ticks of a counter (``ticks_s``, ascending; ``counter_j`` at
-    each). Units: s, J."""
+    each), and the synced start it shares (``EdgePlace.synced_start_s``). Units: s, J."""
     i = interval(ticks_s, t)
     return EdgePlace(
         t_s=t,
@@ -55,4 +59,5 @@ def place(ticks_s: np.ndarray, counter_j: np.ndarray, t: float) -> EdgePlace:
         t1_s=float(ticks_s[i + 1]),
         x=float(np.clip((t - ticks_s[i]) / (ticks_s[i + 1] - ticks_s[i]), 0.0, 1.0)),
         increment_j=float(counter_j[i + 1] - counter_j[i]),
+        synced_start_s=synced_start_s,
     )

@@ -80,30 +80,28 @@ def counter_window(*, channel: Channel, series: SampleSeries, span: Span, ticks:
     stream = read(series.times_s, series.values, span.start_s, span.end_s, channel.resolution_s)
     if not math.isfinite(stream.energy_j):
         return stream
+    evidence = ticks.evidence
+    if counter and evidence is not None and not evidence.covers(span.start_s, span.end_s):
+        evidence = None  # the fused power does not reach an edge: the counter alone
     times, values = ticks.series.times_s, ticks.series.values
-    start, end = place(times, values, span.start_s), place(times, values, span.end_s)
+    start = place(times, values, span.start_s, span.start_s if span.synced else None)
+    end = place(times, values, span.end_s, span.next_synced_start_s)
     grid = grid_error(ticks.grid, (start, end)) if ticks.grid is not None and times.size >= 2 else None
     if counter:
-        return _counter_edges(stream, span, start, end, ticks.evidence, grid)
-    return _derived_edges(stream, start, end, ticks.evidence, grid)
+        return _counter_edges(stream, start, end, evidence, grid)
+    return _derived_edges(stream, start, end, evidence, grid)
 
 
 def _counter_edges(
-    stream: WindowEnergy,
-    span: Span,
-    start: EdgePlace,
-    end: EdgePlace,
-    evidence: Evidence | None,
-    grid: GridError | None,
+    stream: WindowEnergy, start: EdgePlace, end: EdgePlace, evidence: Evidence | None, grid: GridError | None
 ) -> WindowEnergy:
     """A counter window from its interpolated energy and its edges' estimators. ``short_window``
     stays only where a window shorter than two update periods has a step at an edge, or no
     samples to tell."""
-    if evidence is None or not evidence.covers(span.start_s, span.end_s):
+    if evidence is None:
         a, b = counter_reading(start), counter_reading(end)
         return _finished(stream, stream.energy_j, stream.flags, stream.estimator, window_random_j(a.sd_j, b.sd_j), grid)
-    a = read_edge(evidence, start, span.start_s if span.synced else None)
-    b = read_edge(evidence, end, span.next_synced_start_s)
+    a, b = read_edge(evidence, start), read_edge(evidence, end)
     flags = stream.flags
     if SHORT_WINDOW in flags and a.shaped and b.shaped and not (a.step or b.step):
         flags = tuple(f for f in flags if f != SHORT_WINDOW)
