@@ -84,14 +84,16 @@ def recording_data(rec) -> dict:
 
 
 def channels_of(data: dict) -> dict[str, Channel]:
-    """The recording's channels, and where this checkout declares the fused relation on the
-    channel, the declaration a run of before it would get when read (``declared_channels``)."""
-    channels = {c["name"]: Channel.from_json(c) for c in data["channels"]}
+    """The recording's channels; where they were recorded before channels declared what shapes
+    them, the declaration a run of before gets when read (``results.meta.with_declared_shapes``)."""
     try:
-        from energyframe.results.meta import declared_channels  # type: ignore[attr-defined]
-    except ImportError:
-        return channels
-    return declared_channels(channels)
+        from energyframe.results.meta import with_declared_shapes
+    except ImportError:  # before channels declared it: the names alone
+
+        def with_declared_shapes(channels):
+            return channels
+
+    return {c["name"]: Channel.from_json(c) for c in with_declared_shapes(list(data["channels"]))}
 
 
 def recording_from(data: dict):
@@ -497,7 +499,11 @@ def run_steps(data: dict, aligner, annotate: bool) -> dict:
     recording, placement, fusion = add_fused_power(recording, placement, warn)
     windows, idle = integrate(recording, placement, note if annotate else None)
     windows = flag_windows(windows, recording.interrupted, INTERRUPTED)
-    for message in [*idle_warnings(windows, idle), *off_grid_warnings(windows)]:
+    try:  # the channels say which are derived from a counter
+        off_grid = off_grid_warnings(windows, recording.channels)
+    except TypeError:  # before they did: the names said it
+        off_grid = off_grid_warnings(windows)
+    for message in [*idle_warnings(windows, idle), *off_grid]:
         warn(message)
     return {
         "windows": windows.reset_index(drop=True),

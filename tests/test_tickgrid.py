@@ -162,7 +162,7 @@ def test_windows_csv_flags_the_counter_and_its_fused_power_and_the_run_warns():
     true, stamps = grid_ticks()
     stamps[20] += 0.02
     counter = Channel("gpu0", Quantity.ENERGY, Scope.GPU, PERIOD_S)
-    fused = Channel("gpu0.fused", Quantity.POWER, Scope.GPU, PERIOD_S, primary=False)
+    fused = Channel("gpu0.fused", Quantity.POWER, Scope.GPU, PERIOD_S, primary=False, derived_from="gpu0")
     power = np.full(true.size, POWER_W)
     series = {
         "gpu0": SampleSeries(stamps, POWER_W * (true - true[0])),
@@ -173,15 +173,16 @@ def test_windows_csv_flags_the_counter_and_its_fused_power_and_the_run_warns():
         WindowRecord("far", 0, true[30] + 0.05, true[35] + 0.05),
     ]
     clock = ClockModel(ClockPair(1.79e9, 0.0, 0.0))
-    frame = compute_windows(records, {c.name: c for c in (counter, fused)}, series, clock)
+    channels = {c.name: c for c in (counter, fused)}
+    frame = compute_windows(records, channels, series, clock)
     near = frame[frame["phase"] == "near"]
     assert all(TICK_OFF_GRID in f for f in near["flags"])
     assert near[COLUMN].to_numpy() == pytest.approx([20.0, 20.0], abs=1.5)
     far = frame[frame["phase"] == "far"]
     assert not any(TICK_OFF_GRID in f for f in far["flags"]) and far[COLUMN].isna().all()
-    (warning,) = off_grid_warnings(frame)  # one for the counter; its fused power carries the flag
+    (warning,) = off_grid_warnings(frame, channels)  # one for the counter; its fused power carries the flag
     assert warning.startswith("gpu0: 1 window(s) have a counter tick beside an edge stamped up to 20 ms off")
-    assert off_grid_warnings(far) == []
+    assert off_grid_warnings(far, channels) == []
 
 
 def test_the_threshold_lies_above_a_normal_pollers_spread():

@@ -71,7 +71,6 @@ __all__ = [
     "estimate_offset",
     "fuse",
     "fused_channels",
-    "fused_counter",
 ]
 
 #: a series scaled by more than this factor away from its overall gain, either way, is not
@@ -389,16 +388,8 @@ def fuse(
 
 # -- the run's hook ----------------------------------------------------------------------------
 
-#: suffixes of the channels a counter channel ``NAME`` is fused with, finest first, with how
-#: each is read (the NVML source's naming: ``gpu0``, ``gpu0.power_samples``, ...)
-SHAPE_SUFFIXES = (("power_samples", "period"), ("power_instant", "point"))
-#: the suffix of the fused channel
+#: the suffix of a counter's fused channel (``gpu0.fused``)
 FUSED_SUFFIX = "fused"
-
-
-def fused_counter(name: str) -> str | None:
-    """The counter a fused channel's name comes from (``gpu0`` for ``gpu0.fused``), else ``None``."""
-    return name[: -len(FUSED_SUFFIX) - 1] if name.endswith("." + FUSED_SUFFIX) else None
 
 
 def fused_channels(
@@ -408,12 +399,13 @@ def fused_channels(
     primary: bool = False,
     results: dict[str, FusionResult] | None = None,
 ) -> tuple[dict[str, Channel], dict[str, SampleSeries]]:
-    """Add a fused power channel ``NAME.fused`` for each counter channel ``NAME`` that has a
-    ``NAME.power_samples`` channel (and use ``NAME.power_instant`` where the buffer has gaps).
+    """Add a fused power channel ``NAME.fused`` for each counter channel ``NAME`` that declares
+    the power channels that shape it (``Channel.shaped_by``), where the first of them is there
+    (the next ones shape the intervals where it has gaps).
 
     Call it on the run's aligned series (monotonic seconds, time maps applied), before windows
-    are integrated. The new channels are secondary unless ``primary``; the inputs are not
-    changed.
+    are integrated. The new channels are secondary unless ``primary``, and say the counter they
+    come from (``Channel.derived_from``); the inputs are not changed.
 
     Args:
         channels: the run's channels by name.
@@ -429,19 +421,11 @@ def fused_channels(
     """
     new_channels, new_series = dict(channels), dict(series)
     for name, channel in channels.items():
-        first = channels.get(f"{name}.{SHAPE_SUFFIXES[0][0]}")
+        first = channels.get(channel.shaped_by[0].channel) if channel.shaped_by else None
         if channel.quantity != Quantity.ENERGY or first is None or name not in series:
             continue
-        shapes = []
-        for suffix, reading in SHAPE_SUFFIXES:
-            shape_channel = channels.get(f"{name}.{suffix}")
-            s = series.get(f"{name}.{suffix}")
-            if shape_channel is None or s is None or shape_channel.quantity != Quantity.POWER:
-                continue
-            period = shape_channel.resolution_s if shape_channel.resolution_s > 0 else 0.1
-            shapes.append(ShapeSeries(shape_channel.name, s.times_s, s.values, period, reading))
         counter = series[name]
-        result = fuse(counter.times_s, counter.values, shapes)
+        result = fuse(counter.times_s, counter.values, shape_series(channel, channels, series))
         fused_name = f"{name}.{FUSED_SUFFIX}"
         new_channels[fused_name] = Channel(
             fused_name,
@@ -454,6 +438,7 @@ def fused_channels(
                 f"{name}'s energy counter between its ticks, shaped inside each tick interval by "
                 f"the 20-ms power samples ({first.name}); computed after the run"
             ),
+            derived_from=name,
         )
         new_series[fused_name] = result.series
         if primary:
@@ -463,3 +448,19 @@ def fused_channels(
         if results is not None:
             results[name] = result
     return new_channels, new_series
+
+
+def shape_series(
+    counter: Channel, channels: Mapping[str, Channel], series: Mapping[str, SampleSeries]
+) -> list[ShapeSeries]:
+    """The power series that shape ``counter`` (``Channel.shaped_by``), finest first: those of
+    the run's power channels that have samples."""
+    shapes = []
+    for shape in counter.shaped_by:
+        shape_channel = channels.get(shape.channel)
+        s = series.get(shape.channel)
+        if shape_channel is None or s is None or shape_channel.quantity != Quantity.POWER:
+            continue
+        period = shape_channel.resolution_s if shape_channel.resolution_s > 0 else 0.1
+        shapes.append(ShapeSeries(shape_channel.name, s.times_s, s.values, period, shape.reading))
+    return shapes

@@ -19,7 +19,7 @@ from ..model import Channel, Timing, WindowAnnotation, join_flags, split_flags
 from .align import MeterAligner
 from .clock import ChannelTimeMap, ClockModel
 from .edge import Evidence
-from .fusion import FusionResult, fused_channels, fused_counter
+from .fusion import FusionResult, fused_channels
 from .idle import IdleBaseline
 from .samples import SampleSeries
 from .windows import WindowRecord, compute_windows, idle_baselines
@@ -118,9 +118,10 @@ def place_samples(
 def add_fused_power(
     recording: Recording, placement: Placement, warn: Warn
 ) -> tuple[Recording, Placement, dict[str, Any]]:
-    """Add a secondary ``NAME.fused`` power channel for each energy counter that comes with fine
-    power samples (NVML's ``gpu0`` and ``gpu0.power_samples``): the counter's energy between its
-    ticks, shaped inside each tick interval by the samples (``fusion.py``, docs/power-sources.md).
+    """Add a secondary ``NAME.fused`` power channel for each energy counter that declares the fine
+    power samples that shape it (``Channel.shaped_by``: NVML's ``gpu0`` by ``gpu0.power_samples``):
+    the counter's energy between its ticks, shaped inside each tick interval by the samples
+    (``fusion.py``, docs/power-sources.md).
 
     It works on the placed series, so the counter's and the samples' time maps are applied
     first. The fused channel belongs to the counter's source. A failure only leaves it out.
@@ -138,7 +139,7 @@ def add_fused_power(
         return recording, placement, {}
     owners = dict(recording.channel_source)
     for name in added:
-        counter = fused_counter(name)
+        counter = channels[name].derived_from
         if counter in owners:
             owners[name] = owners[counter]
     return (

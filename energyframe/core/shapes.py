@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model import READINGS
+
 #: the residual offset searched between a shape series and the counter. Units: s.
 MAX_OFFSET_S = 0.05
 #: step of the offset search (refined by a parabola around the best step). Units: s.
@@ -37,9 +39,6 @@ GAP_PERIODS = 3.0
 MEANS_AT_STEPS = 0.5
 #: a step, for ``means_at_steps``: the levels around a sample differ by this share of the higher
 STEP_SHARE = 0.3
-
-#: how a series' samples are read (see the module docstring)
-READINGS = ("point", "period")
 
 
 @dataclass(frozen=True)

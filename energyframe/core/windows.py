@@ -13,7 +13,6 @@ from ..model import Channel, Quantity, WindowAnnotation, join_flags
 from .clock import ClockModel
 from .edge import CounterTicks, Evidence, Span, counter_window
 from .energy import WindowEnergy, window_energy
-from .fusion import fused_counter
 from .idle import IdleBaseline, dynamic_columns
 from .samples import DUPLICATE, IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, STEPPED, SampleSeries
 from .tickgrid import REGULAR_SD_S, TickGrid
@@ -112,7 +111,7 @@ def counter_ticks(
         for name, channel in channels.items()
         if channel.quantity == Quantity.ENERGY and name in series
     }
-    derived = {name: counters[counter] for name in channels if (counter := fused_counter(name)) in counters}
+    derived = {name: counters[c.derived_from] for name, c in channels.items() if c.derived_from in counters}
     return {**counters, **derived}
 
 
@@ -287,16 +286,18 @@ class _Reading:
         }
 
 
-def off_grid_warnings(windows: pd.DataFrame) -> list[str]:
+def off_grid_warnings(windows: pd.DataFrame, channels: Mapping[str, Channel] | None = None) -> list[str]:
     """Per counter with windows flagged ``tick_off_grid`` or ``irregular_ticks``, what happened,
-    in one sentence (its fused power's windows carry the same flags)."""
+    in one sentence; the channels derived from a counter (``Channel.derived_from``: its fused
+    power), whose windows carry the same flags, are left to it where ``channels`` says which."""
+    derived = {name for name, c in (channels or {}).items() if c.derived_from}
     out = []
     for column in (TICK_OFF_GRID_COLUMN, TICK_SPREAD_COLUMN):
         if windows.empty or column not in windows.columns:
             continue
         flagged = windows[windows[column].notna()]
         for channel, group in flagged.groupby("channel", sort=False):
-            if fused_counter(str(channel)) is not None:
+            if channel in derived:
                 continue
             ms = float(group[column].max())
             if column == TICK_OFF_GRID_COLUMN:

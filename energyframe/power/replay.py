@@ -193,8 +193,7 @@ class ReplayPowerSource(PowerSource):
         )
         timing = Timing(self.options["timing"]) if self.options["timing"] else recorded.timing
         channel = dataclasses.replace(
-            recorded,
-            name=self.options["prefix"] + recorded.name,
+            recorded.renamed(lambda name: self.options["prefix"] + name),
             scope=Scope(self.options["scope"]) if self.options["scope"] else recorded.scope,
             resolution_s=recorded.resolution_s or spacing,
             clock=ClockBase.WALL if absolute else ClockBase.MONOTONIC,
