@@ -115,7 +115,7 @@ def test_a_number_the_whole_run_changed_is_recorded_with_why():
 def test_a_live_window_reads_only_the_recent_readings_and_the_same_ones():
     """``series_since``: what ``series`` gives from that time on (readings out of order and of one
     instant included), read from the recent end of the store."""
-    from energyframe.core.samples import SampleStore
+    from energyframe.core.samplestore import SampleStore
     from energyframe.model import Sample
 
     store = SampleStore(ClockModel())

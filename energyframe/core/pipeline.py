@@ -92,6 +92,11 @@ def timing_maps(channels: Mapping[str, Channel]) -> dict[str, ChannelTimeMap]:
     }
 
 
+def _late(channels: Mapping[str, Channel]) -> bool:
+    """Whether a channel integrated in windows arrives late by an unknown amount (a wall meter)."""
+    return any(c.timing == Timing.UNKNOWN and c.integrable for c in channels.values())
+
+
 def place_samples(
     recording: Recording, aligner: TimeAligner | str | None, warn: Warn
 ) -> Placement:
@@ -99,8 +104,7 @@ def place_samples(
     maps = timing_maps(recording.channels)
     report = None
     if aligner == "auto":
-        late = any(c.timing == Timing.UNKNOWN and c.integrable for c in recording.channels.values())
-        aligner = MeterAligner() if late else None
+        aligner = MeterAligner() if _late(recording.channels) else None
     if aligner is not None and not isinstance(aligner, str):
         try:
             maps.update(aligner(recording.channels, recording.series, recording.records))
@@ -199,6 +203,3 @@ def placed_rejections(
             for reason, times in by_reason.items()
         }
     return out
-
-
-# -- 3. derived tables ----------------------------------------------------------------------------

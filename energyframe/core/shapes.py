@@ -270,20 +270,33 @@ def estimate_offset(
         residual[k] = energy2 - float(np.dot(e, s)) ** 2 / ss if ss > 0 else energy2
     residual = np.maximum(residual, 0.0)
     best = int(np.argmin(residual))
+    offset = _refined(grid, residual, best, step_s)
+    s = signal.between(a + offset, b + offset)
+    ss = float(np.dot(s, s))
+    gain = float(np.dot(e, s)) / ss if ss > 0 else nan
+    rms_best = math.sqrt(float(np.mean((e - gain * s) ** 2))) if ss > 0 else nan
+    rms_zero = math.sqrt(residual[steps] / n)
+    reason = _unclear(residual, best, energy2, max_offset_s)
+    return OffsetEstimate(shape.name, offset, not reason, gain, rms_best, rms_zero, n, reason)
+
+
+def _refined(grid: np.ndarray, residual: np.ndarray, best: int, step_s: float) -> float:
+    """The offset at the search's ``best`` step, refined by a parabola through its neighbours
+    (where it has two and they curve upwards). Units: s."""
     offset = float(grid[best])
     if 0 < best < grid.size - 1:
         r0, r1, r2 = residual[best - 1], residual[best], residual[best + 1]
         curvature = r0 - 2 * r1 + r2
         if curvature > 0:
             offset += float(np.clip(0.5 * (r0 - r2) / curvature, -0.5, 0.5)) * step_s
-    s = signal.between(a + offset, b + offset)
-    ss = float(np.dot(s, s))
-    gain = float(np.dot(e, s)) / ss if ss > 0 else nan
-    rms_best = math.sqrt(float(np.mean((e - gain * s) ** 2))) if ss > 0 else nan
-    rms_zero = math.sqrt(residual[steps] / n)
-    reason = ""
+    return offset
+
+
+def _unclear(residual: np.ndarray, best: int, energy2: float, max_offset_s: float) -> str:
+    """Why the best offset of the search is not to be applied (empty where it is): no clear
+    minimum, or one at the edge of the search."""
     if residual.max() < MIN_OFFSET_CONTRAST * max(residual[best], 1e-12 * energy2):
-        reason = "no clear best offset (no load changes to match)"
-    elif best in (0, grid.size - 1):
-        reason = f"the best match lies at the edge of the search (±{max_offset_s * 1e3:.0f} ms)"
-    return OffsetEstimate(shape.name, offset, not reason, gain, rms_best, rms_zero, n, reason)
+        return "no clear best offset (no load changes to match)"
+    if best in (0, residual.size - 1):
+        return f"the best match lies at the edge of the search (±{max_offset_s * 1e3:.0f} ms)"
+    return ""

@@ -108,6 +108,11 @@ def median_ci_j(values: Iterable[float]) -> float:
     return t975(x.size - 1) * MEDIAN_EFFICIENCY * float(np.std(x, ddof=1)) / math.sqrt(x.size)
 
 
+def _finite(values: Iterable[float | None]) -> list[float]:
+    """The values that are numbers, not None, NaN or infinite."""
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
 def summary_bound(per_iter_j: Iterable[float], bounds: Iterable[Bound | None]) -> Bound | None:
     """The bound of a phase's median energy per iteration over its trials.
 
@@ -117,7 +122,7 @@ def summary_bound(per_iter_j: Iterable[float], bounds: Iterable[Bound | None]) -
     window's own bound. Systematic: the windows' median (the same sensor on every window).
     """
     finite = [b for b in bounds if b is not None and math.isfinite(b.random_j)]
-    x = [v for v in per_iter_j if v is not None and math.isfinite(v)]
+    x = _finite(per_iter_j)
     if not finite or not x:
         return None
     n = len(x)
