@@ -15,7 +15,7 @@ model of the load, and it judges the bound on steady load, where the first truth
 good enough at 200 ms. Beside the share inside the bound, the share inside it widened by the
 hidden ticks' own stamp spread: where the two differ, the truth's noise is part of the misses.
 
-The truth of a step window is the cycle truth (``cycle_truth.py``, docs/measurement.md): the
+The truth of a step window is the cycle truth (``cycle_truth.py``, docs/validation.md): the
 counter between the ticks inside the window, plus the mean cycle profile's share of each edge's
 tick interval. Beside it, for the windows whose edges both lie in settled idle, the idle truth
 (``cycle_truth.idle_truth``): the counter between the ticks before the two edges, less the
