@@ -18,12 +18,15 @@ Three steps, each into one folder (kept outside the repository: it holds data, n
   some, and the step family's table recomputed from its saved runs.
 - ``check DIR``: the same outputs again, compared with the built ones exactly: every float bit
   for bit (NaN equal to NaN), every text equal. Any difference is printed; exit 1.
+- ``same A.json B.json``: two JSON outputs compared the same way (e.g. ``step_family.py
+  --analyse --recompute`` of one set of recorded runs, by two checkouts).
 
 The check also prints how many windows, and which estimators and flags, the corpus holds::
 
     python benchmarks/window_golden.py record /tmp/golden   # about 2 minutes (real-time fake runs)
     python benchmarks/window_golden.py build /tmp/golden
     python benchmarks/window_golden.py check /tmp/golden
+    python benchmarks/window_golden.py same again-main.json again-edge.json
 """
 
 from __future__ import annotations
@@ -701,10 +704,21 @@ def check(folder: Path, against: str = "outputs.pkl") -> int:
     return 0
 
 
+def same(a: Path, b: Path) -> int:
+    """Two JSON files compared exactly (JSON keeps every float's digits)."""
+    found: list[str] = []
+    differences(json.loads(a.read_text()), json.loads(b.read_text()), a.name, found, limit=200)
+    for line in found:
+        print("  " + line)
+    print(f"DIFFERENT: {len(found)} difference(s)" if found else f"IDENTICAL: {a} and {b}, every float bit for bit")
+    return 1 if found else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("step", choices=("record", "build", "check"))
-    ap.add_argument("folder", type=Path)
+    ap.add_argument("step", choices=("record", "build", "check", "same"))
+    ap.add_argument("folder", type=Path, help="the corpus's folder (same: the first JSON file)")
+    ap.add_argument("other", type=Path, nargs="?", help="same: the second JSON file")
     ap.add_argument("--seeds", type=int, default=2, help="simulated runs per configuration and reading")
     ap.add_argument("--against", default="outputs.pkl", help="check: the built outputs to compare with (a file in the folder)")
     args = ap.parse_args(argv)
@@ -714,6 +728,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "build":
         build(args.folder)
         return 0
+    if args.step == "same":
+        if args.other is None:
+            ap.error("same needs two JSON files")
+        return same(args.folder, args.other)
     return check(args.folder, args.against)
 
 
