@@ -208,16 +208,16 @@ def fuse(
         reach = _reach(shape, u, p, max_shift_periods)
         shape_intervals(
             plan,
-            k,
-            signals[-1],
-            valid & covered(u, shape.period_s, a, b),
-            a,
-            b,
-            increments,
-            est,
-            reach,
-            covered(u, shape.period_s, a - reach, b + reach),
-            max_scale,
+            k=k,
+            signal=signals[-1],
+            covered=valid & covered(u, shape.period_s, a, b),
+            a=a,
+            b=b,
+            increments=increments,
+            est=est,
+            reach_s=reach,
+            room=covered(u, shape.period_s, a - reach, b + reach),
+            max_scale=max_scale,
         )
     shaped, shifted = _tally(plan, names)
     return FusionResult(
@@ -254,7 +254,9 @@ def _tally(plan: Plan, names: Sequence[str]) -> tuple[dict[str, int], dict[str, 
 def _not_estimated(name: str, reason: str) -> OffsetEstimate:
     """The offset estimate of a series whose offset was not estimated, and why."""
     nan = math.nan
-    return OffsetEstimate(name, 0.0, False, nan, nan, nan, 0, reason)
+    return OffsetEstimate(
+        name, offset_s=0.0, applied=False, gain=nan, residual_j=nan, residual_at_zero_j=nan, intervals=0, reason=reason
+    )
 
 
 def _reach(shape: ShapeSeries, u: np.ndarray, p: np.ndarray, max_shift_periods: float) -> float:

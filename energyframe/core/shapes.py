@@ -254,7 +254,16 @@ def estimate_offset(
     n = int(np.count_nonzero(use))
     nan = math.nan
     if n < MIN_OFFSET_INTERVALS:
-        return OffsetEstimate(shape.name, 0.0, False, nan, nan, nan, n, f"only {n} tick intervals covered")
+        return OffsetEstimate(
+            shape.name,
+            offset_s=0.0,
+            applied=False,
+            gain=nan,
+            residual_j=nan,
+            residual_at_zero_j=nan,
+            intervals=n,
+            reason=f"only {n} tick intervals covered",
+        )
     signal = Signal(*knots(u, p, shape.period_s, shape.reading))
     a, b, e = a[use], b[use], increments_j[use]
     if n > MAX_OFFSET_INTERVALS:
@@ -277,7 +286,16 @@ def estimate_offset(
     rms_best = math.sqrt(float(np.mean((e - gain * s) ** 2))) if ss > 0 else nan
     rms_zero = math.sqrt(residual[steps] / n)
     reason = _unclear(residual, best, energy2, max_offset_s)
-    return OffsetEstimate(shape.name, offset, not reason, gain, rms_best, rms_zero, n, reason)
+    return OffsetEstimate(
+        shape.name,
+        offset_s=offset,
+        applied=not reason,
+        gain=gain,
+        residual_j=rms_best,
+        residual_at_zero_j=rms_zero,
+        intervals=n,
+        reason=reason,
+    )
 
 
 def _refined(grid: np.ndarray, residual: np.ndarray, best: int, step_s: float) -> float:

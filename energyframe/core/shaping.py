@@ -60,6 +60,7 @@ class Plan:
 
 def shape_intervals(
     plan: Plan,
+    *,
     k: int,
     signal: Signal,
     covered: np.ndarray,
@@ -71,7 +72,9 @@ def shape_intervals(
     room: np.ndarray,
     max_scale: float,
 ) -> None:
-    """Let series ``k`` shape the intervals it covers that no earlier series shapes."""
+    """Let series ``k`` shape the intervals it covers (``covered``: per tick interval ``[a, b]``,
+    of increment ``increments``) that no earlier series shapes, shifted by up to ``reach_s``
+    where it covers the interval that much wider (``room``)."""
     todo = np.flatnonzero((plan.mode == -1) & covered)
     if todo.size == 0:
         return

@@ -130,6 +130,7 @@ def _finished(
 ) -> WindowEnergy:
     """The window's energy, with the grid's error term, flags and columns where it has one."""
     if grid is None:
-        return WindowEnergy(energy_j, flags, estimator, random_j, stream.columns)
+        return WindowEnergy(energy_j, flags, estimator=estimator, random_j=random_j, columns=stream.columns)
     flags = tuple(dict.fromkeys([*flags, *grid.flags]))
-    return WindowEnergy(energy_j, flags, estimator, with_grid_j(random_j, grid), {**stream.columns, **grid.columns})
+    random_j, columns = with_grid_j(random_j, grid), {**stream.columns, **grid.columns}
+    return WindowEnergy(energy_j, flags, estimator=estimator, random_j=random_j, columns=columns)
