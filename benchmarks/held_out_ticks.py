@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 from tick_stamps import grid_residual
 
-from energyframe.core.edges import Evidence, evidence_window
+from energyframe.core.edge import CounterTicks, Evidence, Span, counter_window
 from energyframe.core.fusion import fused_channels
 from energyframe.core.samples import SampleSeries
 from energyframe.core.stats import Z95
@@ -69,14 +70,15 @@ def held_out(channels: Mapping, series: Mapping[str, SampleSeries], counter: str
             continue
         evidence = Evidence.of(results[counter])
         kept_series, power = fused[counter], evidence.fusion.series
-        grid = TickGrid.check(kept_series.times_s)  # as a run checks its counter's ticks
+        # as a run reads its counter: the fused power's evidence, the ticks checked against their grid
+        view = CounterTicks(series=kept_series, evidence=evidence, grid=TickGrid.check(kept_series.times_s))
+        channel = replace(channels[counter], resolution_s=resolution_s)
         hidden_t, hidden_e = ticks.times_s[~kept], ticks.values[~kept]
         hidden_w = np.interp(hidden_t, power.times_s, power.values)
         for name, k in SPANS.items():
             for i in range(1, hidden_t.size - k - 1):  # both edges inside the reduced ticks
-                w = evidence_window(evidence, kept_series.times_s, kept_series.values, hidden_t[i], hidden_t[i + k], resolution_s)
-                if grid is not None:
-                    w = grid.widen(w, kept_series.times_s, kept_series.values, hidden_t[i], hidden_t[i + k])
+                span = Span(start_s=hidden_t[i], end_s=hidden_t[i + k])
+                w = counter_window(channel=channel, series=kept_series, span=span, ticks=view)
                 truth_sd = spread_s * math.hypot(hidden_w[i], hidden_w[i + k])
                 out[name].append((hidden_e[i + k] - hidden_e[i], w.energy_j, w.random_j, truth_sd))
     return {name: np.array(rows, dtype=float).reshape(-1, 4) for name, rows in out.items()}

@@ -31,11 +31,12 @@ class RunData:
     windows: pd.DataFrame
 
     def counter_channels(self) -> list[str]:
-        """Energy-counter channels that have a 20-ms buffer beside them (``gpuN``)."""
+        """Energy-counter channels whose finest shape (``Channel.shaped_by``: a 20-ms buffer) has
+        samples (``gpuN``)."""
         return [
             name
             for name, c in self.channels.items()
-            if c.quantity.value == "energy" and f"{name}.power_samples" in self.series
+            if c.quantity.value == "energy" and c.shaped_by and c.shaped_by[0].channel in self.series
         ]
 
     def phase(self, name: str) -> pd.DataFrame:

@@ -15,7 +15,7 @@ model of the load, and it judges the bound on steady load, where the first truth
 good enough at 200 ms. Beside the share inside the bound, the share inside it widened by the
 hidden ticks' own stamp spread: where the two differ, the truth's noise is part of the misses.
 
-The truth of a step window is the cycle truth (``cycle_truth.py``, docs/measurement.md): the
+The truth of a step window is the cycle truth (``cycle_truth.py``, docs/validation.md): the
 counter between the ticks inside the window, plus the mean cycle profile's share of each edge's
 tick interval. Beside it, for the windows whose edges both lie in settled idle, the idle truth
 (``cycle_truth.idle_truth``): the counter between the ticks before the two edges, less the
@@ -74,7 +74,7 @@ from held_out_ticks import bound_figures, held_out, held_out_stats, stamp_spread
 from run_data import counter_energy_of, from_result, gpu_info, load_run  # noqa: E402
 
 from energyframe.core.clock import ClockModel  # noqa: E402
-from energyframe.core.energy import SHORT_WINDOW  # noqa: E402
+from energyframe.core.vocabulary import SHORT_WINDOW  # noqa: E402
 from energyframe.model import split_flags  # noqa: E402
 from energyframe.results.store import json_safe  # noqa: E402
 
@@ -308,7 +308,7 @@ def simulated(load, seed: int) -> dict:
     import step_sim
 
     from energyframe.core.clock import ClockPair
-    from energyframe.core.edges import Evidence
+    from energyframe.core.edge import Evidence
     from energyframe.core.fusion import fused_channels
     from energyframe.core.windows import compute_windows
 
@@ -515,14 +515,15 @@ def recomputed(result, rows):
     """``rows`` (the gpu0 windows) with energy, random bound, estimator and flags as this
     checkout computes them from the run's samples: placed as a run places them, fused, each
     edge's estimator chosen by the evidence, the counter's ticks checked against their grid."""
+    from energyframe.core.edge import Span
     from energyframe.core.pipeline import add_fused_power
-    from energyframe.core.windows import channel_energy, first_start_after, tick_grids
+    from energyframe.core.windows import channel_energy, counter_ticks, first_start_after
 
     run, recording, placement = placed(result)
     # the run's own steps: each channel's timing applied, then the fused channel and its evidence,
     # each edge's estimator chosen by it, and the stamps' errors the counter's grid shows
     recording, placement, _ = add_fused_power(recording, placement, print)
-    grids = tick_grids(recording.channels, placement.series)
+    counters = counter_ticks(recording.channels, placement.series, placement.evidence)
     channel = recording.channels["gpu0"]
     rows = rows.copy()
     # every window of the step family opens after a device sync (record_steps, record_steady): an
@@ -530,8 +531,8 @@ def recomputed(result, rows):
     every = result.windows
     starts = np.sort(every.loc[every["channel"] == "gpu0", "start_s"].to_numpy(float))
     for index, (a, b) in zip(rows.index, rows[["start_s", "end_s"]].to_numpy(float)):
-        next_open = first_start_after(starts, b)
-        w = channel_energy(channel, placement.series, a, b, placement.evidence, grids, True, next_open)
+        span = Span(start_s=a, end_s=b, synced=True, next_synced_start_s=first_start_after(starts, b))
+        w = channel_energy(channel, placement.series, span, counters)
         rows.loc[index, ["energy_j", "energy_random_j"]] = [w.energy_j, w.random_j]
         rows.loc[index, "estimator"] = w.estimator
         rows.loc[index, "flags"] = ";".join(w.flags)

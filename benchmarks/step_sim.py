@@ -31,7 +31,7 @@ import numpy as np
 
 from energyframe.core.samples import SampleSeries
 from energyframe.core.windows import WindowRecord
-from energyframe.model import Channel, ClockBase, Quantity, Scope
+from energyframe.model import Channel, ClockBase, Quantity, Scope, Shape
 
 #: the grid of the simulated power. Units: s.
 GRID_S = 1e-4
@@ -213,6 +213,8 @@ class SensorModel:
 
 
 READINGS = {"mean": None, "short mean": 0.005, "instant": 0.0}
+#: what shapes the counter between its ticks, as the NVML source declares it
+SHAPES = (Shape(channel="gpu0.power_samples", reading="period"), Shape(channel="gpu0.power_instant", reading="point"))
 
 
 def read(trace: Trace, rng: np.random.Generator, model: SensorModel = SensorModel()):
@@ -239,7 +241,7 @@ def read(trace: Trace, rng: np.random.Generator, model: SensorModel = SensorMode
     inst_t = rng.uniform(0.0, 0.1) + np.arange(0.0, end - 0.1, 0.1)
     mono = ClockBase.MONOTONIC
     channels = {
-        "gpu0": Channel("gpu0", Quantity.ENERGY, Scope.GPU, model.tick_s, mono),
+        "gpu0": Channel("gpu0", Quantity.ENERGY, Scope.GPU, model.tick_s, mono, shaped_by=SHAPES),
         "gpu0.power_samples": Channel("gpu0.power_samples", Quantity.POWER, Scope.GPU, 0.02, mono, primary=False),
         "gpu0.power_instant": Channel("gpu0.power_instant", Quantity.POWER, Scope.GPU, 0.1, mono, primary=False),
     }

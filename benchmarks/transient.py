@@ -4,7 +4,7 @@ The load: ``--cycles`` times, a fixed number of back-to-back bf16 GEMMs (~0.5 s,
 0.5 s idle (window "off"), then a random idle gap of up to 0.1 s, so that the energy counter's
 ~100-ms ticks fall at every phase of the cycle.
 
-The truth (``cycle_truth.py``, beside this script, argued in docs/measurement.md): the counter is exact
+The truth (``cycle_truth.py``, beside this script, argued in docs/validation.md): the counter is exact
 between its ticks; the mean power profile around the load's edges is fitted from the counter's
 increments over all cycles; a window's true energy is the counter between the ticks inside it
 plus the profile's share of each edge's tick interval. Two cross-checks bound the truth: the

@@ -28,7 +28,7 @@ _install_moved_paths()  # energyframe.polling and the other pre-layout paths, wi
 if TYPE_CHECKING:
     from .api import measure, measured
     from .core.stats import Spread
-    from .core.windows import PhaseSummary
+    from .core.summary import PhaseSummary
     from .errors import (
         DistributedError,
         EnergyFrameError,

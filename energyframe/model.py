@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -58,6 +58,39 @@ class Timing(str, enum.Enum):
     UNKNOWN = "unknown"
 
 
+#: how a power channel's samples are read where they shape a counter (``Shape.reading``): the
+#: power at each sample's time, joined linearly (``point``), or each the mean power since the
+#: previous sample (``period``)
+READINGS = ("point", "period")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shape:
+    """A power channel that gives an energy counter its shape between the counter's ticks
+    (``Channel.shaped_by``): after the run, the counter's energy between every two ticks is
+    spread as these samples say (a fused power channel ``NAME.fused``, docs/measurement.md).
+
+    Args:
+        channel: the power channel's name.
+        reading: how its samples are read, one of ``READINGS``: ``period`` where each is the
+            mean power since the previous sample, ``point`` where each is the power at its time.
+    """
+
+    channel: str
+    reading: str = "point"
+
+    def __post_init__(self) -> None:
+        if self.reading not in READINGS:
+            raise ValueError(f"unknown reading {self.reading!r} of {self.channel!r}; valid: {', '.join(READINGS)}")
+
+    def to_json(self) -> dict[str, str]:
+        return {"channel": self.channel, "reading": self.reading}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Shape:
+        return cls(channel=data["channel"], reading=data.get("reading", "point"))
+
+
 @dataclass(frozen=True)
 class Channel:
     """One stream of samples a power source produces.
@@ -77,6 +110,11 @@ class Channel:
         accuracy_w, accuracy_pct: the sensor's stated accuracy, ± this many watts plus this
             percentage of the reading (0: not stated): the systematic part of a window's
             uncertainty (docs/measurement.md). Units: W, %.
+        shaped_by: for an energy counter, the power channels that shape it between its ticks,
+            finest first (NVML's ``gpuN`` by ``gpuN.power_samples``, then ``gpuN.power_instant``):
+            the run adds its fused power, ``NAME.fused``.
+        derived_from: for a channel computed after the run from another (a counter's fused
+            power), that channel's name; its windows' edges lie between that counter's ticks.
     """
 
     name: str
@@ -91,6 +129,8 @@ class Channel:
     averaging_s: float = 0.0
     accuracy_w: float = 0.0
     accuracy_pct: float = 0.0
+    shaped_by: tuple[Shape, ...] = ()
+    derived_from: str = ""
 
     def __post_init__(self) -> None:
         if not self.unit:
@@ -115,6 +155,8 @@ class Channel:
             "averaging_s": self.averaging_s,
             "accuracy_w": self.accuracy_w,
             "accuracy_pct": self.accuracy_pct,
+            "shaped_by": [s.to_json() for s in self.shaped_by],
+            "derived_from": self.derived_from,
         }
 
     @classmethod
@@ -132,6 +174,18 @@ class Channel:
             averaging_s=float(data.get("averaging_s", 0.0)),
             accuracy_w=float(data.get("accuracy_w", 0.0)),
             accuracy_pct=float(data.get("accuracy_pct", 0.0)),
+            shaped_by=tuple(Shape.from_json(s) for s in data.get("shaped_by") or ()),
+            derived_from=str(data.get("derived_from") or ""),
+        )
+
+    def renamed(self, rename: Callable[[str], str]) -> Channel:
+        """This channel under the name ``rename(name)``, the channels it names renamed alike (a
+        replayed channel's prefix, a rank's name in a run of several)."""
+        return replace(
+            self,
+            name=rename(self.name),
+            shaped_by=tuple(replace(s, channel=rename(s.channel)) for s in self.shaped_by),
+            derived_from=rename(self.derived_from) if self.derived_from else "",
         )
 
 

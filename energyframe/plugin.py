@@ -4,7 +4,7 @@ A plugin is a class registered under an entry-point group (``energyframe.power``
 ``.reporters``) whose name users type; its constructor only stores validated options. The contract
 is docs/writing-plugins.md, the polling base docs/polling.md; ``energyframe.testing`` checks both.
 Besides the bases below, this module hands out the polling base (``PollingSource``, ``Poller``,
-``Stream``, ``Dedup``, ``mode_option``, and a poller's ``Schedule``: ``TickSchedule``); the data (``Channel``, ``Sample``, ``Quantity``, ``Scope``,
+``Stream``, ``Dedup``, ``mode_option``, and a poller's ``Schedule``: ``TickSchedule``); the data (``Channel``, ``Shape``, ``Sample``, ``Quantity``, ``Scope``,
 ``ClockBase``, ``Timing``, ``SourceContext``, ``Detection``, ``Phase``, ``WindowAnnotation``,
 ``DerivedTable``, ``WorkloadContext``, ``ReportFigure``, ``no_sync``, ``Option``); the errors
 (``EnergyFrameError``, ``PowerSourceError``, ``WorkloadError``, ``UsageError``, ``OptionError``);
@@ -37,6 +37,7 @@ from .model import Quantity as Quantity
 from .model import ReportFigure as ReportFigure
 from .model import Sample as Sample
 from .model import Scope as Scope
+from .model import Shape as Shape
 from .model import SourceContext as SourceContext
 from .model import Timing as Timing
 from .model import WindowAnnotation as WindowAnnotation
@@ -47,7 +48,7 @@ from .options import Option as Option
 if TYPE_CHECKING:
     from .core.samples import SampleSeries as SampleSeries
     from .core.stats import Spread as Spread
-    from .core.windows import PhaseSummary as PhaseSummary
+    from .core.summary import PhaseSummary as PhaseSummary
     from .kit.polling import Dedup as Dedup
     from .kit.polling import Poller as Poller
     from .kit.polling import PollingSource as PollingSource
@@ -72,7 +73,7 @@ _LAZY = {
     "RunResult": "results.result",
     "SampleSeries": "core.samples",
     "Spread": "core.stats",
-    "PhaseSummary": "core.windows",
+    "PhaseSummary": "core.summary",
     "PollingSource": "kit.polling",
     "Poller": "kit.polling",
     "Stream": "kit.polling",

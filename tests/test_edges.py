@@ -10,10 +10,15 @@ import numpy as np
 import pytest
 
 from energyframe.core.clock import ClockModel, ClockPair
-from energyframe.core.edges import ANCHORED, COUNTER, FUSED, Evidence, evidence_window, fused_edge
-from energyframe.core.energy import SHORT_WINDOW, counter_energy
+from energyframe.core.edge import CounterTicks, Evidence, Span, counter_window
+from energyframe.core.edge.estimators import read_edge
+from energyframe.core.edge.place import place
+from energyframe.core.energy import counter_energy
 from energyframe.core.fusion import ShapeSeries, fuse, fused_channels
+from energyframe.core.samples import SampleSeries
+from energyframe.core.vocabulary import ANCHORED, COUNTER, FUSED, SHORT_WINDOW
 from energyframe.core.windows import compute_windows
+from energyframe.model import Channel, Quantity, Scope
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -28,6 +33,21 @@ def load_sim():
 
 
 sim = load_sim()
+
+
+def edge_window(evidence, ticks, counter, start_s, end_s, resolution_s, synced=False, next_synced_start_s=None):
+    """A counter window read by the edge stages (``edge.counter_window``), with the evidence of
+    its fused power beside it (``None``: a counter alone)."""
+    channel = Channel("gpu0", Quantity.ENERGY, Scope.GPU, resolution_s)
+    series = SampleSeries(np.asarray(ticks, float), np.asarray(counter, float))
+    span = Span(start_s=start_s, end_s=end_s, synced=synced, next_synced_start_s=next_synced_start_s)
+    return counter_window(channel=channel, series=series, span=span, ticks=CounterTicks(series=series, evidence=evidence))
+
+
+def edge_reading(evidence, t, synced_start_s=None):
+    """The reading of one edge at ``t`` by the estimators (``edge.estimators.read_edge``)."""
+    fusion = evidence.fusion
+    return read_edge(evidence, place(fusion.ticks_s, fusion.counter_j, t, synced_start_s))
 
 #: the issue's targets for the default number: windows >= 150 ms opening or closing on a step
 STEP_MEDIAN_PCT, STEP_MAX_PCT, LONG_MAX_PCT = 2.0, 5.0, 1.5
@@ -44,7 +64,7 @@ def evaluate(load, model=sim.SensorModel(), seed=0):
     counter = series["gpu0"]
     out = []
     for r in load.records:
-        we = evidence_window(evidence["gpu0"], counter.times_s, counter.values, r.start_s, r.end_s, 0.1)
+        we = edge_window(evidence["gpu0"], counter.times_s, counter.values, r.start_s, r.end_s, 0.1)
         truth = float(load.trace.window_j(r.start_s, r.end_s))
         out.append((truth, we.energy_j, we.random_j, we.estimator, we.flags))
     return out
@@ -94,11 +114,11 @@ def clean_step(step_at_s, late_s=-0.004):
 def test_an_edge_on_a_step_takes_fused_and_a_steady_edge_the_counter():
     ticks, counter, result = clean_step(2.033)
     evidence = Evidence.of(result)
-    on_step = fused_edge(evidence, 2.033)
+    on_step = edge_reading(evidence, 2.033)
     assert on_step.estimator == FUSED and on_step.step
-    steady_edge = fused_edge(evidence, 3.05)
+    steady_edge = edge_reading(evidence, 3.05)
     assert steady_edge.estimator == COUNTER and not steady_edge.step
-    we = evidence_window(evidence, ticks, counter, 2.033, 3.05, 0.1)
+    we = edge_window(evidence, ticks, counter, 2.033, 3.05, 0.1)
     truth = 700 * (3.05 - 2.033)
     assert we.estimator == "fused/counter"
     plain = counter_energy(ticks, counter, 2.033, 3.05).energy_j
@@ -109,8 +129,8 @@ def test_an_edge_on_a_step_takes_fused_and_a_steady_edge_the_counter():
 def test_a_short_window_keeps_its_flag_only_with_a_step_at_an_edge():
     ticks, counter, result = clean_step(2.033)
     evidence = Evidence.of(result)
-    assert SHORT_WINDOW in evidence_window(evidence, ticks, counter, 2.033, 2.18, 0.1).flags
-    assert SHORT_WINDOW not in evidence_window(evidence, ticks, counter, 3.01, 3.16, 0.1).flags
+    assert SHORT_WINDOW in edge_window(evidence, ticks, counter, 2.033, 2.18, 0.1).flags
+    assert SHORT_WINDOW not in edge_window(evidence, ticks, counter, 3.01, 3.16, 0.1).flags
     # without samples to tell, a short window is flagged as before
     assert SHORT_WINDOW in counter_energy(ticks, counter, 3.01, 3.16, 0.1).flags
 
@@ -148,7 +168,7 @@ FAMILY = [
 #: the median bound over the median error, at most: the issue's 3, except at the cap, where the
 #: step's size inside the interval (the cap's overshoot included) times the run's placement error
 #: is conservative for errors of a few tenths of a joule (3.1 to 4.0 here; 3.1 at 150-ms periods
-#: since edges take the fused estimator from 1.25 sigma, edges.STEP_SIGMAS)
+#: since edges take the fused estimator from 1.25 sigma, edge.estimators.STEP_SIGMAS)
 def ratio_limit(on_s, off_s, work):
     return 4.0 if work == "cap" else 3.0
 
@@ -169,7 +189,7 @@ def test_step_windows_meet_the_targets_and_lie_inside_their_bound(on_s, off_s, w
 @pytest.mark.parametrize("window_s", [0.2, 1.0])
 def test_steady_windows_stay_on_the_counter_and_inside_their_bound(window_s):
     rows = steady(window_s, seeds=12)
-    # from 1.25 sigma (edges.STEP_SIGMAS) about one edge in thirteen reads the samples' noise as
+    # from 1.25 sigma (edge.estimators.STEP_SIGMAS) about one edge in thirteen reads the samples' noise as
     # a step and takes fused, which adds that noise there: the medians below still hold
     assert np.mean([est == COUNTER for _, _, _, est, _ in rows]) > 0.8
     assert np.median(np.abs(errors_pct(rows))) <= STEADY_MEDIAN_PCT[window_s]
@@ -192,7 +212,7 @@ def test_the_bound_covers_other_readings_of_the_buffer(reading):
 def test_an_edge_with_no_fine_samples_is_bounded_by_the_worst_step():
     ticks = 0.1 * np.arange(30)
     counter = 1e6 + 700 * ticks
-    we = counter_energy(ticks, counter, 1.05, 2.05, 0.1)
+    we = edge_window(None, ticks, counter, 1.05, 2.05, 0.1)
     # x (1 - x) of a 70-J interval at each edge, a quarter at x = 1/2: about 17.5 J / sqrt 3 each
     unseen = 0.25 * 70 / math.sqrt(3)
     stamps = 700 * 0.002 / math.sqrt(3) * math.sqrt(0.5)  # both ticks' stamps, half each
@@ -239,8 +259,8 @@ def period_window(early_s, k=11, **kw):
     """Burst ``k``'s period window read without and with a synchronised start, and its truth."""
     ticks, counter, evidence, starts, energy = bursts(early_s, **kw)
     a, b = starts[k], starts[k] + 0.45
-    plain = evidence_window(evidence, ticks, counter, a, b, 0.1)
-    synced = evidence_window(evidence, ticks, counter, a, b, 0.1, synced=True)
+    plain = edge_window(evidence, ticks, counter, a, b, 0.1)
+    synced = edge_window(evidence, ticks, counter, a, b, 0.1, synced=True)
     return plain, synced, float(energy(b)[0] - energy(a)[0])
 
 
@@ -262,9 +282,9 @@ def test_no_edge_is_anchored_where_the_samples_place_the_rise_after_the_start():
     # nor any other burst's window (their samples are right), nor a window opened mid-burst
     ticks, counter, evidence, starts, _ = bursts(0.025)
     for k, a in enumerate(starts[1:-1], start=1):
-        we = evidence_window(evidence, ticks, counter, a, a + 0.45, 0.1, synced=True)
+        we = edge_window(evidence, ticks, counter, a, a + 0.45, 0.1, synced=True)
         assert we.estimator.startswith(ANCHORED) == (k == 11)
-        late = evidence_window(evidence, ticks, counter, a + 0.05, a + 0.45, 0.1, synced=True)
+        late = edge_window(evidence, ticks, counter, a + 0.05, a + 0.45, 0.1, synced=True)
         assert not late.estimator.startswith(ANCHORED)  # the load rose 47 ms before: not this window's
 
 
@@ -274,9 +294,9 @@ def test_a_window_ending_just_before_an_anchored_start_gives_up_what_that_start_
     # opens, whose rise the samples place 25 ms early; the instant is split once
     ticks, counter, evidence, starts, energy = bursts(0.025)
     a, b, c = starts[10], starts[11] - gap_s, starts[11]
-    alone = evidence_window(evidence, ticks, counter, a, b, 0.1, synced=True)
-    before = evidence_window(evidence, ticks, counter, a, b, 0.1, synced=True, next_open_s=c)
-    after = evidence_window(evidence, ticks, counter, c, c + 0.45, 0.1, synced=True)
+    alone = edge_window(evidence, ticks, counter, a, b, 0.1, synced=True)
+    before = edge_window(evidence, ticks, counter, a, b, 0.1, synced=True, next_synced_start_s=c)
+    after = edge_window(evidence, ticks, counter, c, c + 0.45, 0.1, synced=True)
     assert after.estimator.startswith(ANCHORED) and before.estimator.endswith(ANCHORED)
     truth = float(energy(b)[0] - energy(a)[0])
     assert alone.energy_j - truth > 1.0  # read alone, the early rise is counted here too
@@ -284,7 +304,7 @@ def test_a_window_ending_just_before_an_anchored_start_gives_up_what_that_start_
     assert abs(before.energy_j - truth) <= before.random_j
     # the two windows hold what one window over both holds, less the gap between them (idle:
     # 120 W), once
-    both = evidence_window(evidence, ticks, counter, a, c + 0.45, 0.1, synced=True).energy_j
+    both = edge_window(evidence, ticks, counter, a, c + 0.45, 0.1, synced=True).energy_j
     assert before.energy_j + after.energy_j == pytest.approx(both - 120.0 * gap_s, abs=0.05)
     assert alone.energy_j + after.energy_j > both - 120.0 * gap_s + 1.0
 
@@ -292,19 +312,19 @@ def test_a_window_ending_just_before_an_anchored_start_gives_up_what_that_start_
 def test_an_end_edge_shares_no_start_that_is_not_its_neighbour():
     ticks, counter, evidence, starts, _ = bursts(0.025)
     a, b = starts[10], starts[11] - 0.03  # 30 ms before the next synced start: beyond a sample period
-    alone = evidence_window(evidence, ticks, counter, a, b, 0.1, synced=True)
-    far = evidence_window(evidence, ticks, counter, a, b, 0.1, synced=True, next_open_s=starts[11])
+    alone = edge_window(evidence, ticks, counter, a, b, 0.1, synced=True)
+    far = edge_window(evidence, ticks, counter, a, b, 0.1, synced=True, next_synced_start_s=starts[11])
     assert (far.energy_j, far.estimator) == (alone.energy_j, alone.estimator)
     # a start before the end is no neighbour after it; a start with no rise placed early moves nothing
     for other in (a + 0.2, starts[12]):
-        we = evidence_window(evidence, ticks, counter, a, starts[11], 0.1, synced=True, next_open_s=other)
+        we = edge_window(evidence, ticks, counter, a, starts[11], 0.1, synced=True, next_synced_start_s=other)
         assert not we.estimator.endswith(ANCHORED)
 
 
 def test_an_unsynced_window_never_anchors_and_a_steady_load_has_no_rise_to_anchor():
     ticks, counter, evidence, starts, _ = bursts(0.025)
-    edge = fused_edge(evidence, starts[11])
-    assert edge.estimator == FUSED and fused_edge(evidence, starts[11], opens=True).estimator == ANCHORED
+    edge = edge_reading(evidence, starts[11])
+    assert edge.estimator == FUSED and edge_reading(evidence, starts[11], starts[11]).estimator == ANCHORED
     for seed in range(2):  # the cap's ripple (the simulated steady load) is no load starting
         load = sim.steady_load(np.random.default_rng(seed), 0.2, "cap")
         channels, series = sim.read(load.trace, np.random.default_rng(100 + seed))
@@ -312,7 +332,7 @@ def test_an_unsynced_window_never_anchors_and_a_steady_load_has_no_rise_to_ancho
         channels, series = fused_channels(channels, series, results=results)
         steady_evidence, c = Evidence.of(results["gpu0"]), series["gpu0"]
         estimators = [
-            evidence_window(steady_evidence, c.times_s, c.values, r.start_s, r.end_s, 0.1, synced=True).estimator
+            edge_window(steady_evidence, c.times_s, c.values, r.start_s, r.end_s, 0.1, synced=True).estimator
             for r in load.records
         ]
         assert FUSED in " ".join(estimators)  # edges that took the samples' shape...
@@ -337,7 +357,7 @@ def test_a_counter_tick_stamped_off_just_after_a_synced_start_leaves_the_idle_be
         moved[j] += stamp_s
         evidence = Evidence.of(fuse(moved, counter, [ShapeSeries("buffer", stamps, means, 0.02, "period")]))
         a, b = starts[k], starts[k] + 0.45
-        we = evidence_window(evidence, moved, counter, a, b, 0.1, synced=True)
+        we = edge_window(evidence, moved, counter, a, b, 0.1, synced=True)
         error = we.energy_j - float(energy(b)[0] - energy(a)[0])
         assert abs(error) < 0.25 and abs(error) <= we.random_j, (k, we.estimator, error)
         checked += 1
@@ -368,7 +388,7 @@ def test_an_anchored_start_just_after_an_earlier_load_fell_does_not_read_that_lo
     # start (-2.3 J); where the power did not hold still before the rise, the moved shape is
     # scaled to the interval as a whole
     ticks, counter, evidence, energy = fall_then_rise(1.245)
-    we = evidence_window(evidence, ticks, counter, 1.245, 1.645, 0.1, synced=True)
+    we = edge_window(evidence, ticks, counter, 1.245, 1.645, 0.1, synced=True)
     assert we.estimator.startswith(ANCHORED)
     error = we.energy_j - float(energy(1.645) - energy(1.245))
     assert abs(error) < 0.5 and abs(error) <= we.random_j

@@ -19,7 +19,7 @@ from energyframe.core.fusion import (
     fused_channels,
 )
 from energyframe.core.samples import SampleSeries
-from energyframe.plugin import Channel, ClockBase, Quantity, Scope
+from energyframe.plugin import Channel, ClockBase, Quantity, Scope, Shape
 from tests.sensors import PulseLoad, buffer_samples, instant_samples, square_wave, tick_times
 
 #: the targets for windows that start or end on a load step (docs/measurement.md)
@@ -401,8 +401,10 @@ def test_bad_series_are_refused():
 
 def nvml_channels(with_instant=True):
     mono, wall = ClockBase.MONOTONIC, ClockBase.WALL
+    shapes = (Shape(channel="gpu0.power_samples", reading="period"), Shape(channel="gpu0.power_instant", reading="point"))
     out = {
-        "gpu0": Channel("gpu0", Quantity.ENERGY, Scope.GPU, 0.1, mono),
+        # the counter declares what shapes it between its ticks, as the NVML source does
+        "gpu0": Channel("gpu0", Quantity.ENERGY, Scope.GPU, 0.1, mono, shaped_by=shapes[: 2 if with_instant else 1]),
         "gpu0.power_samples": Channel(
             "gpu0.power_samples", Quantity.POWER, Scope.GPU, 0.02, wall, primary=False
         ),

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import energyframe as ef
-from energyframe.core.tickgrid import IRREGULAR_TICKS, TICK_OFF_GRID, TickGrid
+from energyframe.core.tickgrid import TickGrid
+from energyframe.core.vocabulary import IRREGULAR_TICKS, TICK_OFF_GRID
 from energyframe.power.nvidia_smi import NvidiaSmiPowerSource
 from energyframe.power.nvml import NVMLPowerSource
 

@@ -15,7 +15,7 @@ from energyframe.core.windows import WindowRecord
 from energyframe.errors import UsageError
 from energyframe.lifecycle.assemble import Recording
 from energyframe.lifecycle.live import LiveWindows
-from energyframe.model import Channel, ClockBase, Quantity, Scope
+from energyframe.model import Channel, ClockBase, Quantity, Scope, Shape
 from tests.fakes import SignalSource
 
 
@@ -115,7 +115,7 @@ def test_a_number_the_whole_run_changed_is_recorded_with_why():
 def test_a_live_window_reads_only_the_recent_readings_and_the_same_ones():
     """``series_since``: what ``series`` gives from that time on (readings out of order and of one
     instant included), read from the recent end of the store."""
-    from energyframe.core.samples import SampleStore
+    from energyframe.core.samplestore import SampleStore
     from energyframe.model import Sample
 
     store = SampleStore(ClockModel())
@@ -133,14 +133,17 @@ def test_a_live_window_reads_only_the_recent_readings_and_the_same_ones():
 
 def test_a_live_window_ending_as_a_synced_window_opens_reads_its_end_as_the_final_run():
     # back-to-back synced windows whose samples place window 11's rise 25 ms early: window 11's
-    # start takes that rise (edges.anchored_edge), so window 10's end gives it up; live, window
+    # start takes that rise (edge.estimators.anchored_reading), so window 10's end gives it up; live, window
     # 11 is still open when window 10's number is computed
     from energyframe.core.pipeline import add_fused_power, integrate, place_samples
     from tests.test_edges import burst_readings
 
     ticks, counter, stamps, means, starts, _ = burst_readings(0.025)
     channels = {
-        "gpu0": Channel("gpu0", Quantity.ENERGY, Scope.GPU, 0.1, ClockBase.MONOTONIC),
+        "gpu0": Channel(
+            "gpu0", Quantity.ENERGY, Scope.GPU, 0.1, ClockBase.MONOTONIC,
+            shaped_by=(Shape(channel="gpu0.power_samples", reading="period"),),
+        ),
         "gpu0.power_samples": Channel(
             "gpu0.power_samples", Quantity.POWER, Scope.GPU, 0.02, ClockBase.MONOTONIC, primary=False
         ),

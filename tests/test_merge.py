@@ -8,7 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from energyframe.core.windows import PARTIAL, WINDOW_COLUMNS
+from energyframe.core.vocabulary import PARTIAL
+from energyframe.core.windows import WINDOW_COLUMNS
 from energyframe.model import DerivedTable
 from energyframe.ranks.merge import INCOMPLETE_TOTAL, TOTAL, RankPart, merge_parts, rank_shift_s, run_status
 from energyframe.results.result import COMPLETE, INCOMPLETE, RunResult

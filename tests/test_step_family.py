@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from energyframe.core.clock import ClockModel, ClockPair
-from energyframe.core.edges import Evidence
+from energyframe.core.edge import Evidence
 from energyframe.core.fusion import fused_channels
 from energyframe.core.windows import compute_windows
 from energyframe.results.result import RunResult

@@ -5,19 +5,13 @@ import numpy as np
 import pytest
 
 from energyframe.core.clock import ClockModel, ClockPair
-from energyframe.core.edges import Evidence, evidence_window
+from energyframe.core.edge import CounterTicks, Evidence, Span, counter_window
 from energyframe.core.fusion import ShapeSeries, fuse
 from energyframe.core.samples import SampleSeries
-from energyframe.core.tickgrid import (
-    COLUMN,
-    IRREGULAR_TICKS,
-    OFF_GRID_S,
-    REGULAR_SD_S,
-    SPREAD_COLUMN,
-    TICK_OFF_GRID,
-    TickGrid,
-    grid_residual_s,
-)
+from energyframe.core.tickgrid import OFF_GRID_S, REGULAR_SD_S, TickGrid, grid_residual_s
+from energyframe.core.vocabulary import IRREGULAR_TICKS, TICK_OFF_GRID
+from energyframe.core.vocabulary import TICK_OFF_GRID_COLUMN as COLUMN
+from energyframe.core.vocabulary import TICK_SPREAD_COLUMN as SPREAD_COLUMN
 from energyframe.core.windows import WindowRecord, compute_windows, off_grid_warnings
 from energyframe.model import Channel, Quantity, Scope
 
@@ -108,13 +102,17 @@ def test_the_residual_of_the_ends_uses_the_neighbours_there():
 
 def window_of(stamps, true, start_s, end_s):
     """A constant load's window on the counter over the stamped ticks, with 20-ms samples
-    beside it as NVML gives them (``edges.py``); the checked one; the truth."""
+    beside it as NVML gives them (``edge``); the checked one; the truth."""
     counter_j = POWER_W * (true - true[0])
     u = np.arange(true[0], true[-1], 0.02)
     noise = np.random.default_rng(9).normal(0.0, 2.0, u.size)
     fusion = fuse(stamps, counter_j, [ShapeSeries("buffer", u, POWER_W + noise, 0.02, "point")])
-    we = evidence_window(Evidence.of(fusion), stamps, counter_j, start_s, end_s, PERIOD_S)
-    checked = TickGrid.check(stamps).widen(we, stamps, counter_j, start_s, end_s)
+    channel = Channel("gpu0", Quantity.ENERGY, Scope.GPU, PERIOD_S)
+    series, evidence = SampleSeries(stamps, counter_j), Evidence.of(fusion)
+    span = Span(start_s=start_s, end_s=end_s)
+    we = counter_window(channel=channel, series=series, span=span, ticks=CounterTicks(series=series, evidence=evidence))
+    grid = CounterTicks(series=series, evidence=evidence, grid=TickGrid.check(stamps))
+    checked = counter_window(channel=channel, series=series, span=span, ticks=grid)
     return we, checked, POWER_W * (end_s - start_s)
 
 
@@ -164,7 +162,7 @@ def test_windows_csv_flags_the_counter_and_its_fused_power_and_the_run_warns():
     true, stamps = grid_ticks()
     stamps[20] += 0.02
     counter = Channel("gpu0", Quantity.ENERGY, Scope.GPU, PERIOD_S)
-    fused = Channel("gpu0.fused", Quantity.POWER, Scope.GPU, PERIOD_S, primary=False)
+    fused = Channel("gpu0.fused", Quantity.POWER, Scope.GPU, PERIOD_S, primary=False, derived_from="gpu0")
     power = np.full(true.size, POWER_W)
     series = {
         "gpu0": SampleSeries(stamps, POWER_W * (true - true[0])),
@@ -175,15 +173,16 @@ def test_windows_csv_flags_the_counter_and_its_fused_power_and_the_run_warns():
         WindowRecord("far", 0, true[30] + 0.05, true[35] + 0.05),
     ]
     clock = ClockModel(ClockPair(1.79e9, 0.0, 0.0))
-    frame = compute_windows(records, {c.name: c for c in (counter, fused)}, series, clock)
+    channels = {c.name: c for c in (counter, fused)}
+    frame = compute_windows(records, channels, series, clock)
     near = frame[frame["phase"] == "near"]
     assert all(TICK_OFF_GRID in f for f in near["flags"])
     assert near[COLUMN].to_numpy() == pytest.approx([20.0, 20.0], abs=1.5)
     far = frame[frame["phase"] == "far"]
     assert not any(TICK_OFF_GRID in f for f in far["flags"]) and far[COLUMN].isna().all()
-    (warning,) = off_grid_warnings(frame)  # one for the counter; its fused power carries the flag
+    (warning,) = off_grid_warnings(frame, channels)  # one for the counter; its fused power carries the flag
     assert warning.startswith("gpu0: 1 window(s) have a counter tick beside an edge stamped up to 20 ms off")
-    assert off_grid_warnings(far) == []
+    assert off_grid_warnings(far, channels) == []
 
 
 def test_the_threshold_lies_above_a_normal_pollers_spread():

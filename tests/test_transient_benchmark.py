@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from energyframe.core.windows import WINDOW_COLUMNS
-from energyframe.plugin import Channel, ClockBase, Quantity, Scope
+from energyframe.plugin import Channel, ClockBase, Quantity, Scope, Shape
 from energyframe.results.result import RunResult
 from energyframe.results.store import FORMAT_VERSION
 from tests.sensors import buffer_samples, instant_samples, square_wave, tick_times
@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow  # one synthetic 60-cycle run, analysed twice: ~20
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 UNIX_0 = 1.79e9
+NVML_SHAPES = (Shape(channel="gpu0.power_samples", reading="period"), Shape(channel="gpu0.power_instant", reading="point"))
 
 
 def load_benchmark():
@@ -48,7 +49,8 @@ def recorded(tmp_path_factory):
     inst_t, inst_p = instant_samples(load, rng, end)
     mono, wall = ClockBase.MONOTONIC, ClockBase.WALL
     channels = [
-        Channel("gpu0", Quantity.ENERGY, Scope.GPU, 0.1, mono),
+        # the counter declares what shapes it between its ticks, as the NVML source does
+        Channel("gpu0", Quantity.ENERGY, Scope.GPU, 0.1, mono, shaped_by=NVML_SHAPES),
         Channel("gpu0.power_instant", Quantity.POWER, Scope.GPU, 0.1, mono, primary=False),
         Channel("gpu0.power_samples", Quantity.POWER, Scope.GPU, 0.02, wall, primary=False),
     ]

@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 
 from energyframe.compare.statistics import compare_trials, judge
+from energyframe.core.energy import sample_coverage_j
 from energyframe.core.stats import Spread
-from energyframe.core.uncertainty import Bound, median_ci_j, sample_coverage_j, summary_bound, systematic_j
-from energyframe.core.windows import PhaseSummary, summarize
+from energyframe.core.summary import PhaseSummary, summarize
+from energyframe.core.uncertainty import Bound, median_ci_j, summary_bound, systematic_j
 from energyframe.model import Channel, Quantity
 from energyframe.results.display import render, summary_table, with_bound
 

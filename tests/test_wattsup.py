@@ -11,7 +11,7 @@ import time
 import pytest
 
 import energyframe as ef
-from energyframe.core.energy import SHORT_FOR_METER
+from energyframe.core.vocabulary import SHORT_FOR_METER
 from energyframe.errors import PowerSourceError
 from energyframe.plugin import Scope, SourceContext
 from energyframe.power import wattsup_protocol as proto

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.stats import Spread
+from ..core.summary import window_bound
 from ..core.uncertainty import Bound, summary_bound
-from ..core.windows import window_bound
 from ..errors import UsageError
 
 #: fewer trials than this on either side are never called a significant difference

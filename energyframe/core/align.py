@@ -90,6 +90,19 @@ def estimate_lag(
         return LagEstimate(math.nan, math.nan, int(t.size))
     grid, cum = _cumulative(ref_t, ref_p, min(step_s, interval_s / 10))
     lags = np.arange(-max_lag_s, max_lag_s + step_s / 2, step_s)
+    scores = _scores(grid, cum, lags, t, p, interval_s)
+    if np.all(np.isnan(scores)):
+        return LagEstimate(math.nan, math.nan, int(t.size))
+    best = _best(lags, scores)
+    return LagEstimate(_refined(lags, scores, best, step_s), float(scores[best]), int(t.size))
+
+
+def _scores(
+    grid: np.ndarray, cum: np.ndarray, lags: np.ndarray, t: np.ndarray, p: np.ndarray, interval_s: float
+) -> np.ndarray:
+    """Per lag, the correlation of the meter's samples with the reference's averages over the
+    intervals they report (NaN where too few samples lie against the reference, or either is
+    flat)."""
     scores = np.full(lags.size, np.nan)
     # per lag, the meter's samples whose interval lies against the reference (t - lag inside it)
     ordered = np.sort(t)
@@ -109,27 +122,36 @@ def estimate_lag(
         if np.std(predicted) == 0 or np.std(observed) == 0:
             continue
         scores[i] = float(np.corrcoef(predicted, observed)[0, 1])
-    if np.all(np.isnan(scores)):
-        return LagEstimate(math.nan, math.nan, int(t.size))
-    # a periodic load correlates as well one period later: of the peaks that are as good as the
-    # best, take the smallest shift (meters lag by seconds, not by periods of the workload)
+    return scores
+
+
+def _best(lags: np.ndarray, scores: np.ndarray) -> int:
+    """The lag whose score is best: a periodic load correlates as well one period later, so of
+    the peaks that are as good as the best, the smallest shift (meters lag by seconds, not by
+    periods of the workload)."""
     top = np.nanmax(scores)
-    near = [
-        i
-        for i in range(lags.size)
-        if not np.isnan(scores[i])
-        and scores[i] >= top - TIE
-        and (i == 0 or np.isnan(scores[i - 1]) or scores[i] >= scores[i - 1])
-        and (i == lags.size - 1 or np.isnan(scores[i + 1]) or scores[i] >= scores[i + 1])
-    ]
-    best = min(near, key=lambda i: abs(lags[i])) if near else int(np.nanargmax(scores))
+    near = [i for i in range(lags.size) if _peak(scores, i) and scores[i] >= top - TIE]
+    return min(near, key=lambda i: abs(lags[i])) if near else int(np.nanargmax(scores))
+
+
+def _peak(scores: np.ndarray, i: int) -> bool:
+    """Whether score ``i`` is known and no lower than either neighbour that is known."""
+    if np.isnan(scores[i]):
+        return False
+    left = i == 0 or np.isnan(scores[i - 1]) or scores[i] >= scores[i - 1]
+    return bool(left and (i == scores.size - 1 or np.isnan(scores[i + 1]) or scores[i] >= scores[i + 1]))
+
+
+def _refined(lags: np.ndarray, scores: np.ndarray, best: int, step_s: float) -> float:
+    """The lag at ``best``, refined by a parabola through its neighbours' scores (where both
+    are known and the scores curve downwards). Units: s."""
     lag = float(lags[best])
     if 0 < best < lags.size - 1 and not np.isnan(scores[best - 1]) and not np.isnan(scores[best + 1]):
         left, mid, right = scores[best - 1], scores[best], scores[best + 1]
         curvature = left - 2 * mid + right
         if curvature < 0:
             lag += 0.5 * (left - right) / curvature * step_s
-    return LagEstimate(lag, float(scores[best]), int(t.size))
+    return lag
 
 
 def _segment(series_t: np.ndarray, lo: float, hi: float) -> np.ndarray:

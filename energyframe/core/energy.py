@@ -28,34 +28,14 @@ import numpy as np
 from ..model import Quantity
 from .samples import MAX_POWER_W
 from .stats import Z95
-from .ticks import counter_edge
-from .uncertainty import sample_coverage_j
+from .vocabulary import COUNTER, COUNTER_RESET, GAP, POWER, SHORT_WINDOW, STUCK_COUNTER, UNCOVERED
 
 # numpy 2 renamed trapz; keep working with numpy 1.24+
 _trapezoid = getattr(np, "trapezoid", None) or getattr(np, "trapz")  # noqa: B009
 
-#: window flags (also documented in docs/result-format.md)
-SHORT_WINDOW = "short_window"  # shorter than two update periods of the channel
-UNCOVERED = "uncovered"  # the samples do not reach both edges
-GAP = "gap"  # samples around the window are further apart than three update periods
-COUNTER_RESET = "counter_reset"  # the counter went down, or rose faster than MAX_POWER_W, around the window
-STUCK_COUNTER = "stuck_counter"  # the counter held one value for more than STUCK_PERIODS update periods
-NEGATIVE_POWER = "negative_power"  # a negative reading near the window was rejected, not integrated
-INVALID_READING = "invalid_reading"  # a NaN or infinite reading near the window was rejected
-MISSING_POWER = "missing_power"  # offline: a log row without a power value ([N/A]) near the window
-SHORT_FOR_METER = "meter_window_under_60s"  # a wall meter's window shorter than MLPerf Power's minimum
-DUPLICATE_SAMPLES = "duplicate_samples"  # readings of one instant near the window were averaged
-CLOCK_STEP = "clock_step"  # offline: the log's clock stepped back near the window; energy is NaN
-#: MLPerf Power's guidance: wall-meter windows shorter than this are not trustworthy. Units: s.
-MLPERF_MIN_WINDOW_S = 60.0
 #: a counter holding one value this many update periods, its samples still coming, is stuck: no
 #: device a counter meters draws no power at all (the stall watchdog uses the same count)
 STUCK_PERIODS = 5.0
-
-
-#: estimators (windows.csv's ``estimator``; a counter window names each edge's, ``edges.py``)
-COUNTER_ESTIMATOR = "counter"
-POWER_ESTIMATOR = "power"
 
 
 @dataclass(frozen=True)
@@ -100,7 +80,8 @@ def _quality_flags(
 def counter_energy(
     times_s: np.ndarray, energy_j: np.ndarray, start_s: float, end_s: float, resolution_s: float = 0.0
 ) -> WindowEnergy:
-    """Energy between ``start_s`` and ``end_s`` from a cumulative counter sampled at its ticks.
+    """Energy between ``start_s`` and ``end_s`` from a cumulative counter sampled at its ticks,
+    and its flags; its bound is its edges' (``edge.counter_window``).
 
     Args:
         times_s: tick times, ascending. Units: s.
@@ -127,8 +108,7 @@ def counter_energy(
     v = segment_v - segment_v[0]
     e0 = float(np.interp(0.0, t, v))
     e1 = float(np.interp(end_s - start_s, t, v))
-    sd = math.hypot(counter_edge(t, v, 0.0).sd_j, counter_edge(t, v, end_s - start_s).sd_j)
-    return WindowEnergy(e1 - e0, tuple(flags), COUNTER_ESTIMATOR, Z95 * sd)
+    return WindowEnergy(e1 - e0, tuple(flags), COUNTER)
 
 
 def _longest_flat_s(
@@ -174,7 +154,7 @@ def power_energy(
     ts = np.concatenate(([0.0], t[inside], [duration]))
     ps = np.concatenate(([_value_at(t, p, 0.0)], p[inside], [_value_at(t, p, duration)]))
     random = sample_coverage_j(t, p, 0.0, duration)
-    return WindowEnergy(float(_trapezoid(ps, ts)), tuple(flags), POWER_ESTIMATOR, random)
+    return WindowEnergy(float(_trapezoid(ps, ts)), tuple(flags), POWER, random)
 
 
 def _value_at(t: np.ndarray, v: np.ndarray, x: float) -> float:
@@ -189,6 +169,22 @@ def _value_at(t: np.ndarray, v: np.ndarray, x: float) -> float:
         if i < t.size and t[i] == x:
             return float(v[i])
     return float(np.interp(x, t, v))
+
+
+def sample_coverage_j(times_s: np.ndarray, power_w: np.ndarray, start_s: float, end_s: float) -> float:
+    """The random bound of power samples integrated over [start, end]: between two samples the
+    power may have changed anywhere, not linearly; a change of ``dp`` over ``dt`` then moves the
+    integral by up to ``dp dt / 2``, uniformly (sd ``dp dt / sqrt 12``), independently per
+    sample interval. Units: J (95 %)."""
+    if times_s.size < 2:
+        return math.nan
+    lo = max(int(np.searchsorted(times_s, start_s, side="right")) - 1, 0)
+    hi = min(int(np.searchsorted(times_s, end_s, side="left")), times_s.size - 1)
+    t = np.clip(times_s[lo : hi + 1], start_s, end_s)
+    dt = np.diff(t)
+    dp = np.diff(power_w[lo : hi + 1])
+    return Z95 * float(np.sqrt(np.sum((dp * dt) ** 2) / 12.0))
+
 
 
 def window_energy(

@@ -62,6 +62,7 @@ from .shapes import (
     means_at_steps,
     samples_of,
 )
+from .shaping import Plan, assemble, own_scales, shape_intervals
 
 __all__ = [
     "READINGS",
@@ -71,7 +72,6 @@ __all__ = [
     "estimate_offset",
     "fuse",
     "fused_channels",
-    "fused_counter",
 ]
 
 #: a series scaled by more than this factor away from its overall gain, either way, is not
@@ -79,10 +79,6 @@ __all__ = [
 MAX_SCALE = 3.0
 #: the local shift inside a tick interval, at most this many of the series' sample periods
 MAX_SHIFT_PERIODS = 0.5
-#: the local shift is searched on this many steps each way
-SHIFT_STEPS = 20
-#: tick intervals whose local shifts are searched at once
-SHIFT_CHUNK = 20_000
 
 
 @dataclass(frozen=True)
@@ -143,32 +139,6 @@ class FusionResult:
 # -- fusion ----------------------------------------------------------------------------------
 
 
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenated ``range(lo[i], hi[i])`` and, for each element, its ``i``."""
-    counts = np.maximum(hi - lo, 0)
-    owner = np.repeat(np.arange(lo.size), counts)
-    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
-    return np.arange(int(counts.sum())) + starts, owner
-
-
-def _local_shifts(
-    signal: Signal, a: np.ndarray, b: np.ndarray, e: np.ndarray, gain: float, noise_j: float, reach_s: float
-) -> np.ndarray:
-    """Per interval, the least shift d (the series read at t + d) within ``±reach_s`` whose
-    scaled integral matches ``e`` within ``noise_j`` (or as well as any shift does)."""
-    grid = np.linspace(-reach_s, reach_s, 2 * SHIFT_STEPS + 1)
-    out = np.zeros(a.size)
-    for lo in range(0, a.size, SHIFT_CHUNK):  # bounded memory on hours-long runs
-        part = slice(lo, lo + SHIFT_CHUNK)
-        ap, bp, ep = a[part], b[part], e[part]
-        mismatch = np.abs(gain * np.stack([signal.between(ap + d, bp + d) for d in grid]) - ep)
-        enough = np.maximum(mismatch.min(axis=0), noise_j) * (1 + 1e-9)
-        distance = np.where(mismatch <= enough, np.abs(grid)[:, None], np.inf)
-        d = grid[np.argmin(distance, axis=0)]
-        out[part] = np.where(mismatch[SHIFT_STEPS] <= max(noise_j, 0.0), 0.0, d)
-    return out
-
-
 def _clean_counter(ticks_s, counter_j) -> tuple[np.ndarray, np.ndarray]:
     """Finite ticks, ascending, one per time (a missing value is dropped: the counter is
     cumulative, so the increment across it is still known)."""
@@ -182,118 +152,6 @@ def _clean_counter(ticks_s, counter_j) -> tuple[np.ndarray, np.ndarray]:
         keep = np.concatenate(([True], np.diff(t) > 0))
         t, e = t[keep], e[keep]
     return t, e
-
-
-@dataclass
-class _Plan:
-    """Per tick interval: which series shapes it (-1: none), its scale, its local shift, how
-    far the shape missed the counter before scaling, and the series' overall gain."""
-
-    mode: np.ndarray
-    scale: np.ndarray
-    shift: np.ndarray
-    mismatch: np.ndarray
-    gain: np.ndarray
-
-
-def _shape_intervals(
-    plan: _Plan,
-    k: int,
-    signal: Signal,
-    covered: np.ndarray,
-    a: np.ndarray,
-    b: np.ndarray,
-    increments: np.ndarray,
-    est: OffsetEstimate,
-    reach_s: float,
-    room: np.ndarray,
-    max_scale: float,
-) -> None:
-    """Let series ``k`` shape the intervals it covers that no earlier series shapes."""
-    todo = np.flatnonzero((plan.mode == -1) & covered)
-    if todo.size == 0:
-        return
-    ai, bi, ei = a[todo], b[todo], increments[todo]
-    gain = est.gain if est.applied and est.gain > 0 else math.nan
-    s0 = signal.between(ai, bi)
-    if not gain > 0:
-        gain = float(ei[s0 > 0].sum() / s0[s0 > 0].sum()) if np.any(s0 > 0) else math.nan
-    d = np.zeros(todo.size)
-    if reach_s > 0 and gain > 0:
-        near = room[todo]
-        noise = est.residual_j if math.isfinite(est.residual_j) else 0.0
-        d[near] = _local_shifts(signal, ai[near], bi[near], ei[near], gain, noise, reach_s)
-    s = signal.between(ai + d, bi + d)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        k_i = np.where(s > 0, ei / s, np.nan)
-    usable = np.isfinite(k_i)
-    if gain > 0:
-        usable &= (k_i <= gain * max_scale) & (k_i >= gain / max_scale)
-    chosen = todo[usable]
-    plan.mode[chosen] = k
-    plan.scale[chosen] = k_i[usable]
-    plan.shift[chosen] = d[usable]
-    plan.mismatch[chosen] = (ei - gain * s0)[usable] if gain > 0 else np.nan
-    plan.gain[chosen] = gain
-
-
-def _own_scales(plan: _Plan) -> np.ndarray:
-    """Each interval's own scale over its series' overall gain (1 where unknown)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        own = plan.scale / plan.gain
-    return np.where((plan.mode >= 0) & np.isfinite(own) & (own > 0), own, 1.0)
-
-
-def _assemble(
-    plan: _Plan,
-    signals: Sequence[Signal | None],
-    t: np.ndarray,
-    origin: float,
-    increments: np.ndarray,
-    valid: np.ndarray,
-) -> SampleSeries:
-    """The knots of every interval, in order, on the caller's timeline."""
-    a, b = t[:-1] - origin, t[1:] - origin
-    n = a.size
-    mode, scale, shift = plan.mode, plan.scale, plan.shift
-    flat = np.where(valid, increments / (b - a), np.nan)
-    parts = []  # (interval, rank: 0 start / 1 inside / 2 end, time, power)
-    for rank, x in ((0, a), (2, b)):
-        v = flat.copy()
-        for k, signal in enumerate(signals):
-            sel = mode == k
-            if signal is not None and np.any(sel):
-                # at a step exactly on a tick, each interval takes its own side of it
-                value = signal.value_after if rank == 0 else signal.value_before
-                v[sel] = scale[sel] * value(x[sel] + shift[sel])
-        parts.append((np.arange(n), np.full(n, rank), x, v))
-    for k, signal in enumerate(signals):
-        mine = np.flatnonzero(mode == k)
-        if signal is None or mine.size == 0:
-            continue
-        lo = np.searchsorted(signal.t, a[mine] + shift[mine], side="right")
-        hi = np.searchsorted(signal.t, b[mine] + shift[mine], side="left")
-        knot, owner = _ranges(lo, hi)
-        interval = mine[owner]
-        times = signal.t[knot] - shift[interval]
-        parts.append((interval, np.ones(knot.size, dtype=int), times, scale[interval] * signal.v[knot]))
-    ids, ranks, times, values = (np.concatenate(c) for c in zip(*parts))
-    # a step inside a series is two knots at one time: keep their order
-    order = np.lexsort((np.arange(ids.size), times, ranks, ids))
-    ids, ranks, times, values = ids[order], ranks[order], times[order], values[order]
-    # back on the caller's timeline: the ticks' own times (adding the origin back could move them
-    # by a rounding step on Unix seconds), and the knots inside an interval kept inside it
-    absolute = np.clip(times + origin, t[ids], t[ids + 1])
-    absolute[ranks == 0] = t[ids[ranks == 0]]
-    absolute[ranks == 2] = t[ids[ranks == 2] + 1]
-    # rounding moved the inner knots a little: rescale each interval once more, on the caller's
-    # timeline, so that its trapezoids there add up to the increment
-    same = ids[1:] == ids[:-1]
-    areas = np.where(same, np.diff(absolute) * (values[1:] + values[:-1]) / 2, 0.0)
-    area = np.bincount(ids[:-1], weights=areas, minlength=n)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        fix = np.where(valid & (area > 0), increments / area, 1.0)
-    return SampleSeries(absolute, values * fix[ids])
 
 
 def fuse(
@@ -324,81 +182,95 @@ def fuse(
     """
     t, e = _clean_counter(ticks_s, counter_j)
     names = [s.name for s in shapes]
-    nan = math.nan
     if t.size < 2:
-        none = tuple(
-            OffsetEstimate(name, 0.0, False, nan, nan, nan, 0, "fewer than two ticks") for name in names
-        )
-        empty = SampleSeries(np.zeros(0), np.zeros(0))
-        return FusionResult(empty, none, 0, {n: 0 for n in names}, {n: 0 for n in names})
+        return _unfused(names)
     origin = float(t[0])
     rel = t - origin
     increments = np.diff(e)
     valid = increments >= 0  # a decrease is a reset: the energy across it is unknown
     a, b = rel[:-1], rel[1:]
     n = a.size
-    plan = _Plan(np.full(n, -1), np.zeros(n), np.zeros(n), np.full(n, np.nan), np.full(n, np.nan))
+    plan = Plan(np.full(n, -1), np.zeros(n), np.zeros(n), np.full(n, np.nan), np.full(n, np.nan))
     signals: list[Signal | None] = []
     offsets: list[OffsetEstimate] = []
     for k, shape in enumerate(shapes):
         if estimate_offsets:
             est = estimate_offset(rel, np.where(valid, increments, np.nan), shape, origin, max_offset_s)
         else:
-            est = OffsetEstimate(shape.name, 0.0, False, nan, nan, nan, 0, "not estimated")
+            est = _not_estimated(shape.name, "not estimated")
         offsets.append(est)
         u, p = samples_of(shape, origin)
         if est.applied:
             u = u - est.offset_s
-        if u.size < 2:
-            signals.append(None)
+        signals.append(Signal(*knots(u, p, shape.period_s, shape.reading)) if u.size >= 2 else None)
+        if signals[-1] is None:
             continue
-        signal = Signal(*knots(u, p, shape.period_s, shape.reading))
-        signals.append(signal)
-        reach = max_shift_periods * shape.period_s
-        if shape.reading == "period" and means_at_steps(u, p, shape.period_s) >= MEANS_AT_STEPS:
-            reach = 0.0  # each sample's value places its step: a shift would only absorb stamp noise
-        _shape_intervals(
+        reach = _reach(shape, u, p, max_shift_periods)
+        shape_intervals(
             plan,
-            k,
-            signal,
-            valid & covered(u, shape.period_s, a, b),
-            a,
-            b,
-            increments,
-            est,
-            reach,
-            covered(u, shape.period_s, a - reach, b + reach),
-            max_scale,
+            k=k,
+            signal=signals[-1],
+            covered=valid & covered(u, shape.period_s, a, b),
+            a=a,
+            b=b,
+            increments=increments,
+            est=est,
+            reach_s=reach,
+            room=covered(u, shape.period_s, a - reach, b + reach),
+            max_scale=max_scale,
         )
-    series = _assemble(plan, signals, t, origin, increments, valid)
+    shaped, shifted = _tally(plan, names)
     return FusionResult(
-        series,
+        assemble(plan, signals, t, origin, increments, valid),
         tuple(offsets),
         n,
-        {name: int(np.count_nonzero(plan.mode == k)) for k, name in enumerate(names)},
-        {name: int(np.count_nonzero((plan.mode == k) & (plan.shift != 0))) for k, name in enumerate(names)},
+        shaped,
+        shifted,
         flat=int(np.count_nonzero((plan.mode == -1) & valid)),
         unknown=int(np.count_nonzero(~valid)),
         ticks_s=t,
         counter_j=e,
         mismatch_j=plan.mismatch,
         period_s=float(shapes[0].period_s) if shapes else math.nan,
-        scale=_own_scales(plan),
+        scale=own_scales(plan),
     )
+
+
+def _unfused(names: Sequence[str]) -> FusionResult:
+    """The fusion of a counter with fewer than two ticks: no power, no interval."""
+    none = tuple(_not_estimated(name, "fewer than two ticks") for name in names)
+    empty = SampleSeries(np.zeros(0), np.zeros(0))
+    return FusionResult(empty, none, 0, dict.fromkeys(names, 0), dict.fromkeys(names, 0))
+
+
+def _tally(plan: Plan, names: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per series (by name), the tick intervals it shaped, and of those the ones it was
+    shifted in."""
+    shaped = {name: int(np.count_nonzero(plan.mode == k)) for k, name in enumerate(names)}
+    shifted = {name: int(np.count_nonzero((plan.mode == k) & (plan.shift != 0))) for k, name in enumerate(names)}
+    return shaped, shifted
+
+
+def _not_estimated(name: str, reason: str) -> OffsetEstimate:
+    """The offset estimate of a series whose offset was not estimated, and why."""
+    nan = math.nan
+    return OffsetEstimate(
+        name, offset_s=0.0, applied=False, gain=nan, residual_j=nan, residual_at_zero_j=nan, intervals=0, reason=reason
+    )
+
+
+def _reach(shape: ShapeSeries, u: np.ndarray, p: np.ndarray, max_shift_periods: float) -> float:
+    """How far the series may move inside a tick interval: ``max_shift_periods`` of its period,
+    none where its samples are means that place their steps themselves. Units: s."""
+    if shape.reading == "period" and means_at_steps(u, p, shape.period_s) >= MEANS_AT_STEPS:
+        return 0.0  # each sample's value places its step: a shift would only absorb stamp noise
+    return max_shift_periods * shape.period_s
 
 
 # -- the run's hook ----------------------------------------------------------------------------
 
-#: suffixes of the channels a counter channel ``NAME`` is fused with, finest first, with how
-#: each is read (the NVML source's naming: ``gpu0``, ``gpu0.power_samples``, ...)
-SHAPE_SUFFIXES = (("power_samples", "period"), ("power_instant", "point"))
-#: the suffix of the fused channel
+#: the suffix of a counter's fused channel (``gpu0.fused``)
 FUSED_SUFFIX = "fused"
-
-
-def fused_counter(name: str) -> str | None:
-    """The counter a fused channel's name comes from (``gpu0`` for ``gpu0.fused``), else ``None``."""
-    return name[: -len(FUSED_SUFFIX) - 1] if name.endswith("." + FUSED_SUFFIX) else None
 
 
 def fused_channels(
@@ -408,12 +280,13 @@ def fused_channels(
     primary: bool = False,
     results: dict[str, FusionResult] | None = None,
 ) -> tuple[dict[str, Channel], dict[str, SampleSeries]]:
-    """Add a fused power channel ``NAME.fused`` for each counter channel ``NAME`` that has a
-    ``NAME.power_samples`` channel (and use ``NAME.power_instant`` where the buffer has gaps).
+    """Add a fused power channel ``NAME.fused`` for each counter channel ``NAME`` that declares
+    the power channels that shape it (``Channel.shaped_by``), where the first of them is there
+    (the next ones shape the intervals where it has gaps).
 
     Call it on the run's aligned series (monotonic seconds, time maps applied), before windows
-    are integrated. The new channels are secondary unless ``primary``; the inputs are not
-    changed.
+    are integrated. The new channels are secondary unless ``primary``, and say the counter they
+    come from (``Channel.derived_from``); the inputs are not changed.
 
     Args:
         channels: the run's channels by name.
@@ -422,26 +295,18 @@ def fused_channels(
         primary: make each fused channel primary, and its counter channel secondary (only where
             validation shows fused power no worse than the counter everywhere).
         results: if given, receives each ``FusionResult`` by the counter channel's name: the
-            evidence ``edges.py`` chooses each window edge's estimator from.
+            evidence ``edge`` chooses each window edge's estimator from.
 
     Returns:
         New dicts of channels and series, with the fused channels added.
     """
     new_channels, new_series = dict(channels), dict(series)
     for name, channel in channels.items():
-        first = channels.get(f"{name}.{SHAPE_SUFFIXES[0][0]}")
+        first = channels.get(channel.shaped_by[0].channel) if channel.shaped_by else None
         if channel.quantity != Quantity.ENERGY or first is None or name not in series:
             continue
-        shapes = []
-        for suffix, reading in SHAPE_SUFFIXES:
-            shape_channel = channels.get(f"{name}.{suffix}")
-            s = series.get(f"{name}.{suffix}")
-            if shape_channel is None or s is None or shape_channel.quantity != Quantity.POWER:
-                continue
-            period = shape_channel.resolution_s if shape_channel.resolution_s > 0 else 0.1
-            shapes.append(ShapeSeries(shape_channel.name, s.times_s, s.values, period, reading))
         counter = series[name]
-        result = fuse(counter.times_s, counter.values, shapes)
+        result = fuse(counter.times_s, counter.values, shape_series(channel, channels, series))
         fused_name = f"{name}.{FUSED_SUFFIX}"
         new_channels[fused_name] = Channel(
             fused_name,
@@ -454,6 +319,7 @@ def fused_channels(
                 f"{name}'s energy counter between its ticks, shaped inside each tick interval by "
                 f"the 20-ms power samples ({first.name}); computed after the run"
             ),
+            derived_from=name,
         )
         new_series[fused_name] = result.series
         if primary:
@@ -463,3 +329,19 @@ def fused_channels(
         if results is not None:
             results[name] = result
     return new_channels, new_series
+
+
+def shape_series(
+    counter: Channel, channels: Mapping[str, Channel], series: Mapping[str, SampleSeries]
+) -> list[ShapeSeries]:
+    """The power series that shape ``counter`` (``Channel.shaped_by``), finest first: those of
+    the run's power channels that have samples."""
+    shapes = []
+    for shape in counter.shaped_by:
+        shape_channel = channels.get(shape.channel)
+        s = series.get(shape.channel)
+        if shape_channel is None or s is None or shape_channel.quantity != Quantity.POWER:
+            continue
+        period = shape_channel.resolution_s if shape_channel.resolution_s > 0 else 0.1
+        shapes.append(ShapeSeries(shape_channel.name, s.times_s, s.values, period, shape.reading))
+    return shapes

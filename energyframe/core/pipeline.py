@@ -18,10 +18,11 @@ import pandas as pd
 from ..model import Channel, Timing, WindowAnnotation, join_flags, split_flags
 from .align import MeterAligner
 from .clock import ChannelTimeMap, ClockModel
-from .edges import Evidence
-from .fusion import FusionResult, fused_channels, fused_counter
+from .edge import Evidence
+from .fusion import FusionResult, fused_channels
+from .idle import IdleBaseline
 from .samples import SampleSeries
-from .windows import IdleBaseline, WindowRecord, compute_windows, idle_baselines
+from .windows import WindowRecord, compute_windows, idle_baselines
 
 #: called after the run with every channel and its samples; returns per-channel time corrections
 #: (a wall meter's lag and drift)
@@ -50,7 +51,7 @@ class Recording:
             ended: kept, and flagged ``interrupted``.
         opened_s: starts of windows opened after a device sync that ``records`` does not hold
             (still open, or closed after a live window's snapshot; monotonic s): a window ending
-            just before one reads its end edge as that start does (``edges.anchored_edge``).
+            just before one reads its end edge as that start does (``edge.estimators``).
     """
 
     clock: ClockModel
@@ -69,10 +70,6 @@ class Recording:
     opened_s: Sequence[float] = ()
 
 
-#: the flag of a window closed by a Ctrl-C or SIGTERM before its work ended
-INTERRUPTED = "interrupted"
-
-
 @dataclass(frozen=True)
 class Placement:
     """Samples placed on the run's timeline, and how each channel was moved."""
@@ -80,7 +77,7 @@ class Placement:
     series: Mapping[str, SampleSeries]
     time_maps: Mapping[str, ChannelTimeMap]
     alignment: Mapping[str, Any] | None
-    #: per counter channel, what its fused power says about each tick interval (``edges.py``)
+    #: per counter channel, what its fused power says about each tick interval (``edge``)
     evidence: Mapping[str, Evidence] = field(default_factory=dict)
 
 
@@ -95,6 +92,11 @@ def timing_maps(channels: Mapping[str, Channel]) -> dict[str, ChannelTimeMap]:
     }
 
 
+def _late(channels: Mapping[str, Channel]) -> bool:
+    """Whether a channel integrated in windows arrives late by an unknown amount (a wall meter)."""
+    return any(c.timing == Timing.UNKNOWN and c.integrable for c in channels.values())
+
+
 def place_samples(
     recording: Recording, aligner: TimeAligner | str | None, warn: Warn
 ) -> Placement:
@@ -102,8 +104,7 @@ def place_samples(
     maps = timing_maps(recording.channels)
     report = None
     if aligner == "auto":
-        late = any(c.timing == Timing.UNKNOWN and c.integrable for c in recording.channels.values())
-        aligner = MeterAligner() if late else None
+        aligner = MeterAligner() if _late(recording.channels) else None
     if aligner is not None and not isinstance(aligner, str):
         try:
             maps.update(aligner(recording.channels, recording.series, recording.records))
@@ -121,9 +122,10 @@ def place_samples(
 def add_fused_power(
     recording: Recording, placement: Placement, warn: Warn
 ) -> tuple[Recording, Placement, dict[str, Any]]:
-    """Add a secondary ``NAME.fused`` power channel for each energy counter that comes with fine
-    power samples (NVML's ``gpu0`` and ``gpu0.power_samples``): the counter's energy between its
-    ticks, shaped inside each tick interval by the samples (``fusion.py``, docs/power-sources.md).
+    """Add a secondary ``NAME.fused`` power channel for each energy counter that declares the fine
+    power samples that shape it (``Channel.shaped_by``: NVML's ``gpu0`` by ``gpu0.power_samples``):
+    the counter's energy between its ticks, shaped inside each tick interval by the samples
+    (``fusion.py``, docs/power-sources.md).
 
     It works on the placed series, so the counter's and the samples' time maps are applied
     first. The fused channel belongs to the counter's source. A failure only leaves it out.
@@ -141,7 +143,7 @@ def add_fused_power(
         return recording, placement, {}
     owners = dict(recording.channel_source)
     for name in added:
-        counter = fused_counter(name)
+        counter = channels[name].derived_from
         if counter in owners:
             owners[name] = owners[counter]
     return (
@@ -167,11 +169,11 @@ def integrate(
         recording.channels,
         placement.series,
         recording.clock,
-        idle,
-        annotate,
-        placed_rejections(recording.rejected, placement.time_maps),
-        placement.evidence,
-        recording.opened_s,
+        idle=idle,
+        annotate=annotate,
+        rejected=placed_rejections(recording.rejected, placement.time_maps),
+        evidence=placement.evidence,
+        opened_s=recording.opened_s,
     )
     return windows, idle
 
@@ -201,6 +203,3 @@ def placed_rejections(
             for reason, times in by_reason.items()
         }
     return out
-
-
-# -- 3. derived tables ----------------------------------------------------------------------------

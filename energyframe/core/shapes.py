@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model import READINGS
+
 #: the residual offset searched between a shape series and the counter. Units: s.
 MAX_OFFSET_S = 0.05
 #: step of the offset search (refined by a parabola around the best step). Units: s.
@@ -37,9 +39,6 @@ GAP_PERIODS = 3.0
 MEANS_AT_STEPS = 0.5
 #: a step, for ``means_at_steps``: the levels around a sample differ by this share of the higher
 STEP_SHARE = 0.3
-
-#: how a series' samples are read (see the module docstring)
-READINGS = ("point", "period")
 
 
 @dataclass(frozen=True)
@@ -255,7 +254,16 @@ def estimate_offset(
     n = int(np.count_nonzero(use))
     nan = math.nan
     if n < MIN_OFFSET_INTERVALS:
-        return OffsetEstimate(shape.name, 0.0, False, nan, nan, nan, n, f"only {n} tick intervals covered")
+        return OffsetEstimate(
+            shape.name,
+            offset_s=0.0,
+            applied=False,
+            gain=nan,
+            residual_j=nan,
+            residual_at_zero_j=nan,
+            intervals=n,
+            reason=f"only {n} tick intervals covered",
+        )
     signal = Signal(*knots(u, p, shape.period_s, shape.reading))
     a, b, e = a[use], b[use], increments_j[use]
     if n > MAX_OFFSET_INTERVALS:
@@ -271,20 +279,42 @@ def estimate_offset(
         residual[k] = energy2 - float(np.dot(e, s)) ** 2 / ss if ss > 0 else energy2
     residual = np.maximum(residual, 0.0)
     best = int(np.argmin(residual))
+    offset = _refined(grid, residual, best, step_s)
+    s = signal.between(a + offset, b + offset)
+    ss = float(np.dot(s, s))
+    gain = float(np.dot(e, s)) / ss if ss > 0 else nan
+    rms_best = math.sqrt(float(np.mean((e - gain * s) ** 2))) if ss > 0 else nan
+    rms_zero = math.sqrt(residual[steps] / n)
+    reason = _unclear(residual, best, energy2, max_offset_s)
+    return OffsetEstimate(
+        shape.name,
+        offset_s=offset,
+        applied=not reason,
+        gain=gain,
+        residual_j=rms_best,
+        residual_at_zero_j=rms_zero,
+        intervals=n,
+        reason=reason,
+    )
+
+
+def _refined(grid: np.ndarray, residual: np.ndarray, best: int, step_s: float) -> float:
+    """The offset at the search's ``best`` step, refined by a parabola through its neighbours
+    (where it has two and they curve upwards). Units: s."""
     offset = float(grid[best])
     if 0 < best < grid.size - 1:
         r0, r1, r2 = residual[best - 1], residual[best], residual[best + 1]
         curvature = r0 - 2 * r1 + r2
         if curvature > 0:
             offset += float(np.clip(0.5 * (r0 - r2) / curvature, -0.5, 0.5)) * step_s
-    s = signal.between(a + offset, b + offset)
-    ss = float(np.dot(s, s))
-    gain = float(np.dot(e, s)) / ss if ss > 0 else nan
-    rms_best = math.sqrt(float(np.mean((e - gain * s) ** 2))) if ss > 0 else nan
-    rms_zero = math.sqrt(residual[steps] / n)
-    reason = ""
+    return offset
+
+
+def _unclear(residual: np.ndarray, best: int, energy2: float, max_offset_s: float) -> str:
+    """Why the best offset of the search is not to be applied (empty where it is): no clear
+    minimum, or one at the edge of the search."""
     if residual.max() < MIN_OFFSET_CONTRAST * max(residual[best], 1e-12 * energy2):
-        reason = "no clear best offset (no load changes to match)"
-    elif best in (0, grid.size - 1):
-        reason = f"the best match lies at the edge of the search (±{max_offset_s * 1e3:.0f} ms)"
-    return OffsetEstimate(shape.name, offset, not reason, gain, rms_best, rms_zero, n, reason)
+        return "no clear best offset (no load changes to match)"
+    if best in (0, residual.size - 1):
+        return f"the best match lies at the edge of the search (±{max_offset_s * 1e3:.0f} ms)"
+    return ""

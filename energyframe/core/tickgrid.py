@@ -21,24 +21,17 @@ off is still nearest its own place on the grid:
   flagged ``irregular_ticks``.
 
 The energy itself is not moved: the check says that a stamp is off, not by exactly how much.
+A window's error term from it is ``edge.errors.grid_error``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from .energy import WindowEnergy
-from .stats import Z95
-from .ticks import interval
-
-#: window flag: a counter tick beside an edge lies off the counter's update grid
-TICK_OFF_GRID = "tick_off_grid"
-#: window flag: the counter's ticks spread about their grid by more than ``REGULAR_SD_S``
-IRREGULAR_TICKS = "irregular_ticks"
 #: a tick farther than this from the grid was stamped late; above the farthest of 17,880 H100 and
 #: H200 ticks polled normally (11.6 ms). Units: s.
 OFF_GRID_S = 0.015
@@ -58,10 +51,6 @@ MIN_PERIODS_OFF = 2.5
 #: bound (flagged only beyond ``OFF_GRID_S``): the 99th percentile of the ticks' distance from the
 #: grid on an H100 polled freely under load steps was 2.9-5.1 ms (docs/validation.md). Units: s.
 WIDEN_S = 0.005
-#: the window column of the farthest off-grid tick beside an edge. Units: ms.
-COLUMN = "tick_off_grid_ms"
-#: the window column of an irregular grid's spread (robust sd). Units: ms.
-SPREAD_COLUMN = "tick_spread_ms"
 
 
 def robust_sd(r: np.ndarray) -> float:
@@ -157,41 +146,3 @@ class TickGrid:
             return None
         r = grid_residual_s(t)
         return cls(r, robust_sd(r), period)
-
-    def widen(
-        self, we: WindowEnergy, ticks_s: np.ndarray, counter_j: np.ndarray, start_s: float, end_s: float
-    ) -> WindowEnergy:
-        """``we`` with the stamps' errors the grid shows at the four ticks beside its edges: each
-        such tick's error (``error_s``) taken as one sd, at its interval's power, in the share the
-        interpolation carries to the edge; flagged ``tick_off_grid`` where a tick lies more than
-        ``OFF_GRID_S`` off a regular grid (column ``COLUMN``: the farthest such tick, ms), and
-        ``irregular_ticks`` on an irregular grid (``SPREAD_COLUMN``: its spread, ms)."""
-        if not self.counts or ticks_s.size < 2 or not math.isfinite(we.energy_j):
-            return we
-        extra2, farthest = 0.0, 0.0
-        for t in (start_s, end_s):
-            i = interval(ticks_s, t)
-            span = float(ticks_s[i + 1] - ticks_s[i])
-            if span <= 0:
-                continue
-            x = float(np.clip((t - ticks_s[i]) / span, 0.0, 1.0))
-            power = float(counter_j[i + 1] - counter_j[i]) / span
-            for k, share in ((i, 1.0 - x), (i + 1, x)):
-                if share > 0.0:
-                    extra2 += (share * power * float(self.error_s[k])) ** 2
-                    if self.off[k]:
-                        farthest = max(farthest, abs(float(self.residual_s[k])))
-        if extra2 == 0.0:
-            return we
-        random = (
-            math.hypot(we.random_j, Z95 * math.sqrt(extra2)) if math.isfinite(we.random_j) else we.random_j
-        )
-        columns = dict(we.columns)
-        flags = list(we.flags)
-        if not self.regular:
-            flags.append(IRREGULAR_TICKS)
-            columns[SPREAD_COLUMN] = 1e3 * self.spread_s
-        elif farthest > 0.0:
-            flags.append(TICK_OFF_GRID)
-            columns[COLUMN] = 1e3 * farthest
-        return replace(we, flags=tuple(dict.fromkeys(flags)), random_j=random, columns=columns)

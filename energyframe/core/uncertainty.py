@@ -1,9 +1,10 @@
 """How wrong an energy figure may be: a 95 % bound, split into its random and systematic parts.
 
-- **Random** (varies window to window): where each edge falls between the counter's ticks and
-  what the chosen estimator may misplace there (``edges.py``), or, for power samples, where the
-  power may have changed between two samples (sample coverage); for a phase's summary, also the
-  spread of its trials (the 95 % confidence interval of their median).
+- **Random** (varies window to window): each estimator's own, where each edge falls between the
+  counter's ticks and what the chosen estimator may misplace there (``edge``), or, for power
+  samples, where the power may have changed between two samples (``energy.sample_coverage_j``);
+  for a phase's summary, also the spread of its trials (the 95 % confidence interval of their
+  median).
 - **Systematic** (the same for every window on the board): the sensor's stated accuracy
   (``Channel.accuracy_w`` and ``accuracy_pct``) and, for dynamic energy, the idle baseline's
   own bound. It does not shrink with more trials, and it cancels when two runs on the same
@@ -80,27 +81,20 @@ class Bound:
         return cls(math.nan if value is None else float(value), float(data.get("systematic_j") or 0.0))
 
 
+def energy_bound(channel: Channel, energy_j: float, random_j: float, duration_s: float) -> Bound:
+    """A window's bound: ``random_j`` (its estimator's, ``edge`` or ``energy``) and the sensor's
+    stated accuracy over it (``systematic_j``); NaN where its energy is unknown."""
+    if not math.isfinite(energy_j):
+        return Bound(math.nan, math.nan)
+    return Bound(random_j, systematic_j(channel, energy_j, duration_s))
+
+
 def systematic_j(channel: Channel, energy_j: float, duration_s: float) -> float:
     """The sensor's stated accuracy over a window, as a 95 % bound: ± ``accuracy_w`` times the
     duration plus ``accuracy_pct`` of the energy. Units: J."""
     if not math.isfinite(energy_j):
         return math.nan
     return channel.accuracy_w * max(duration_s, 0.0) + channel.accuracy_pct / 100.0 * abs(energy_j)
-
-
-def sample_coverage_j(times_s: np.ndarray, power_w: np.ndarray, start_s: float, end_s: float) -> float:
-    """The random bound of power samples integrated over [start, end]: between two samples the
-    power may have changed anywhere, not linearly; a change of ``dp`` over ``dt`` then moves the
-    integral by up to ``dp dt / 2``, uniformly (sd ``dp dt / sqrt 12``), independently per
-    sample interval. Units: J (95 %)."""
-    if times_s.size < 2:
-        return math.nan
-    lo = max(int(np.searchsorted(times_s, start_s, side="right")) - 1, 0)
-    hi = min(int(np.searchsorted(times_s, end_s, side="left")), times_s.size - 1)
-    t = np.clip(times_s[lo : hi + 1], start_s, end_s)
-    dt = np.diff(t)
-    dp = np.diff(power_w[lo : hi + 1])
-    return Z95 * float(np.sqrt(np.sum((dp * dt) ** 2) / 12.0))
 
 
 def median_ci_j(values: Iterable[float]) -> float:
@@ -114,6 +108,11 @@ def median_ci_j(values: Iterable[float]) -> float:
     return t975(x.size - 1) * MEDIAN_EFFICIENCY * float(np.std(x, ddof=1)) / math.sqrt(x.size)
 
 
+def _finite(values: Iterable[float | None]) -> list[float]:
+    """The values that are numbers, not None, NaN or infinite."""
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
 def summary_bound(per_iter_j: Iterable[float], bounds: Iterable[Bound | None]) -> Bound | None:
     """The bound of a phase's median energy per iteration over its trials.
 
@@ -123,7 +122,7 @@ def summary_bound(per_iter_j: Iterable[float], bounds: Iterable[Bound | None]) -
     window's own bound. Systematic: the windows' median (the same sensor on every window).
     """
     finite = [b for b in bounds if b is not None and math.isfinite(b.random_j)]
-    x = [v for v in per_iter_j if v is not None and math.isfinite(v)]
+    x = _finite(per_iter_j)
     if not finite or not x:
         return None
     n = len(x)

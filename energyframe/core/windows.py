@@ -1,32 +1,33 @@
-"""Measured windows, their energy on every channel, and per-phase summaries."""
+"""Measured windows and their energy on every channel: the rows of windows.csv."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ..model import Channel, Quantity, WindowAnnotation, join_flags, split_flags
+from ..model import Channel, Quantity, WindowAnnotation, join_flags
 from .clock import ClockModel
-from .edges import Evidence, evidence_window, fused_window
-from .energy import (
+from .edge import CounterTicks, Evidence, Span, counter_window
+from .energy import WindowEnergy, window_energy
+from .idle import IdleBaseline, dynamic_columns
+from .samples import DUPLICATE, IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, STEPPED, SampleSeries
+from .tickgrid import REGULAR_SD_S, TickGrid
+from .uncertainty import energy_bound
+from .vocabulary import (
     CLOCK_STEP,
     DUPLICATE_SAMPLES,
     INVALID_READING,
+    IRREGULAR_TICKS,
     MISSING_POWER,
     NEGATIVE_POWER,
-    WindowEnergy,
-    window_energy,
+    TICK_OFF_GRID,
+    TICK_OFF_GRID_COLUMN,
+    TICK_SPREAD_COLUMN,
 )
-from .fusion import fused_counter
-from .samples import DUPLICATE, IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, STEPPED, SampleSeries
-from .stats import Spread
-from .tickgrid import COLUMN as OFF_GRID_COLUMN
-from .tickgrid import IRREGULAR_TICKS, REGULAR_SD_S, SPREAD_COLUMN, TICK_OFF_GRID, TickGrid
-from .uncertainty import Bound, median_ci_j, summary_bound, systematic_j
 
 WINDOW_COLUMNS = [
     "phase",
@@ -53,14 +54,6 @@ WINDOW_COLUMNS = [
 #: text columns of windows.csv (the others are numbers)
 TEXT_COLUMNS = ("phase", "channel", "estimator", "flags")
 
-#: window flag: the idle baseline's power is above the window's mean power, so its dynamic
-#: energy is negative (the baseline was not idle, or the work draws less than it)
-IDLE_ABOVE_LOAD = "idle_above_load"
-#: how far a saved time may be from the one measured (Unix seconds in a float64 hold 0.24 us):
-#: a dynamic energy within the baseline's power times this is zero, not below the load. Units: s.
-TIME_ROUNDING_S = 1e-6
-NOISY = "noisy"  # phase-level flag: IQR/median of time or energy per iteration >= 10 %
-PARTIAL = "partial"  # phase-level flag: energy known for fewer trials than were measured
 #: flags of rejected readings that leave a window's energy unknown (NaN), not just bridged
 UNKNOWABLE = (CLOCK_STEP,)
 #: which flag a rejected reading gives the windows around it (samples.py names the reasons)
@@ -85,7 +78,7 @@ class WindowRecord:
         iterations: iterations of the phase's step inside the window.
         synced: the window opened after a device sync (a sync other than none), so none of its
             work began before ``start_s`` and what ran before it had finished
-            (``edges.anchored_edge`` relies on it).
+            (``edge.Span`` carries it to the estimators).
     """
 
     phase: str
@@ -100,67 +93,38 @@ class WindowRecord:
         return self.end_s - self.start_s
 
 
-@dataclass(frozen=True)
-class IdleBaseline:
-    """Power of one channel while nothing ran. Units: W, s.
-
-    Args:
-        bound_w: the 95 % random bound of ``power_w`` (its window's edges and coverage): what
-            it adds, times a window's duration, to that window's dynamic energy. Units: W.
-    """
-
-    channel: str
-    power_w: float
-    duration_s: float
-    flags: tuple[str, ...] = ()
-    bound_w: float = math.nan
+def counter_ticks(
+    channels: Mapping[str, Channel],
+    series: Mapping[str, SampleSeries],
+    evidence: Mapping[str, Evidence],
+    grids: bool = True,
+) -> dict[str, CounterTicks]:
+    """Per channel whose windows are read between a counter's ticks (each counter, and the power
+    derived from one), that counter: its ticks, what its fused power says about them, and, with
+    ``grids``, its ticks' update grid where the check can tell (``tickgrid.py``)."""
+    counters = {
+        name: CounterTicks(
+            series=series[name],
+            evidence=evidence.get(name),
+            grid=TickGrid.check(series[name].times_s) if grids else None,
+        )
+        for name, channel in channels.items()
+        if channel.quantity == Quantity.ENERGY and name in series
+    }
+    derived = {name: counters[c.derived_from] for name, c in channels.items() if c.derived_from in counters}
+    return {**counters, **derived}
 
 
 def channel_energy(
-    channel: Channel,
-    series: Mapping[str, SampleSeries],
-    start_s: float,
-    end_s: float,
-    evidence: Mapping[str, Evidence] | None = None,
-    grids: Mapping[str, tuple[str, TickGrid]] | None = None,
-    synced: bool = False,
-    next_open_s: float | None = None,
+    channel: Channel, series: Mapping[str, SampleSeries], span: Span, counters: Mapping[str, CounterTicks]
 ) -> WindowEnergy:
-    """One window on one channel: a counter with fine samples beside it chooses each edge's
-    estimator (``edges.py``; ``synced``: the device was synchronised as the window opened, so a
-    rise the samples place just before its start is the window's own; ``next_open_s``: the first
-    synced start at or after its end, whose reading its end edge shares); the fused channel gets
-    its own edges' bound; the rest as ``energy.window_energy`` reads them. Where ``grids`` has
-    the channel (``tick_grids``), the stamps' errors its counter's grid shows are added
-    (``tickgrid.py``)."""
-    we = _channel_energy(channel, series, start_s, end_s, evidence or {}, synced, next_open_s)
-    if grids and channel.name in grids:
-        counter, grid = grids[channel.name]
-        ticks = series[counter]
-        we = grid.widen(we, ticks.times_s, ticks.values, start_s, end_s)
-    return we
-
-
-def _channel_energy(
-    channel: Channel,
-    series: Mapping[str, SampleSeries],
-    start_s: float,
-    end_s: float,
-    evidence: Mapping[str, Evidence],
-    synced: bool,
-    next_open_s: float | None = None,
-) -> WindowEnergy:
+    """One window on one channel: read between its counter's ticks (``edge``) where it has one,
+    else as ``energy.window_energy`` reads its stream."""
     s = series[channel.name]
-    if channel.quantity == Quantity.ENERGY and channel.name in evidence:
-        return evidence_window(
-            evidence[channel.name], s.times_s, s.values, start_s, end_s, channel.resolution_s, synced, next_open_s
-        )
-    we = window_energy(channel.quantity, s.times_s, s.values, start_s, end_s, channel.resolution_s)
-    counter = fused_counter(channel.name)
-    if counter is not None and counter in evidence and math.isfinite(we.energy_j):
-        random = fused_window(evidence[counter], start_s, end_s)
-        return WindowEnergy(we.energy_j, we.flags, "fused", random)
-    return we
+    ticks = counters.get(channel.name)
+    if ticks is not None:
+        return counter_window(channel=channel, series=s, span=span, ticks=ticks)
+    return window_energy(channel.quantity, s.times_s, s.values, span.start_s, span.end_s, channel.resolution_s)
 
 
 def idle_baselines(
@@ -170,10 +134,12 @@ def idle_baselines(
     evidence: Mapping[str, Evidence] | None = None,
 ) -> dict[str, IdleBaseline]:
     out = {}
+    counters = counter_ticks(channels, series, evidence or {}, grids=False)
+    span = Span(start_s=window.start_s, end_s=window.end_s)
     for name, channel in channels.items():
         if not channel.integrable:
             continue
-        we = channel_energy(channel, series, window.start_s, window.end_s, evidence)
+        we = channel_energy(channel, series, span, counters)
         duration = window.duration_s
         power = we.energy_j / duration if duration > 0 else math.nan
         bound = we.random_j / duration if duration > 0 else math.nan
@@ -200,16 +166,17 @@ def rejection_flags(
 def first_start_after(starts_s: np.ndarray, end_s: float) -> float | None:
     """The first of ``starts_s`` (sorted starts of windows opened after a device sync) at or
     after ``end_s``: the start whose reading a window ending at ``end_s`` shares
-    (``edges.evidence_window``'s ``next_open_s``). ``None`` where there is none."""
+    (``edge.Span``'s ``next_synced_start_s``). ``None`` where there is none."""
     k = int(np.searchsorted(starts_s, end_s, side="left"))
     return float(starts_s[k]) if k < len(starts_s) else None
 
 
-def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejection flags, idle baseline, annotations)
+def compute_windows(
     records: Sequence[WindowRecord],
     channels: Mapping[str, Channel],
     series: Mapping[str, SampleSeries],
     clock: ClockModel,
+    *,
     idle: Mapping[str, IdleBaseline] | None = None,
     annotate: Annotator | None = None,
     rejected: Mapping[str, Mapping[str, np.ndarray]] | None = None,
@@ -222,20 +189,60 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
         rejected: per channel, when readings that cannot be physical were kept out of its series
             (``SampleStore.rejected_times``); the windows near them are flagged.
         evidence: per counter channel, what its fused power says about each tick interval
-            (``edges.Evidence``): its windows then choose each edge's estimator (a window
+            (``edge.Evidence``): its windows then choose each edge's estimator (a window
             opened after a device sync, ``WindowRecord.synced``, may read its start ``anchored``,
             and a window that ends just before such a start reads its end as that start does).
         opened_s: starts of synced windows not in ``records`` (still open as a live window is
             computed): an end edge just before one reads it as the final run will.
     """
-    idle = idle or {}
-    rejected = rejected or {}
-    integrable = [c for c in channels.values() if c.integrable]
-    grids = tick_grids(channels, series)
+    reading = _Reading(
+        channels=[c for c in channels.values() if c.integrable],
+        series=series,
+        counters=counter_ticks(channels, series, evidence or {}),
+        idle=idle or {},
+        rejected=rejected or {},
+        annotate=annotate,
+    )
     synced_starts = np.sort(np.array([w.start_s for w in records if w.synced] + list(opened_s), dtype=float))
     rows = []
     for w in records:
-        next_open = first_start_after(synced_starts, w.end_s)
+        span = Span(
+            start_s=w.start_s,
+            end_s=w.end_s,
+            synced=w.synced,
+            next_synced_start_s=first_start_after(synced_starts, w.end_s),
+        )
+        rows += reading.rows(w, span, clock)
+    return window_frame(rows)
+
+
+def window_frame(rows: Sequence[Mapping]) -> pd.DataFrame:
+    """windows.csv's table of ``rows``: its columns in order (those a row lacks empty), then
+    the columns the estimates and the sources added, in the order they first came."""
+    frame = pd.DataFrame(rows)
+    for column in WINDOW_COLUMNS:
+        if column not in frame.columns:
+            frame[column] = math.nan if column not in TEXT_COLUMNS else ""
+    extra = [c for c in frame.columns if c not in WINDOW_COLUMNS]
+    return frame[WINDOW_COLUMNS + extra]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Reading:
+    """What every window of a run is read with: the integrable channels, their samples, the
+    counters their edges lie between, the idle baselines, the rejected readings, the sources'
+    annotations."""
+
+    channels: Sequence[Channel]
+    series: Mapping[str, SampleSeries]
+    counters: Mapping[str, CounterTicks]
+    idle: Mapping[str, IdleBaseline]
+    rejected: Mapping[str, Mapping[str, np.ndarray]]
+    annotate: Annotator | None
+
+    def rows(self, w: WindowRecord, span: Span, clock: ClockModel) -> list[dict]:
+        """The window's rows of windows.csv: one per channel (one without a channel where none
+        is integrable)."""
         base = {
             "phase": w.phase,
             "trial": w.trial,
@@ -245,82 +252,55 @@ def compute_windows(  # noqa: C901 (each window row in one pass: energy, rejecti
             "iterations": w.iterations,
             "time_per_iter_s": w.duration_s / w.iterations if w.iterations else math.nan,
         }
-        if not integrable:
-            rows.append({**base, "channel": "", "flags": ""})
-            continue
-        for channel in integrable:
-            we = channel_energy(channel, series, w.start_s, w.end_s, evidence, grids, w.synced, next_open)
-            flags = list(we.flags)
-            if channel.name in rejected:
-                for flag in rejection_flags(channel, rejected[channel.name], w.start_s, w.end_s):
-                    if flag not in flags:
-                        flags.append(flag)
-            if any(f in UNKNOWABLE for f in flags):  # readings there could not be placed in time
-                we = replace(we, energy_j=math.nan)
-            row = {
-                **base,
-                "channel": channel.name,
-                "energy_j": we.energy_j,
-                "mean_power_w": we.energy_j / w.duration_s if w.duration_s > 0 else math.nan,
-                "energy_per_iter_j": we.energy_j / w.iterations if w.iterations else math.nan,
-                **_bound_columns(channel, we, w.duration_s),
-            }
-            row.update(we.columns)
-            baseline = idle.get(channel.name)
-            if baseline is not None:
-                dynamic = we.energy_j - baseline.power_w * w.duration_s
-                row["dynamic_energy_j"] = dynamic
-                row["dynamic_energy_bound_j"] = math.hypot(
-                    row["energy_bound_j"], baseline.bound_w * w.duration_s
-                )
-                row["dynamic_energy_per_iter_j"] = dynamic / w.iterations if w.iterations else math.nan
-                if dynamic < -baseline.power_w * TIME_ROUNDING_S and IDLE_ABOVE_LOAD not in flags:
-                    flags.append(IDLE_ABOVE_LOAD)
-            if annotate is not None:
-                note = annotate(channel, w.start_s, w.end_s)
-                row.update(note.columns)
-                flags.extend(f for f in note.flags if f not in flags)
-            row["flags"] = join_flags(flags)
-            rows.append(row)
-    frame = pd.DataFrame(rows)
-    for column in WINDOW_COLUMNS:
-        if column not in frame.columns:
-            frame[column] = math.nan if column not in TEXT_COLUMNS else ""
-    extra = [c for c in frame.columns if c not in WINDOW_COLUMNS]
-    return frame[WINDOW_COLUMNS + extra]
+        if not self.channels:
+            return [{**base, "channel": "", "flags": ""}]
+        return [self.row(channel, w, span, base) for channel in self.channels]
+
+    def row(self, channel: Channel, w: WindowRecord, span: Span, base: Mapping) -> dict:
+        """The window's row on one channel: its energy, bound, per iteration, dynamic energy and
+        flags (its own, its rejected readings', the idle baseline's, its source's)."""
+        rejected = rejection_flags(channel, self.rejected.get(channel.name, {}), w.start_s, w.end_s)
+        note = self.annotate(channel, w.start_s, w.end_s) if self.annotate is not None else WindowAnnotation()
+        we = channel_energy(channel, self.series, span, self.counters)
+        # readings that could not be placed in time leave the energy unknown
+        energy_j = math.nan if any(f in UNKNOWABLE for f in rejected) else we.energy_j
+        bound = energy_bound(channel, energy_j, we.random_j, w.duration_s)
+        dynamic, idle_flags = dynamic_columns(
+            self.idle.get(channel.name), energy_j, bound.total_j, w.duration_s, w.iterations
+        )
+        return {
+            **base,
+            "channel": channel.name,
+            "energy_j": energy_j,
+            "mean_power_w": energy_j / w.duration_s if w.duration_s > 0 else math.nan,
+            "energy_per_iter_j": energy_j / w.iterations if w.iterations else math.nan,
+            "estimator": we.estimator,
+            "energy_bound_j": bound.total_j,
+            "energy_bound_pct": bound.pct(energy_j),
+            "energy_random_j": bound.random_j,
+            "energy_systematic_j": bound.systematic_j,
+            **we.columns,
+            **dynamic,
+            **note.columns,
+            "flags": join_flags(dict.fromkeys([*we.flags, *rejected, *idle_flags, *note.flags])),
+        }
 
 
-def tick_grids(
-    channels: Mapping[str, Channel], series: Mapping[str, SampleSeries]
-) -> dict[str, tuple[str, TickGrid]]:
-    """Per channel whose windows interpolate between a counter's ticks (the counter, and its
-    fused power), that counter and its ticks' grid, where the check can tell (``tickgrid.py``)."""
-    grids = {
-        name: TickGrid.check(series[name].times_s)
-        for name, channel in channels.items()
-        if channel.quantity == Quantity.ENERGY and name in series
-    }
-    out: dict[str, tuple[str, TickGrid]] = {}
-    for name in channels:
-        counter = name if name in grids else fused_counter(name)
-        if counter is not None and (grid := grids.get(counter)) is not None:
-            out[name] = (counter, grid)
-    return out
-
-
-def off_grid_warnings(windows: pd.DataFrame) -> list[str]:
+def off_grid_warnings(windows: pd.DataFrame, channels: Mapping[str, Channel] | None = None) -> list[str]:
     """Per counter with windows flagged ``tick_off_grid`` or ``irregular_ticks``, what happened,
-    in one sentence (its fused power's windows carry the same flags)."""
+    in one sentence; the channels derived from a counter (``Channel.derived_from``: its fused
+    power), whose windows carry the same flags, are left to it where ``channels`` says which."""
+    derived = {name for name, c in (channels or {}).items() if c.derived_from}
     out = []
-    for column in (OFF_GRID_COLUMN, SPREAD_COLUMN):
+    for column in (TICK_OFF_GRID_COLUMN, TICK_SPREAD_COLUMN):
         if windows.empty or column not in windows.columns:
             continue
         flagged = windows[windows[column].notna()]
         for channel, group in flagged.groupby("channel", sort=False):
-            if fused_counter(str(channel)) is not None:
+            if channel in derived:
                 continue
             ms = float(group[column].max())
-            if column == OFF_GRID_COLUMN:
+            if column == TICK_OFF_GRID_COLUMN:
                 out.append(
                     f"{channel}: {len(group)} window(s) have a counter tick beside an edge stamped up to "
                     f"{ms:.0f} ms off the counter's update grid: the poller saw the change late (a host short "
@@ -335,190 +315,3 @@ def off_grid_warnings(windows: pd.DataFrame) -> list[str]:
                     "in their bounds"
                 )
     return out
-
-
-def idle_warnings(windows: pd.DataFrame, idle: Mapping[str, IdleBaseline]) -> list[str]:
-    """Per channel and phase whose windows are flagged ``idle_above_load``, why their dynamic
-    energy is negative, in one sentence."""
-    out: list[str] = []
-    if windows.empty or "flags" not in windows.columns:
-        return out
-    flagged = windows[windows["flags"].map(lambda cell: IDLE_ABOVE_LOAD in split_flags(cell))]
-    for (channel, phase), group in flagged.groupby(["channel", "phase"], sort=False):
-        baseline = idle.get(str(channel))
-        if baseline is None:
-            continue
-        out.append(
-            f"{channel}: the idle baseline ({baseline.power_w:.4g} W) is above the power of "
-            f"{len(group)} window(s) of phase {phase!r} ({float(group['mean_power_w'].median()):.4g} W): "
-            f"their dynamic energy is negative (flag {IDLE_ABOVE_LOAD}); the baseline was not idle "
-            "(another process, clocks still high after set-up) or the work draws less than idle"
-        )
-    return out
-
-
-def _bound_columns(channel: Channel, we: WindowEnergy, duration_s: float) -> dict:
-    """windows.csv's estimator and 95 % bound of one window's energy, in its parts."""
-    bound = Bound(we.random_j, systematic_j(channel, we.energy_j, duration_s))
-    if not math.isfinite(we.energy_j):
-        bound = Bound(math.nan, math.nan)
-    return {
-        "estimator": we.estimator,
-        "energy_bound_j": bound.total_j,
-        "energy_bound_pct": bound.pct(we.energy_j),
-        "energy_random_j": bound.random_j,
-        "energy_systematic_j": bound.systematic_j,
-    }
-
-
-def window_bound(row: Mapping) -> Bound | None:
-    """A windows.csv row's bound (None where the run predates bounds or has no energy)."""
-    try:
-        random = float(row.get("energy_random_j"))  # type: ignore[arg-type]
-        systematic = float(row.get("energy_systematic_j"))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return Bound(random, systematic) if math.isfinite(random) else None
-
-
-@dataclass(frozen=True)
-class PhaseSummary:
-    """One phase on one channel over its trials (``channel`` is empty for timing-only runs)."""
-
-    phase: str
-    channel: str
-    trials: int
-    iterations: int
-    time_per_iter_s: Spread
-    energy_per_iter_j: Spread
-    mean_power_w: Spread
-    dynamic_energy_per_iter_j: Spread | None = None
-    flags: tuple[str, ...] = ()
-    work: Mapping[str, float] = field(default_factory=dict)
-    #: the 95 % bound of ``energy_per_iter_j.median`` (``uncertainty.summary_bound``)
-    energy_bound: Bound | None = None
-    #: the share of the trials' windows whose edges took each estimator (``{"counter": 5}``)
-    estimators: Mapping[str, int] = field(default_factory=dict)
-    #: the precision reached: the 95 % interval of the median over the trials, in % of it, of
-    #: ``time`` and ``energy`` per iteration (``uncertainty.median_ci_j``; absent below 2 trials)
-    precision_pct: Mapping[str, float] = field(default_factory=dict)
-
-    @property
-    def energy_bound_pct(self) -> float:
-        """The total 95 % bound of the median energy per iteration, in % (NaN without one)."""
-        return self.energy_bound.pct(self.energy_per_iter_j.median) if self.energy_bound else math.nan
-
-    def to_json(self) -> dict:
-        return {
-            "phase": self.phase,
-            "channel": self.channel,
-            "trials": self.trials,
-            "iterations": self.iterations,
-            "time_per_iter_s": self.time_per_iter_s.to_json(),
-            "energy_per_iter_j": self.energy_per_iter_j.to_json(),
-            "mean_power_w": self.mean_power_w.to_json(),
-            "dynamic_energy_per_iter_j": (
-                self.dynamic_energy_per_iter_j.to_json() if self.dynamic_energy_per_iter_j else None
-            ),
-            "flags": list(self.flags),
-            "work": dict(self.work),
-            "energy_per_iter_bound": (
-                self.energy_bound.to_json(self.energy_per_iter_j.median) if self.energy_bound else None
-            ),
-            "estimators": dict(self.estimators),
-            "precision_pct": dict(self.precision_pct),
-        }
-
-    @classmethod
-    def from_json(cls, d: dict) -> PhaseSummary:
-        dyn = d.get("dynamic_energy_per_iter_j")
-        return cls(
-            phase=d["phase"],
-            channel=d["channel"],
-            trials=d["trials"],
-            iterations=d["iterations"],
-            time_per_iter_s=Spread.from_json(d["time_per_iter_s"]),
-            energy_per_iter_j=Spread.from_json(d["energy_per_iter_j"]),
-            mean_power_w=Spread.from_json(d["mean_power_w"]),
-            dynamic_energy_per_iter_j=Spread.from_json(dyn) if dyn else None,
-            flags=tuple(d.get("flags", ())),
-            work=d.get("work", {}),
-            energy_bound=Bound.from_json(d.get("energy_per_iter_bound")),
-            estimators=d.get("estimators", {}),
-            precision_pct=d.get("precision_pct", {}),
-        )
-
-
-def summarize(
-    windows: pd.DataFrame, work: Mapping[str, Mapping[str, float]] | None = None
-) -> list[PhaseSummary]:
-    """Per phase and channel: median and spread over trials, and the union of window flags."""
-    work = work or {}
-    out: list[PhaseSummary] = []
-    if windows.empty:
-        return out
-    for (phase, channel), group in windows.groupby(["phase", "channel"], sort=False):
-        flags: list[str] = []
-        for text in group["flags"]:
-            flags.extend(f for f in split_flags(text) if f not in flags)
-        time_spread = Spread.of(group["time_per_iter_s"])
-        energy_spread = Spread.of(group["energy_per_iter_j"])
-        if (time_spread.noisy or energy_spread.noisy) and NOISY not in flags:
-            flags.append(NOISY)
-        trials = int(group["trial"].nunique())
-        if channel and energy_spread.n < trials and PARTIAL not in flags:
-            flags.append(PARTIAL)  # the median below covers energy_per_iter_j.n of the trials
-        dynamic = None
-        if group["dynamic_energy_per_iter_j"].notna().any():
-            dynamic = Spread.of(group["dynamic_energy_per_iter_j"])
-        bound, estimators = _phase_bound(group)
-        out.append(
-            PhaseSummary(
-                phase=str(phase),
-                channel=str(channel),
-                trials=trials,
-                iterations=int(group["iterations"].median()),
-                time_per_iter_s=time_spread,
-                energy_per_iter_j=energy_spread,
-                mean_power_w=Spread.of(group["mean_power_w"]),
-                dynamic_energy_per_iter_j=dynamic,
-                flags=tuple(flags),
-                work=dict(work.get(str(phase), {})),
-                energy_bound=bound,
-                estimators=estimators,
-                precision_pct=_precision(group, bool(channel)),
-            )
-        )
-    return out
-
-
-def _precision(group: pd.DataFrame, energy: bool) -> dict[str, float]:
-    """The 95 % interval of the median time (and energy) per iteration, in % of the median."""
-    out = {}
-    columns = {"time": "time_per_iter_s", "energy": "energy_per_iter_j"} if energy else {"time": "time_per_iter_s"}
-    for name, column in columns.items():
-        values = pd.to_numeric(group[column], errors="coerce").to_numpy(float)
-        values = values[np.isfinite(values)]
-        half = median_ci_j(values)
-        median = float(np.median(values)) if values.size else math.nan
-        if math.isfinite(half) and median:
-            out[name] = 100.0 * half / abs(median)
-    return out
-
-
-def _phase_bound(group: pd.DataFrame) -> tuple[Bound | None, dict[str, int]]:
-    """The bound of a phase's median energy per iteration, and how many windows took each
-    estimator."""
-    if "energy_random_j" not in group.columns:
-        return None, {}
-    per_iter = []
-    bounds = []
-    for row in group.to_dict("records"):
-        iterations = row.get("iterations") or 0
-        bound = window_bound(row)
-        if bound is not None and iterations:
-            bounds.append(bound.scaled(1.0 / iterations))
-        per_iter.append(row.get("energy_per_iter_j"))
-    counts = group["estimator"].fillna("").astype(str).value_counts() if "estimator" in group else {}
-    estimators = {str(k): int(v) for k, v in dict(counts).items() if k}
-    return summary_bound(per_iter, bounds), estimators

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.clock import ClockModel
+from ..core.idle import IdleBaseline, idle_warnings
 from ..core.pipeline import (
-    INTERRUPTED,
     Annotate,
     Placement,
     Recording,
@@ -30,12 +30,9 @@ from ..core.pipeline import (
     place_samples,
 )
 from ..core.samples import DUPLICATE, SampleSeries
-from ..core.windows import (
-    IdleBaseline,
-    idle_warnings,
-    off_grid_warnings,
-    summarize,
-)
+from ..core.summary import summarize
+from ..core.vocabulary import INTERRUPTED
+from ..core.windows import off_grid_warnings
 from ..errors import StoreError
 from ..model import Channel, DerivedTable, WindowAnnotation, primary_channel_names
 from ..plugin import PowerSource, Workload

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from .. import plugin
 from ..core.clock import ClockModel
-from ..core.samples import PARTIAL_NAME, SampleStore
+from ..core.samples import PARTIAL_NAME
+from ..core.samplestore import SampleStore
 from ..errors import PowerSourceError
 from ..kit.calls import BoundedCall, CallTimeout, PluginCallError, describe
 from ..live.listener import Fanout, LiveListener

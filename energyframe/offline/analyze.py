@@ -25,10 +25,11 @@ import numpy as np
 import pandas as pd
 
 from ..core.clock import ChannelTimeMap, ClockModel, ClockPair
-from ..core.energy import INVALID_READING
+from ..core.idle import IdleBaseline
 from ..core.pipeline import Recording, placed_rejections
 from ..core.samples import IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, Rejected, SampleSeries
-from ..core.windows import REJECTION_FLAGS, WINDOW_COLUMNS, IdleBaseline, WindowRecord
+from ..core.vocabulary import INVALID_READING
+from ..core.windows import REJECTION_FLAGS, WINDOW_COLUMNS, WindowRecord
 from ..errors import EnergyFrameError, UsageError
 from ..lifecycle.assemble import assemble
 from ..lifecycle.config import MAX_SECONDS

@@ -12,9 +12,9 @@ from typing import Any
 
 from ..core.align import Alignment, MeterAligner, averaging_period
 from ..core.clock import ChannelTimeMap, ClockModel
-from ..core.energy import MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
 from ..core.pipeline import timing_maps
 from ..core.samples import SampleSeries
+from ..core.vocabulary import MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
 from ..core.windows import WindowRecord
 from ..errors import PowerSourceError, UsageError
 from ..model import Channel, Sample, Scope, SourceContext, Timing, WindowAnnotation

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.energy import INVALID_READING
 from ..core.samples import STEPPED
+from ..core.vocabulary import INVALID_READING
 from ..core.windows import REJECTION_FLAGS
 from ..errors import PowerSourceError, UsageError
 from ..model import Channel, ClockBase, Quantity, Sample, Scope, SourceContext, Timing, WindowAnnotation
@@ -193,8 +193,7 @@ class ReplayPowerSource(PowerSource):
         )
         timing = Timing(self.options["timing"]) if self.options["timing"] else recorded.timing
         channel = dataclasses.replace(
-            recorded,
-            name=self.options["prefix"] + recorded.name,
+            recorded.renamed(lambda name: self.options["prefix"] + name),
             scope=Scope(self.options["scope"]) if self.options["scope"] else recorded.scope,
             resolution_s=recorded.resolution_s or spacing,
             clock=ClockBase.WALL if absolute else ClockBase.MONOTONIC,

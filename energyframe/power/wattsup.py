@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.energy import MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
+from ..core.vocabulary import MLPERF_MIN_WINDOW_S, SHORT_FOR_METER
 from ..errors import OptionError, PowerSourceError
 from ..kit.polling import PollingSource, Stream
 from ..model import Channel, ClockBase, Quantity, Sample, Scope, Timing, WindowAnnotation

@@ -26,7 +26,8 @@ from typing import Any
 
 import pandas as pd
 
-from ..core.windows import WINDOW_COLUMNS, summarize
+from ..core.summary import summarize
+from ..core.windows import WINDOW_COLUMNS
 from ..model import DerivedTable, join_flags, split_flags
 from ..results.meta import RunMeta, SourceRecord
 from ..results.result import COMPLETE, RunResult
@@ -279,7 +280,7 @@ def _rank_sources(rank: int, sources: Sequence[SourceRecord]) -> list[dict[str, 
     for source in sources:
         record = source.to_json()
         record["rank"] = rank
-        record["channels"] = [{**c.to_json(), "name": prefixed(rank, c.name)} for c in source.channels]
+        record["channels"] = [c.renamed(lambda name: prefixed(rank, name)).to_json() for c in source.channels]
         out.append(record)
     return out
 

@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..core.stats import Spread
-from ..core.windows import PhaseSummary
+from ..core.summary import PhaseSummary
 
 _PREFIXES = [(1e3, "k"), (1.0, ""), (1e-3, "m"), (1e-6, "µ"), (1e-9, "n")]
 

@@ -32,9 +32,11 @@ import numpy as np
 import pandas as pd
 
 from ..core.clock import ClockModel
-from ..core.pipeline import INTERRUPTED, Recording, add_fused_power, flag_windows, integrate, place_samples
+from ..core.pipeline import Recording, add_fused_power, flag_windows, integrate, place_samples
 from ..core.samples import SampleSeries, accept
-from ..core.windows import WindowRecord, summarize
+from ..core.summary import summarize
+from ..core.vocabulary import INTERRUPTED
+from ..core.windows import WindowRecord
 from ..errors import StoreError
 from ..model import Channel, primary_channel_names
 from . import store

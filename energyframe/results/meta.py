@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..core.clock import ClockModel
-from ..core.windows import PhaseSummary
+from ..core.summary import PhaseSummary
 from ..model import Channel, DerivedTable, Quantity
 
 # History of run.json's format (the run directory's; windows.csv and samples.parquet have kept
@@ -27,7 +27,10 @@ from ..model import Channel, DerivedTable, Quantity
 #       version-1 file may lack any of them.
 #   2 - 2026-11-26: every section is written (an empty one as {} or [], a missing value as null),
 #       and ``pid``, the process that ran the run, is a field (version 1 had it only inside the
-#       reason "running (pid N)").
+#       reason "running (pid N)"). 2026-11-29: a channel says what shapes it between its ticks
+#       (``shaped_by``) and what it is derived from (``derived_from``); a source whose channels
+#       say neither (written before) is read with the relation energyframe then found by name
+#       (``with_declared_shapes``).
 FORMAT_VERSION = 2
 
 COMPLETE = "complete"
@@ -274,6 +277,8 @@ class SourceRecord(PluginRecord):
     def from_json(cls, data: Any, where: str = ""):
         if not isinstance(data, Mapping) or not isinstance(data.get("name"), str):
             raise MetaError(where, data, "an object with a name")
+        if "channels" in data:
+            data = {**data, "channels": with_declared_shapes(data["channels"])}
         return super().from_json(data, where)
 
     @property
@@ -508,6 +513,31 @@ def pid_in_reason(reason: str | None) -> int | None:
 
 
 # -- versions -----------------------------------------------------------------------------------
+#: what energyframe fused an energy counter ``NAME`` with before channels declared it (until
+#: 2026-11-29): the channels of these suffixes beside it, finest first, where the first was there,
+#: each read as it says (NVML's buffer of 20-ms means, then its instant power)
+NAMED_SHAPES = (("power_samples", "period"), ("power_instant", "point"))
+
+
+def with_declared_shapes(channels: Any) -> Any:
+    """A source's channels as run.json lists them, where none says what shapes it (a run written
+    before channels declared it): each energy counter ``NAME`` with ``NAME.power_samples`` beside
+    it declares the shapes energyframe then found by their names (``NAMED_SHAPES``), so that it
+    is fused as it was. Channels that declare their shapes, and anything not a list of channels,
+    are returned as they are."""
+    if not isinstance(channels, list) or any(isinstance(c, Mapping) and "shaped_by" in c for c in channels):
+        return channels
+    names = {c.get("name") for c in channels if isinstance(c, Mapping)}
+    out = []
+    for c in channels:
+        name = c.get("name") if isinstance(c, Mapping) else None
+        if isinstance(name, str) and c.get("quantity") == Quantity.ENERGY.value and f"{name}.{NAMED_SHAPES[0][0]}" in names:
+            shaped = [{"channel": f"{name}.{s}", "reading": r} for s, r in NAMED_SHAPES if f"{name}.{s}" in names]
+            c = {**c, "shaped_by": shaped}
+        out.append(c)
+    return out
+
+
 def update_to_2(data: Mapping[str, Any]) -> dict[str, Any]:
     """Version 1 -> 2: every section present (empty where version 1 left it out), ``pid`` from
     the "running (pid N)" reason of a run that had not finished (else unknown)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..core.windows import PhaseSummary
+from ..core.summary import PhaseSummary
 from ..model import DerivedTable
 from . import store
 from .display import render, summary_table

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.clock import ClockModel
-from ..core.energy import GAP
+from ..core.vocabulary import GAP
 from ..lifecycle.measurement import Measurement
 from ..model import split_flags
 from ..plugin import PowerSource

@@ -20,8 +20,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..core.energy import UNCOVERED
-from ..core.windows import summarize
+from ..core.summary import summarize
+from ..core.vocabulary import UNCOVERED
 from ..errors import EnergyFrameError
 from ..kit.calls import BoundedCall, CallTimeout, PluginCallError, describe
 from ..lifecycle import reporting

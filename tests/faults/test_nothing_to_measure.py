@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import energyframe as ef
 from energyframe.cli import main
-from energyframe.core.windows import IDLE_ABOVE_LOAD
+from energyframe.core.vocabulary import IDLE_ABOVE_LOAD
 from energyframe.kit.polling import PollingSource
 from energyframe.plugin import Channel, ClockBase, Phase, Quantity, Sample, Scope
 from tests.fakes import ListWorkload, spin

@@ -8,7 +8,7 @@ import pytest
 
 import energyframe as ef
 from energyframe.core.clock import ClockModel, ClockPair
-from energyframe.core.samples import SampleStore
+from energyframe.core.samplestore import SampleStore
 from energyframe.errors import PowerSourceError
 from energyframe.model import Channel, ClockBase, Quantity, Sample, Scope
 from tests.fakes import ListWorkload, ScriptedSource, busy_phase

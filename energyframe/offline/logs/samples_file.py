@@ -12,6 +12,7 @@ import numpy as np
 from ...core.samples import ENERGY_UNITS, POWER_UNITS, SampleSeries, si_scale
 from ...errors import StoreError, UsageError
 from ...model import Channel, ClockBase, Quantity
+from ...results.meta import with_declared_shapes
 from .log import SAMPLES, PowerLog, in_time_order
 from .table import Table, first_line, numbers, skipped_warning, unit_channel
 
@@ -108,7 +109,7 @@ def _samples_log(
 def _recorded_channels(meta: dict | None) -> dict[str, Channel]:
     recorded = {}
     for source in (meta or {}).get("sources", []):
-        for data in source.get("channels", []) if isinstance(source, dict) else ():
+        for data in with_declared_shapes(source.get("channels", [])) if isinstance(source, dict) else ():
             try:
                 channel = Channel.from_json(data)
             except (KeyError, TypeError, ValueError):

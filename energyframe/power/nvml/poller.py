@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ...errors import PowerSourceError
-from ...model import Channel, ClockBase, Quantity, Sample, Scope, Timing
+from ...model import Channel, ClockBase, Quantity, Sample, Scope, Shape, Timing
 from .device import GPU
 
 #: update periods measured on H100/H200 (benchmarks/sensor_probe.py). Units: s.
@@ -148,7 +148,17 @@ def gpu_channels(gpu: GPU, kinds: Sequence[str]) -> list[Channel]:
                     description=text,
                 )
             )
+    if gpu.has_counter and "samples" in kinds and gpu.has_samples:
+        out[0] = replace(out[0], shaped_by=counter_shapes(base, "instant" in kinds and gpu.has_instant))
     return [replace(c, accuracy_w=BOARD_ACCURACY_W) if c.integrable else c for c in out]
+
+
+def counter_shapes(base: str, instant: bool) -> tuple[Shape, ...]:
+    """What shapes the energy counter ``base`` between its ticks, finest first: the driver's
+    buffer (each sample the mean power since the one before), then, where the buffer has gaps,
+    instant power; the run adds the counter's fused power, ``gpuN.fused`` (docs/power-sources.md)."""
+    buffer = Shape(channel=f"{base}.power_samples", reading="period")
+    return (buffer, Shape(channel=f"{base}.power_instant", reading="point")) if instant else (buffer,)
 
 
 class FieldPoller:
