@@ -172,6 +172,7 @@ def _phase_bound(group: pd.DataFrame) -> tuple[Bound | None, dict[str, int]]:
         if bound is not None and iterations:
             bounds.append(bound.scaled(1.0 / iterations))
         per_iter.append(row.get("energy_per_iter_j"))
-    counts = group["estimator"].fillna("").astype(str).value_counts() if "estimator" in group else {}
+    # an all-NaN column is float64: fill it as text (pandas 4 refuses a str fill value there)
+    counts = group["estimator"].astype(object).fillna("").astype(str).value_counts() if "estimator" in group else {}
     estimators = {str(k): int(v) for k, v in dict(counts).items() if k}
     return summary_bound(per_iter, bounds), estimators

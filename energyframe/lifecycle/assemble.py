@@ -169,7 +169,7 @@ def assemble(
     annotate = source_annotator(recording, placement.series, warn)
     windows, idle = integrate(recording, placement, annotate)
     windows = flag_windows(windows, recording.interrupted, INTERRUPTED)
-    for message in [*idle_warnings(windows, idle), *off_grid_warnings(windows)]:
+    for message in [*idle_warnings(windows, idle), *off_grid_warnings(windows, recording.channels)]:
         warn(message)
     summaries = tuple(summarize(windows, recording.work))
     full_meta = {**meta, **placement_meta(placement, idle, recording)}
