@@ -12,7 +12,7 @@ from typing import Any
 from .core.pipeline import TimeAligner
 from .errors import UsageError
 from .kit.registry import PowerArg, resolve_power
-from .lifecycle.measurement import Measurement, describe_exception
+from .lifecycle.measurement import Measurement
 from .plugin import PowerSource
 from .ranks.coordinator import Coordinator
 from .results.meta import COMPLETE, INCOMPLETE
@@ -84,7 +84,7 @@ class _Session:
         self.calls: dict[str, int] = {}
 
     def measurement(self) -> Measurement:
-        if self.m is None or self.m._result is not None:  # none yet, or the last one ended
+        if self.m is None or self.m.finished:  # none yet, or the last one ended
             from .results.store import default_run_dir
 
             run_dir = default_run_dir("measured", root=self.out) if self.out is not None else None
@@ -103,22 +103,22 @@ class _Session:
             m.warn(f"call {n} of {label} raised {type(e).__name__}: {e}; that call has no window")
             raise
         except BaseException as e:  # Ctrl-C, SIGTERM or sys.exit inside the call: the program stops
-            self.finish(INCOMPLETE, f"{describe_exception(e, m.recorder)} in call {n} of {label}")
+            self.finish(INCOMPLETE, f"{m.describe_failure(e)} in call {n} of {label}")
             raise
 
     def result(self) -> RunResult | None:
         if self.m is None:
             return None
-        return self.m._result if self.m._result is not None else self.m.snapshot()
+        return self.m.result if self.m.finished else self.m.snapshot()
 
     def finish(self, status: str = COMPLETE, reason: str | None = None) -> RunResult | None:
         """Stop the sources and save the run (once; later calls start a new one)."""
-        if self.m is None or self.m.recorder is None:
+        if self.m is None:
             return None
-        if self.m._result is None:
+        if not self.m.finished:
             atexit.unregister(self.finish)
             self.m.finish(status, reason)
-        return self.m._result
+        return self.m.result
 
 
 _SESSIONS: dict[tuple[str, str, str], _Session] = {}
