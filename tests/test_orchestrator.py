@@ -12,9 +12,10 @@ import pytest
 
 import energyframe as ef
 from energyframe.errors import PowerSourceError, RunInterrupted, UsageError, WorkloadError
-from energyframe.lifecycle import measurement, orchestrator, window_edges
-from energyframe.lifecycle.config import RunSettings
-from energyframe.lifecycle.orchestrator import CALIBRATION_MARGIN, SHORT_REDO, calibrate
+from energyframe.lifecycle import measurement, phases, planning, precision, window_edges
+from energyframe.lifecycle.config import CALIBRATION_MARGIN, RunSettings
+from energyframe.lifecycle.phases import SHORT_REDO
+from energyframe.lifecycle.planning import calibrate
 from energyframe.plugin import Phase
 from energyframe.results.result import RunResult
 from tests.fakes import ListWorkload, SignalSource, StepClock, busy_phase, spin
@@ -24,9 +25,11 @@ FAST = RunSettings(trials=3, min_window_s=0.15, warmup_s=0.02)
 
 @pytest.fixture
 def step_clock(monkeypatch):
-    """The orchestrator's clock (calibration, warm-up) moves only when a step advances it."""
+    """The orchestrator's clock (calibration, warm-up, the phases' timings, the precision's
+    waits) moves only when a step advances it."""
     clock = StepClock()
-    monkeypatch.setattr(orchestrator, "time", clock.module())
+    for module in (planning, phases, precision):
+        monkeypatch.setattr(module, "time", clock.module())
     return clock
 
 

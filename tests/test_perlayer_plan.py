@@ -99,11 +99,11 @@ def test_options_that_cannot_run_are_refused(spec, message):
 
 def test_window_s_counts_each_units_replays_at_capture_instead_of_calibrating(monkeypatch):
     calibrated = []
-    from energyframe.lifecycle import orchestrator
+    from energyframe.lifecycle import planning
 
-    real = orchestrator.calibrate
+    real = planning.calibrate
     monkeypatch.setattr(
-        orchestrator, "calibrate", lambda *a, **k: calibrated.append(a[0].name) or real(*a, **k)
+        planning, "calibrate", lambda *a, **k: calibrated.append(a[0].name) or real(*a, **k)
     )
     w = tiny(window_s=0.01, lead_s=0.002, validate=True)
     result = run(w)
@@ -125,11 +125,11 @@ def test_window_s_counts_each_units_replays_at_capture_instead_of_calibrating(mo
 
 def test_without_window_s_the_run_calibrates_as_before(monkeypatch):
     calibrated = []
-    from energyframe.lifecycle import orchestrator
+    from energyframe.lifecycle import planning
 
-    real = orchestrator.calibrate
+    real = planning.calibrate
     monkeypatch.setattr(
-        orchestrator, "calibrate", lambda *a, **k: calibrated.append(a[0].name) or real(*a, **k)
+        planning, "calibrate", lambda *a, **k: calibrated.append(a[0].name) or real(*a, **k)
     )
     w = tiny()
     result = run(w)
