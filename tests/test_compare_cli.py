@@ -37,7 +37,7 @@ def runs(tmp_path_factory):
             power=[f"replay:file={csv},loop=true"],
             reporters=[],
             out=root / name,
-            config=CONFIG,
+            settings=CONFIG,
         )
         out[name] = root / name
     return out

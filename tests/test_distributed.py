@@ -239,7 +239,7 @@ def test_window_edges_phases_and_window_lengths_are_agreed():
     phases = [busy_phase("a", iterations=2), busy_phase("b", seconds=0.002)]
     ef.run(
         ListWorkload(phases),
-        power=None,
+        power="none",
         reporters=[],
         settings=RunSettings(trials=1, min_window_s=0.05, warmup=0),
         coordinator=listening,

@@ -190,10 +190,10 @@ def _shape(result):
 def test_wrapper_and_the_deprecated_option_give_the_same_run(tmp_path):
     options = "image_size=32,granularity=block,validate=true,unroll=2,whole_unroll=2"
     new = ef.run(
-        f"per-layer:model=resnet18,{options}", power=None, reporters=[], out=tmp_path / "a", config=TINY
+        f"per-layer:model=resnet18,{options}", power="none", reporters=[], out=tmp_path / "a", settings=TINY
     )
     old = ef.run(
-        f"resnet18:per_layer=true,{options}", power=None, reporters=[], out=tmp_path / "b", config=TINY
+        f"resnet18:per_layer=true,{options}", power="none", reporters=[], out=tmp_path / "b", settings=TINY
     )
     assert _shape(new) == _shape(old)
     phases, tables, fixed, _ = _shape(new)

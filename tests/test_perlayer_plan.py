@@ -57,7 +57,7 @@ def tiny(whole_unroll=1, **options):
 
 
 def run(workload, settings=RUN):
-    return ef.run(workload, power=None, reporters=[], settings=settings)
+    return ef.run(workload, power="none", reporters=[], settings=settings)
 
 
 @pytest.mark.parametrize(
@@ -269,7 +269,7 @@ def test_the_speed_benchmark_reads_a_saved_per_layer_run(tmp_path):
     bench = _benchmark()
     ef.run(
         tiny(granularity="leaf", validate=True, kernel_gaps=True, window_s=0.01),
-        power=None,
+        power="none",
         reporters=[],
         out=tmp_path / "run",
         settings=ef.RunSettings(trials=3, idle_s=0.0),

@@ -374,7 +374,7 @@ def test_without_a_gpu_nothing_starts_and_nothing_is_claimed(tmp_path, monkeypat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     naive = ef.load_kernel(MATMUL, "matmul_naive", shapes=SHAPES)
     with pytest.raises(WorkloadError, match="needs a CUDA GPU"):
-        ef.sweep(naive, N=[64], M=[64], K=[64], power=None, out=tmp_path, reporters=[], echo=lambda s: None)
+        ef.sweep(naive, N=[64], M=[64], K=[64], power="none", out=tmp_path, reporters=[], echo=lambda s: None)
     assert list(tmp_path.iterdir()) == []
     out = tmp_path / "cli"
     args = ["sweep", str(MATMUL), "-k", "matmul_naive", "-p", "N=64", "-p", "M=64", "-p", "K=64"]
@@ -397,7 +397,7 @@ def test_a_run_that_stops_gives_every_configuration_not_run_its_reason(tmp_path,
     lines = []
     with pytest.raises(WorkloadError) as raised:
         ef.sweep(
-            naive, N=[64, 128], M=[64], K=[64], power=None, out=tmp_path, reporters=[], echo=lines.append
+            naive, N=[64, 128], M=[64], K=[64], power="none", out=tmp_path, reporters=[], echo=lines.append
         )
     assert lines == [
         f"sweep results (incomplete) in {tmp_path}: benchmark_results.json, benchmark_report.txt"
