@@ -20,7 +20,7 @@ from .results.result import RunResult
 
 
 def measure(
-    power: str | Sequence[PowerArg] | None = "auto",
+    power: str | Sequence[PowerArg] = "auto",
     *,
     out: Path | str | None = None,
     sync: str | Callable[[], None] | None = "auto",
@@ -32,8 +32,8 @@ def measure(
     """Start measuring: ``with ef.measure(power=["nvml"]) as m: ...``.
 
     Args:
-        power: ``"auto"`` (what this machine has), ``"none"``/``None``/``[]`` (timing only),
-            or a list of specs (``"nvml:gpus=0"``) or ``PowerSource`` instances.
+        power: ``"auto"`` (what this machine has), ``"none"`` (timing only), or a list of
+            specs (``"nvml:gpus=0"``) or ``PowerSource`` instances.
         out: save the run there when the block ends (samples are logged there while it runs).
         sync: device sync at window edges: ``"auto"``, ``None`` or a callable.
         idle_s: measure every channel's idle power for this long first, for dynamic energy.
@@ -55,10 +55,10 @@ def measure(
     )
 
 
-def _fresh(power: str | Sequence[PowerArg] | None) -> str | list[PowerArg] | None:
+def _fresh(power: str | Sequence[PowerArg]) -> str | list[PowerArg]:
     """Power for one more measurement: a source instance (which starts only once) is rebuilt
     from its class and options; specs are used as they are."""
-    if power is None or isinstance(power, str):
+    if isinstance(power, str) or not isinstance(power, Sequence):  # resolve_power judges it
         return power
     fresh: list[PowerArg] = []
     for item in power:
@@ -78,7 +78,7 @@ class _Session:
     interpreter's exit), each call is one window, each function one phase, and the run
     directory is one (``<out>/<UTC time>-measured``)."""
 
-    def __init__(self, power: str | Sequence[PowerArg] | None, out: Path | str | None, sync) -> None:
+    def __init__(self, power: str | Sequence[PowerArg], out: Path | str | None, sync) -> None:
         self.power, self.out, self.sync = power, out, sync
         self.m: Measurement | None = None
         self.calls: dict[str, int] = {}
@@ -158,7 +158,7 @@ class Measured:
 def measured(
     func: Callable[..., Any] | None = None,
     *,
-    power: str | Sequence[PowerArg] | None = "auto",
+    power: str | Sequence[PowerArg] = "auto",
     out: Path | str | None = None,
     name: str | None = None,
     iterations: int = 1,

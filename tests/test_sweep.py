@@ -367,6 +367,15 @@ def test_python_api_dry_run_returns_the_plan():
     assert lines[0] == "kernels:" and len(lines) == 5
 
 
+def test_the_settings_are_said_settings_not_config(tmp_path):
+    # config= was removed in 0.x; it is refused, never taken for a swept parameter named config
+    naive = ef.load_kernel(MATMUL, "matmul_naive", shapes=SHAPES)
+    with pytest.raises(TypeError) as e:
+        ef.sweep(naive, N=[64], M=[64], K=[64], config=ef.RunSettings(trials=1), out=tmp_path, echo=print)
+    assert str(e.value) == "ef.sweep() takes no config= since 0.x: say settings=ef.RunSettings(...)"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_without_a_gpu_nothing_starts_and_nothing_is_claimed(tmp_path, monkeypatch):
     # deliberately changed: the sweep used to start, print an empty table and save a plan of
     # "not run" configurations; now it refuses before anything starts and writes nothing

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -90,10 +89,10 @@ def resolve_config(
 
 def run(
     workload: str | Spec | Workload,
-    power: str | Sequence[PowerArg] | None = "auto",
+    power: str | Sequence[PowerArg] = "auto",
     reporters: Sequence[str | Spec | Reporter] = ("console",),
     out: Path | str | None = None,
-    config: RunSettings | RunConfig | None = None,
+    config: None = None,
     align: bool = True,
     *,
     settings: RunSettings | RunConfig | None = None,
@@ -110,7 +109,7 @@ def run(
         power: ``"auto"``, ``"none"`` (timing only), or specs / ``PowerSource`` instances.
         reporters: reporter specs or instances, called with the finished result.
         out: run directory (``None``: keep the result in memory only).
-        config: deprecated: the old name of ``settings``.
+        config: removed (the old name of ``settings``): giving it raises ``TypeError``.
         align: estimate wall meters' lag against the run's GPU or CPU power and correct it.
         settings: ``RunSettings`` (trials, window length, warm-up, cool-down, idle baseline,
             guard bands, pulses), resolved against the workload's preferences; or a ``RunConfig``
@@ -141,6 +140,8 @@ def run(
 
         result = ef.run("cpu-matmul:sizes=256", power="none", reporters=[], settings=ef.RunSettings(trials=3))
     """
+    if config is not None:  # in its old place, so that settings given there are never taken for align
+        raise TypeError("ef.run() takes no config= since 0.x: say settings=ef.RunSettings(...)")
     export_launcher_env()  # under srun, the RANK/WORLD_SIZE environment torch and workloads read
     # validate every plugin and option before anything starts
     the_workload = registry.create(registry.WORKLOADS, workload)
@@ -149,9 +150,7 @@ def run(
     check_reporter_errors(reporter_errors)
     sources, notes = resolve_power(power)
     early_warnings: list[str] = []
-    if config is not None:
-        warnings.warn("ef.run(config=...) is deprecated: say settings=...", DeprecationWarning, stacklevel=2)
-    resolved = resolve_config(the_workload, settings or config, early_warnings.append)
+    resolved = resolve_config(the_workload, settings, early_warnings.append)
     meta = {
         "workload": plugin_record(the_workload),
         "reporters": [plugin_record(r) for r in the_reporters],

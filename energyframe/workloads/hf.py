@@ -324,7 +324,7 @@ class HFModel(GenericModel):
             )
 
     def phases(self) -> Iterable[Phase]:
-        if self.options["mode"] == "prefill" or self.per_layer is not None:
+        if self.options["mode"] == "prefill":
             return super().phases()
         import torch
 
