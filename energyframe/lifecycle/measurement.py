@@ -25,27 +25,33 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..core.clock import ClockModel
-from ..core.pipeline import Recording, TimeAligner
-from ..core.windows import WindowRecord
-from ..errors import DistributedError, PowerSourceError, UsageError
-from ..live.listener import LiveListener
-from ..model import Channel, WorkloadContext
-from ..plugin import PowerSource, Workload
+from ..errors import UsageError
+from ..model import WorkloadContext
 from ..ranks.connect import connect
-from ..ranks.coordinator import Coordinator
 from ..results.paths import out_path
-from ..results.result import COMPLETE, INCOMPLETE, RunResult
+from ..results.result import COMPLETE, INCOMPLETE
 from .acquisition import Acquisition
 from .finisher import Finisher
-from .live import LiveEnergy, LiveWindows
+from .live import LiveWindows
 from .output import RunOutput
 from .ranked import RankedRun
-from .sync import resolve_sync
 from .window_edges import WindowEdges
-from .windowbook import WindowBook, WindowHandle
+from .windowbook import WindowBook
+
+if TYPE_CHECKING:  # what the public face's signatures name; the work is done by the parts above
+    from ..core.clock import ClockModel
+    from ..core.pipeline import Recording, TimeAligner
+    from ..core.windows import WindowRecord
+    from ..errors import DistributedError, PowerSourceError
+    from ..live.listener import LiveListener
+    from ..model import Channel
+    from ..plugin import PowerSource, Workload
+    from ..ranks.coordinator import Coordinator
+    from ..results.result import RunResult
+    from .live import LiveEnergy
+    from .windowbook import WindowHandle
 
 
 class Measurement:
@@ -102,7 +108,7 @@ class Measurement:
         if listeners:  # live subscribers (an exporter's window gauge) hear every window's energy
             self.live.subscribe(self.acquisition.to_listeners)
         self.book = WindowBook(self.live, self.output)
-        self.edges = WindowEdges(self.book, resolve_sync(sync), lambda: self.acquisition.failure)
+        self.edges = WindowEdges(self.book, sync, lambda: self.acquisition.failure)
         self.finisher = Finisher(self.acquisition, self.book, self.live, self.output, workload, aligner)
         self._ranked: RankedRun | None = None  # with several ranks
         self._result: RunResult | None = None

@@ -153,7 +153,7 @@ class RankedRun:
             self.rank_error = DistributedError(result.reason or "another rank did not complete the run")
         return result
 
-    def _as_root(self, parts: Mapping[int, Any], out: Path | None) -> RunResult:
+    def _as_root(self, parts: Mapping[int, RankPart], out: Path | None) -> RunResult:
         """Rank 0: merge and save; every rank waits for the answer, sent even when saving failed."""
         coord = self.coordinator
         told = {"status": INCOMPLETE, "reason": "rank 0 could not save the run", "out": None}
@@ -181,7 +181,7 @@ class RankedRun:
         }
         return replace(local, meta={**local.meta, "status": status, "reason": reason, "distributed": distributed})
 
-    def _merge_and_save(self, parts: Mapping[int, Any]) -> RunResult:
+    def _merge_and_save(self, parts: Mapping[int, RankPart]) -> RunResult:
         """Rank 0: the whole run from every rank's part, saved into the run directory."""
         host, coord = self.host, self.coordinator
         status, reason = run_status(parts, coord.world_size, coord.end_message)
@@ -257,7 +257,7 @@ def check_ranks(coord: Coordinator, out: Path | None, warn) -> None:
         )
 
 
-def distributed_meta(coord: Coordinator, parts: Mapping[int, Any]) -> dict[str, Any]:
+def distributed_meta(coord: Coordinator, parts: Mapping[int, RankPart]) -> dict[str, Any]:
     """run.json's ``distributed`` section."""
     rows = [_rank_row(coord, rank, coord.ranks.get(rank), parts.get(rank)) for rank in range(coord.world_size)]
     return {
@@ -275,7 +275,7 @@ def distributed_meta(coord: Coordinator, parts: Mapping[int, Any]) -> dict[str, 
     }
 
 
-def _rank_row(coord: Coordinator, rank: int, info: RankInfo | None, part: Any) -> dict[str, Any]:
+def _rank_row(coord: Coordinator, rank: int, info: RankInfo | None, part: RankPart | None) -> dict[str, Any]:
     meta = part.result.meta if part is not None and part.result is not None else {}
     return {
         "rank": rank,

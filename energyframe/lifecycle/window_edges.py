@@ -15,6 +15,7 @@ from ..core.windows import WindowRecord
 from ..errors import PowerSourceError
 from ..model import no_sync
 from ..ranks.coordinator import Alone, Coordinator
+from .sync import resolve_sync
 from .windowbook import WindowBook, WindowHandle, checked_iterations
 
 
@@ -23,16 +24,20 @@ class WindowEdges:
 
     Args:
         book: where the windows go.
-        sync: the measurement's device sync (a window may give its own).
+        sync: the measurement's device sync (a window may give its own): ``"auto"`` (torch
+            CUDA when in use), ``None``, or a callable.
         failure: why a source failed while the run went, if one did (a window closing then
             raises it, once recorded).
     """
 
     def __init__(
-        self, book: WindowBook, sync: Callable[[], None], failure: Callable[[], PowerSourceError | None]
+        self,
+        book: WindowBook,
+        sync: str | Callable[[], None] | None,
+        failure: Callable[[], PowerSourceError | None],
     ) -> None:
         self.book = book
-        self.sync = sync
+        self.sync = resolve_sync(sync)
         self.failure = failure
         #: this process among the ranks (``Measurement.start`` joins them)
         self.coordinator: Coordinator = Alone()
