@@ -45,10 +45,10 @@ def main() -> int:
     for repeat in range(args.repeats):
         for name, spec in WORKLOADS.items():  # interleaved: drift over time hits every workload
             out = root / f"{name}-{repeat}"
-            ef.run(spec, power=["nvml"], reporters=[], out=out, config=config)
+            ef.run(spec, power=["nvml"], reporters=[], out=out, settings=config)
             dirs.setdefault(name, []).append(out)
     different = root / "different"
-    ef.run(DIFFERENT[1], power=["nvml"], reporters=[], out=different, config=config)
+    ef.run(DIFFERENT[1], power=["nvml"], reporters=[], out=different, settings=config)
 
     report = {"repeats": args.repeats, "trials": args.trials, "workloads": {}}
     for name, paths in dirs.items():

@@ -14,14 +14,9 @@ Plugin authors import the plugin contract from ``energyframe.plugin`` (docs/writ
 from __future__ import annotations
 
 import ast
-import warnings
 from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from .kit.moved import install as _install_moved_paths
-
-_install_moved_paths()  # energyframe.polling and the other pre-layout paths, with a warning
 
 # Every public name is declared once, in this block: type checkers read it, and at run time the
 # same block is read (below) to import each name on first use.
@@ -60,24 +55,6 @@ if TYPE_CHECKING:
     from .workloads.perlayer import PerLayer
     from .workloads.pipeline import Pipeline, Stage
 
-#: names that were exported here before and belong to the plugin contract: they still resolve,
-#: with a warning, from ``energyframe.plugin``, their one public home
-_PLUGIN_CONTRACT = (
-    "PowerSource",
-    "Reporter",
-    "Channel",
-    "Sample",
-    "Quantity",
-    "Scope",
-    "ClockBase",
-    "Timing",
-    "SourceContext",
-    "Detection",
-    "WindowAnnotation",
-    "DerivedTable",
-)
-
-
 def _declared() -> dict[str, str]:
     """Each name of the ``TYPE_CHECKING`` block above, and the module it comes from."""
     tree = ast.parse(Path(__file__).read_text())
@@ -98,17 +75,21 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
-    if module is None and name in _PLUGIN_CONTRACT:
-        warnings.warn(
-            f"ef.{name} is deprecated: import it from energyframe.plugin", DeprecationWarning, stacklevel=2
-        )
-        module = f"{__name__}.plugin"
     if module is None:
-        raise AttributeError(f"module 'energyframe' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    if name in _EXPORTS:
-        globals()[name] = value
+        raise AttributeError(_no_attribute(name))
+    value = globals()[name] = getattr(import_module(module), name)
     return value
+
+
+def _no_attribute(name: str) -> str:
+    """Why ``ef.<name>`` fails; a name of the plugin contract says where it is imported from."""
+    message = f"module 'energyframe' has no attribute {name!r}"
+    if name.startswith("_"):
+        return message
+    contract = getattr(import_module(f"{__name__}.plugin"), name, None)
+    if getattr(contract, "__module__", "").startswith(f"{__name__}."):
+        message += f"; import it from energyframe.plugin (from energyframe.plugin import {name})"
+    return message
 
 
 def __dir__() -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 from .core.pipeline import TimeAligner
 from .errors import UsageError
 from .kit.registry import PowerArg, resolve_power
-from .lifecycle.measurement import Measurement, describe_exception
+from .lifecycle.measurement import Measurement
 from .plugin import PowerSource
 from .ranks.coordinator import Coordinator
 from .results.meta import COMPLETE, INCOMPLETE
@@ -21,7 +21,7 @@ from .results.result import RunResult
 
 
 def measure(
-    power: str | Sequence[PowerArg] | None = "auto",
+    power: str | Sequence[PowerArg] = "auto",
     *,
     out: Path | str | None = None,
     sync: str | Callable[[], None] | None = "auto",
@@ -33,8 +33,8 @@ def measure(
     """Start measuring: ``with ef.measure(power=["nvml"]) as m: ...``.
 
     Args:
-        power: ``"auto"`` (what this machine has), ``"none"``/``None``/``[]`` (timing only),
-            or a list of specs (``"nvml:gpus=0"``) or ``PowerSource`` instances.
+        power: ``"auto"`` (what this machine has), ``"none"`` (timing only), or a list of
+            specs (``"nvml:gpus=0"``) or ``PowerSource`` instances.
         out: save the run there when the block ends (samples are logged there while it runs).
         sync: device sync at window edges: ``"auto"``, ``None`` or a callable.
         idle_s: measure every channel's idle power for this long first, for dynamic energy.
@@ -56,10 +56,10 @@ def measure(
     )
 
 
-def _fresh(power: str | Sequence[PowerArg] | None) -> str | list[PowerArg] | None:
+def _fresh(power: str | Sequence[PowerArg]) -> str | list[PowerArg]:
     """Power for one more measurement: a source instance (which starts only once) is rebuilt
     from its class and options; specs are used as they are."""
-    if power is None or isinstance(power, str):
+    if isinstance(power, str) or not isinstance(power, Sequence):  # resolve_power judges it
         return power
     fresh: list[PowerArg] = []
     for item in power:
@@ -79,13 +79,13 @@ class _Session:
     interpreter's exit), each call is one window, each function one phase, and the run
     directory is one (``<out>/<UTC time>-measured``)."""
 
-    def __init__(self, power: str | Sequence[PowerArg] | None, out: Path | str | None, sync) -> None:
+    def __init__(self, power: str | Sequence[PowerArg], out: Path | str | None, sync) -> None:
         self.power, self.out, self.sync = power, out, sync
         self.m: Measurement | None = None
         self.calls: dict[str, int] = {}
 
     def measurement(self) -> Measurement:
-        if self.m is None or self.m._result is not None:  # none yet, or the last one ended
+        if self.m is None or self.m.finished:  # none yet, or the last one ended
             from .results.store import default_run_dir
 
             run_dir = default_run_dir("measured", root=self.out) if self.out is not None else None
@@ -104,7 +104,7 @@ class _Session:
             m.warn(f"call {n} of {label} raised {type(e).__name__}: {e}; that call has no window")
             raise
         except BaseException as e:  # Ctrl-C, SIGTERM or sys.exit inside the call: the program stops
-            self.finish(INCOMPLETE, f"{describe_exception(e, m.recorder)} in call {n} of {label}")
+            self.finish(INCOMPLETE, f"{m.describe_failure(e)} in call {n} of {label}")
             raise
         if inspect.isgenerator(returned) or inspect.isawaitable(returned) or inspect.isasyncgen(returned):
             m.warn(
@@ -116,16 +116,16 @@ class _Session:
     def result(self) -> RunResult | None:
         if self.m is None:
             return None
-        return self.m._result if self.m._result is not None else self.m.snapshot()
+        return self.m.result if self.m.finished else self.m.snapshot()
 
     def finish(self, status: str = COMPLETE, reason: str | None = None) -> RunResult | None:
         """Stop the sources and save the run (once; later calls start a new one)."""
-        if self.m is None or self.m.recorder is None:
+        if self.m is None:
             return None
-        if self.m._result is None:
+        if not self.m.finished:
             atexit.unregister(self.finish)
             self.m.finish(status, reason)
-        return self.m._result
+        return self.m.result
 
 
 _SESSIONS: dict[tuple[str, str, str], _Session] = {}
@@ -181,7 +181,7 @@ class Measured:
 def measured(
     func: Callable[..., Any] | None = None,
     *,
-    power: str | Sequence[PowerArg] | None = "auto",
+    power: str | Sequence[PowerArg] = "auto",
     out: Path | str | None = None,
     name: str | None = None,
     iterations: int = 1,

@@ -106,7 +106,7 @@ class ListWorkload(Workload):
 
 class StepClock:
     """A monotonic clock that moves only when told to, for the orchestrator's calibration and
-    warm-up (``monkeypatch.setattr(orchestrator, "time", clock.module())``): a step that calls
+    warm-up (``monkeypatch.setattr(planning, "time", clock.module())``): a step that calls
     ``advance(s)`` lasts exactly ``s`` there, however loaded the machine is."""
 
     def __init__(self, start_s: float = 1000.0) -> None:

@@ -86,7 +86,7 @@ def test_a_runs_own_samples_and_windows(tmp_path, power_csv):
         power=[f"replay:file={csv},loop=true"],
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunSettings(trials=2),
+        settings=ef.RunSettings(trials=2),
     )
     result = CliRunner().invoke(
         main,
@@ -273,7 +273,7 @@ def test_a_runs_own_samples_give_the_runs_windows(tmp_path):
         power=[SignalSource(name="gpu", watts=300.0)],
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunConfig(trials=3, min_window_s=0.1, warmup_s=0.0, idle_s=0.3),
+        settings=ef.RunConfig(trials=3, min_window_s=0.1, warmup_s=0.0, idle_s=0.3),
     )
     run = tmp_path / "run"
     result = analyze_cli("--power-log", run / "samples.parquet", "--run", run, "--out", tmp_path / "again")
@@ -364,7 +364,7 @@ def test_a_wall_meter_log_is_aligned_with_the_runs_gpu_power(tmp_path):
         power=[f"replay:file={tmp_path}/gpu.csv,align=absolute,scope=gpu"],
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunConfig(trials=1, warmup_s=0.0),
+        settings=ef.RunConfig(trials=1, warmup_s=0.0),
     )
     rows = []
     for k in range(5, 115):
@@ -413,7 +413,7 @@ def test_a_meter_log_over_a_timing_only_run_is_integrated_unaligned(tmp_path):
 
     before = time.time()
     ef.run(
-        "sleep:seconds=0.01", power=None, reporters=[], out=tmp_path / "run", config=ef.RunConfig(trials=2)
+        "sleep:seconds=0.01", power="none", reporters=[], out=tmp_path / "run", settings=ef.RunConfig(trials=2)
     )
     rows = [
         f"{dt.datetime.fromtimestamp(int(before) + k):%Y-%m-%d %H:%M:%S},{k},100.0,100.0"

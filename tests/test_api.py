@@ -191,22 +191,35 @@ def test_every_public_name_is_declared_once_and_resolves():
         for name in ef.__all__:
             assert getattr(ef, name) is not None, name
     assert {"run", "measure", "measured", "RunSettings", "RunResult", "Workload", "Phase"} <= set(ef.__all__)
-    # the plugin contract has one public home; the old top-level names warn and point to it
+    # the plugin contract has one public home; the old top-level names are gone and point to it
     assert "Channel" not in ef.__all__
-    with pytest.warns(
-        DeprecationWarning, match="ef.Channel is deprecated: import it from energyframe.plugin"
-    ):
-        from energyframe.plugin import Channel
+    with pytest.raises(AttributeError) as e:
+        ef.Channel  # noqa: B018
+    assert str(e.value) == (
+        "module 'energyframe' has no attribute 'Channel'; import it from energyframe.plugin "
+        "(from energyframe.plugin import Channel)"
+    )
+    with pytest.raises(AttributeError) as e:
+        ef.Chanel  # noqa: B018
+    assert str(e.value) == "module 'energyframe' has no attribute 'Chanel'"
 
-        assert ef.Channel is Channel
 
-
-def test_one_spelling_of_timing_only():
+def test_one_spelling_of_timing_only_and_of_the_settings(tmp_path):
     assert ef.run("sleep:seconds=0", power="none", reporters=[], settings=ef.RunSettings(trials=1)).complete
-    with pytest.warns(DeprecationWarning, match="say power='none'"):
-        ef.run("sleep:seconds=0", power=None, reporters=[], settings=ef.RunSettings(trials=1))
-    with pytest.warns(DeprecationWarning, match=r"ef.run\(config=...\) is deprecated: say settings=..."):
-        ef.run("sleep:seconds=0", power="none", reporters=[], config=ef.RunSettings(trials=1))
+    for power in (None, []):  # the spellings removed in 0.x fail before anything starts
+        message = f"power={power!r} names no power source; for timing only say power='none'"
+        with pytest.raises(ef.UsageError) as e:
+            ef.run("sleep:seconds=0", power=power, reporters=[], out=tmp_path / "run")
+        assert str(e.value) == message
+        with pytest.raises(ef.UsageError) as e:
+            ef.measure(power=power)
+        assert str(e.value) == message
+    assert not (tmp_path / "run").exists()
+    for given in ({"config": ef.RunSettings(trials=1)}, {}):
+        with pytest.raises(TypeError) as e:  # by keyword, or in its old place (never taken for align)
+            args = ("sleep:seconds=0", "none", [], None) + (() if given else (ef.RunSettings(trials=1),))
+            ef.run(*args, **given)
+        assert str(e.value) == "ef.run() takes no config= since 0.x: say settings=ef.RunSettings(...)"
 
 
 def test_a_workload_is_told_where_it_runs_before_setup(tmp_path, monkeypatch):

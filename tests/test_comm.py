@@ -215,7 +215,7 @@ def test_a_trace_with_collectives_needs_its_ranks(tmp_path, one_process):
 
     trace = write_trace_dir(tmp_path / "t")
     with pytest.raises(UsageError) as e:
-        ef.run(f"replay:trace={trace}", power=None, reporters=[])
+        ef.run(f"replay:trace={trace}", power="none", reporters=[])
     assert str(e.value) == (
         f"{trace} holds 2 collective calls per iteration (all_reduce) over 2 ranks, but WORLD_SIZE is not "
         "set: replay it under torchrun --nproc-per-node 2, one process per rank, or with comm=false "
@@ -223,9 +223,9 @@ def test_a_trace_with_collectives_needs_its_ranks(tmp_path, one_process):
     )
     result = ef.run(
         f"replay:trace={trace},comm=false,full=none,unroll=2",
-        power=None,
+        power="none",
         reporters=[],
-        config=ef.RunSettings(trials=1, min_window_s=0.01),
+        settings=ef.RunSettings(trials=1, min_window_s=0.01),
     )
     assert [s.phase for s in result.summaries] == ["000 mm 2x2 2x2"]
     assert result.derived_table("comparison").rows[0]["replayed_collectives"] == 0
@@ -237,14 +237,14 @@ def test_per_rank_trace_directories_need_as_many_ranks(tmp_path, one_process, mo
     for rank in range(2):
         write_trace_dir(tmp_path / "t" / f"rank{rank}")
     with pytest.raises(UsageError) as e:
-        ef.run(f"replay:trace={tmp_path / 't'}", power=None, reporters=[])
+        ef.run(f"replay:trace={tmp_path / 't'}", power="none", reporters=[])
     assert str(e.value) == (
         f"{tmp_path / 't'} holds one trace per rank (2 ranks): replay them under torchrun --nproc-per-node 2, "
         f"one process per rank, or one rank's alone with trace={tmp_path / 't' / 'rank0'}"
     )
     monkeypatch.setenv("WORLD_SIZE", "4")
     with pytest.raises(UsageError, match="holds traces of 2 ranks, but WORLD_SIZE is 4"):
-        ef.run(f"replay:trace={tmp_path / 't'}", power=None, reporters=[])
+        ef.run(f"replay:trace={tmp_path / 't'}", power="none", reporters=[])
 
 
 @pytest.mark.parametrize(

@@ -219,8 +219,8 @@ def test_comparability_warnings_name_what_differs(fake_nvml):  # noqa: F811
 def test_comparability_of_workloads_sources_and_status(tmp_path, power_csv):
     csv = power_csv(100.0, duration_s=5.0)
     config = ef.RunSettings(trials=3, min_window_s=0.02)
-    a = ef.run("sleep:seconds=0.02", power=[f"replay:file={csv}"], reporters=[], config=config)
-    b = ef.run("sleep:seconds=0.03", power=None, reporters=[], config=config)
+    a = ef.run("sleep:seconds=0.02", power=[f"replay:file={csv}"], reporters=[], settings=config)
+    b = ef.run("sleep:seconds=0.03", power="none", reporters=[], settings=config)
     text = "\n".join(comparability.check(["a", "b"], [a, b]))
     assert "workload options differ, a vs b: seconds=0.02 vs 0.03" in text
     assert "different power sources: a: replay; b: none (timing only)" in text

@@ -85,10 +85,10 @@ def test_a_resolved_config_runs_as_given_and_says_what_the_workload_wanted():
         def run_defaults(self):
             return {"idle_s": 0.5}
 
-    result = ef.run(Wants([busy_phase()]), power=None, reporters=[],
-                    config=RunConfig(trials=2, min_window_s=0.05, warmup_s=0.0))
+    result = ef.run(Wants([busy_phase()]), power="none", reporters=[],
+                    settings=RunConfig(trials=2, min_window_s=0.05, warmup_s=0.0))
     assert result.meta["config"]["idle_s"] == 0.0
     assert any("preferred settings {'idle_s': 0.5} were not applied" in w for w in result.warnings)
-    settled = ef.run(Wants([busy_phase()]), power=None, reporters=[],
+    settled = ef.run(Wants([busy_phase()]), power="none", reporters=[],
                      settings=RunSettings(trials=2, min_window_s=0.05, warmup_s=0.0))
     assert settled.meta["config"]["idle_s"] == 0.5

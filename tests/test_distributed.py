@@ -10,7 +10,7 @@ import pytest
 
 import energyframe as ef
 from energyframe.errors import WorkloadError
-from energyframe.lifecycle import orchestrator
+from energyframe.lifecycle import planning
 from energyframe.lifecycle.config import RunSettings
 from energyframe.model import Phase
 from energyframe.ranks import gloo
@@ -168,15 +168,15 @@ class SlowerPeer(Alone):
 
 @pytest.fixture
 def fake_clock(monkeypatch):
-    """The orchestrator's clock moves only when a step runs (nothing else sees it)."""
+    """The planning's clock moves only when a step runs (nothing else sees it)."""
     clock = FakeClock()
-    monkeypatch.setattr(orchestrator, "time", types.SimpleNamespace(monotonic=clock, sleep=lambda s: None))
+    monkeypatch.setattr(planning, "time", types.SimpleNamespace(monotonic=clock, sleep=lambda s: None))
     return clock
 
 
 def test_calibration_alone_times_growing_batches(fake_clock):
     phase = Phase("p", step=fake_clock.step)
-    steps, per_step = orchestrator.calibrate(phase, 1.0, 10**9)
+    steps, per_step = planning.calibrate(phase, 1.0, 10**9)
     # 1 step (15.6 ms), then ceil(1.1 x 0.15 x 64) = 11 steps (0.172 s, past 0.15 of the
     # window); a window of 1.08 x 1 s is ceil(1.08 x 64) = 70 steps
     assert fake_clock.steps == 1 + 11
@@ -186,7 +186,7 @@ def test_calibration_alone_times_growing_batches(fake_clock):
 def test_calibration_of_several_ranks_follows_the_slowest(fake_clock):
     phase = Phase("p", step=fake_clock.step)
     peer = SlowerPeer(factor=2.0)
-    steps, per_step = orchestrator.calibrate(phase, 1.0, 10**9, peer)
+    steps, per_step = planning.calibrate(phase, 1.0, 10**9, peer)
     # the peer's batches take twice as long: 1 step is 1/32 s, then ceil(1.1 x 0.15 x 32) = 6
     # steps (0.1875 s on the peer); its 1/32 s per step fills 1.08 s with ceil(1.08 x 32) = 35 steps
     assert fake_clock.steps == 1 + 6
@@ -200,11 +200,11 @@ def test_time_based_warm_up_of_several_ranks_runs_the_steps_rank_0_says(fake_clo
     config = RunSettings(warmup_s=100.0).resolve()
     # whatever this rank's clock says, rank 0 decides: 3 steps more, then 1, then stop
     peer = SlowerPeer(root_says=[3, 1, 0])
-    assert orchestrator.warm_up(phase, config, peer) == 1 + 3 + 1
+    assert planning.warm_up(phase, config, peer) == 1 + 3 + 1
     assert fake_clock.steps == 5
     assert peer.said == ["agree on warm-up steps"] * 3
     guard = SlowerPeer(root_says=[0])
-    orchestrator.run_for(phase, 100.0, guard)  # a guard band too
+    planning.run_for(phase, 100.0, guard)  # a guard band too
     assert fake_clock.steps == 6 and guard.said == ["agree on guard-band steps"]
 
 
@@ -212,7 +212,7 @@ def test_rank_0_proposes_chunks_that_end_on_its_clock(fake_clock):
     phase = Phase("p", step=fake_clock.step)
     # as rank 0 (its proposals stand): 1 step, then twice as many each time up to 0.1 s of
     # steps (6 at 1/64 s), stopping once its clock passed the 0.5 s asked for
-    steps = orchestrator.run_agreed(phase, 0.5, SlowerPeer(), "warm-up steps")
+    steps = planning.run_agreed(phase, 0.5, SlowerPeer(), "warm-up steps")
     assert steps == 1 + 2 + 4 + 6 + 6 + 6 + 6 + 1
     assert fake_clock.now >= 0.5
 
@@ -239,7 +239,7 @@ def test_window_edges_phases_and_window_lengths_are_agreed():
     phases = [busy_phase("a", iterations=2), busy_phase("b", seconds=0.002)]
     ef.run(
         ListWorkload(phases),
-        power=None,
+        power="none",
         reporters=[],
         settings=RunSettings(trials=1, min_window_s=0.05, warmup=0),
         coordinator=listening,
@@ -354,7 +354,7 @@ def test_sync_pulses_load_the_ranks_own_gpu(monkeypatch):
     the one its sampler measures, not on cuda:0 for every rank."""
     import torch
 
-    from energyframe.lifecycle import orchestrator, pulse
+    from energyframe.lifecycle import phases, pulse
 
     asked = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -387,10 +387,10 @@ def test_sync_pulses_load_the_ranks_own_gpu(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    orchestrator.sync_pulses(Windows())
+    phases.sync_pulses(Windows())
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(name)
-    orchestrator.sync_pulses(Windows())
+    phases.sync_pulses(Windows())
     assert made == ["cuda:1", "cuda"]
 
 

@@ -23,6 +23,7 @@ from energyframe.model import Phase
 from energyframe.results.result import RunResult
 from energyframe.workloads.kernels import MatmulKernel
 from energyframe.workloads.models import ModelWorkload
+from energyframe.workloads.perlayer import PerLayer
 from energyframe.workloads.pipeline import Pipeline
 from tests.fakes import ListWorkload
 
@@ -205,7 +206,7 @@ def test_derived_tables_of_pipelines_and_per_layer_runs_are_documented(tmp_path)
     pipe = Pipeline("p", [("mm", MatmulKernel(M=16, K=16, N=16, dtype="fp32", unroll=2))])
     ef.run(pipe, power="none", reporters=[], out=tmp_path / "pipeline", settings=QUICK)
     assert {"stages.csv", "summary.csv"} <= check_run(tmp_path / "pipeline")
-    model = TinyModel(name="tiny", per_layer=True, validate=True, unroll=2, device="cpu")
+    model = PerLayer(model=TinyModel(name="tiny", device="cpu"), validate=True, unroll=2)
     ef.run(model, power="none", reporters=[], out=tmp_path / "layers", settings=QUICK)
     assert {"layers.csv", "summary.csv"} <= check_run(tmp_path / "layers")
     text = (DOCS / "result-format.md").read_text()

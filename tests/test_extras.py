@@ -97,7 +97,7 @@ def test_the_plot_command_without_matplotlib(tmp_path, without):
         power=[SignalSource(name="gpu")],
         reporters=[],
         out=out,
-        config=ef.RunSettings(trials=1, min_window_s=0.05, warmup_s=0.0),
+        settings=ef.RunSettings(trials=1, min_window_s=0.05, warmup_s=0.0),
     )
     without("matplotlib")
     result = CliRunner().invoke(main, ["plot", str(out)])
@@ -110,8 +110,8 @@ def test_the_plot_reporter_without_matplotlib_is_refused_before_the_run(tmp_path
     without("matplotlib")
     out = tmp_path / "run"
     with pytest.raises(UsageError, match=r"^the plot reporter needs matplotlib: pip install 'energyframe\[plots\]'$"):
-        ef.run(ListWorkload([busy_phase()]), power=None, reporters=["plot"], out=out,
-               config=ef.RunSettings(trials=1, min_window_s=0.05, warmup_s=0.0))
+        ef.run(ListWorkload([busy_phase()]), power="none", reporters=["plot"], out=out,
+               settings=ef.RunSettings(trials=1, min_window_s=0.05, warmup_s=0.0))
     assert not out.exists()  # nothing was started
 
 

@@ -25,7 +25,7 @@ SMALL = [
 
 @pytest.mark.parametrize("spec", SMALL, ids=lambda s: s.split(":")[0])
 def test_every_builtin_kernel_runs_eagerly_on_the_cpu(spec):
-    result = ef.run(spec, power=None, reporters=[], config=QUICK)
+    result = ef.run(spec, power="none", reporters=[], settings=QUICK)
     name = spec.split(":")[0]
     summary = result.summary(name)
     assert summary.trials == 2 and summary.time_per_iter_s.median > 0
@@ -75,7 +75,7 @@ def test_graphkernel_python_api_counts_calls():
 
     kernel = ef.GraphKernel("inc", setup, capture, unroll=7)
     result = ef.run(
-        kernel, power=None, reporters=[], config=ef.RunSettings(trials=2, min_window_s=0.01, warmup=1)
+        kernel, power="none", reporters=[], settings=ef.RunSettings(trials=2, min_window_s=0.01, warmup=1)
     )
     window_calls = int(result.windows["iterations"].sum())
     assert window_calls % 7 == 0
@@ -106,12 +106,12 @@ def test_explicit_cuda_without_a_gpu_is_a_clear_error():
     with pytest.raises(
         ef.WorkloadError, match="device 'cuda' was asked for, but torch sees no CUDA GPU here"
     ):
-        ef.run("matmul:M=8,K=8,N=8,device=cuda", power=None, reporters=[], config=QUICK)
+        ef.run("matmul:M=8,K=8,N=8,device=cuda", power="none", reporters=[], settings=QUICK)
 
 
 def test_matmul_on_the_cpu_defaults_to_fp32_and_one_call_per_step():
     # fp16 with 100 calls per step took 88 s per step for 512^3 on a CPU
-    result = ef.run("matmul:M=32,K=16,N=8", power=None, reporters=[], config=QUICK)
+    result = ef.run("matmul:M=32,K=16,N=8", power="none", reporters=[], settings=QUICK)
     options = result.meta["workload"]["options"]
     assert (options["dtype"], options["unroll"]) == ("fp32", 1)
     assert result.meta["workload"]["info"]["unroll"] == 1

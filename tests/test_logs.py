@@ -125,7 +125,7 @@ def test_a_runs_samples_carry_the_runs_channel_descriptions(tmp_path):
         power=[SignalSource(name="gpu", watts=200.0)],
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunConfig(trials=1, min_window_s=0.05, warmup_s=0.0),
+        settings=ef.RunConfig(trials=1, min_window_s=0.05, warmup_s=0.0),
     )
     log = logs.read_log(tmp_path / "run" / "samples.parquet")
     assert log.kind == logs.SAMPLES and log.primary == "gpu"
@@ -197,7 +197,7 @@ def test_a_run_json_beside_samples_that_cannot_be_read_is_a_warning(tmp_path):
         power=[SignalSource(name="gpu")],
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunConfig(trials=1, min_window_s=0.05, warmup_s=0.0),
+        settings=ef.RunConfig(trials=1, min_window_s=0.05, warmup_s=0.0),
     )
     (tmp_path / "run" / "run.json").write_text(json.dumps([1, 2]))
     log = logs.read_log(tmp_path / "run" / "samples.parquet")

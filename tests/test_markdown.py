@@ -28,7 +28,7 @@ def test_report_md_in_the_run_directory(tmp_path):
     pipe = ef.Pipeline(
         "two", [(HOSTILE, ListWorkload([busy_phase("x", 0.001)])), ("add", ListWorkload([busy_phase()]))]
     )
-    ef.run(pipe, power=[SignalSource(name="gpu")], reporters=["markdown"], out=out, config=CONFIG)
+    ef.run(pipe, power=[SignalSource(name="gpu")], reporters=["markdown"], out=out, settings=CONFIG)
     text = (out / "report.md").read_text()
     lines = text.splitlines()
     assert lines[0] == "# two: complete"
@@ -63,7 +63,7 @@ def test_report_md_in_the_run_directory(tmp_path):
 
 
 def test_stdout_when_not_saved_and_an_incomplete_run(capsys):
-    result = ef.run(ListWorkload([busy_phase()]), power=None, reporters=["markdown"], config=CONFIG)
+    result = ef.run(ListWorkload([busy_phase()]), power="none", reporters=["markdown"], settings=CONFIG)
     out = capsys.readouterr().out
     assert out.startswith("# list: complete\n") and "| busy | (timing only) | 3 |" in out
     broken = RunResult(

@@ -38,7 +38,7 @@ def test_named_nested_windows(tmp_path):
 
 
 def test_begin_and_end_window_without_a_with_block():
-    with ef.measure(power=None) as m:
+    with ef.measure(power="none") as m:
         m.begin_window("a")
         m.begin_window("b", iterations=5)
         spin(0.01)
@@ -51,7 +51,7 @@ def test_begin_and_end_window_without_a_with_block():
 
 def test_custom_sync_is_called_at_both_edges():
     calls = []
-    with ef.measure(power=None, sync=lambda: calls.append(time.monotonic())) as m:
+    with ef.measure(power="none", sync=lambda: calls.append(time.monotonic())) as m:
         with m.window("w"):
             spin(0.01)
     record = m.records[0]
@@ -61,7 +61,7 @@ def test_custom_sync_is_called_at_both_edges():
 
 def test_a_window_whose_code_raises_is_dropped_and_the_run_is_incomplete():
     with pytest.raises(ZeroDivisionError):
-        with ef.measure(power=None) as m:
+        with ef.measure(power="none") as m:
             with m.window("ok"):
                 pass
             with m.window("bad"):
@@ -72,7 +72,7 @@ def test_a_window_whose_code_raises_is_dropped_and_the_run_is_incomplete():
 
 
 def test_result_is_not_available_while_running():
-    with ef.measure(power=None) as m:
+    with ef.measure(power="none") as m:
         with pytest.raises(UsageError, match="still running"):
             m.result  # noqa: B018
 
@@ -145,7 +145,7 @@ def test_each_window_records_whether_the_device_was_synced_as_it_opened(tmp_path
         journal = journal_records(out / WINDOWS_PARTIAL, m.clock)
     assert [(r.phase, r.synced) for r in m.records] == [("plain", False), ("synced", True)]
     assert [(r.phase, r.synced) for r in journal] == [("plain", False), ("synced", True)]
-    with ef.measure(power=None) as auto:  # "auto": torch's CUDA where it is in use
+    with ef.measure(power="none") as auto:  # "auto": torch's CUDA where it is in use
         with auto.window("w"):
             spin(0.01)
     assert auto.records[0].synced

@@ -84,11 +84,11 @@ def test_opt66b_decode_attends_to_the_cache():
 @pytest.mark.slow
 def test_per_layer_run_with_validation_on_the_cpu(tmp_path):
     result = ef.run(
-        "resnet18:image_size=32,per_layer=true,granularity=leaf,validate=true,unroll=2,whole_unroll=2",
-        power=None,
+        "per-layer:model=resnet18,image_size=32,granularity=leaf,validate=true,unroll=2,whole_unroll=2",
+        power="none",
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunSettings(trials=2, min_window_s=0.01),
+        settings=ef.RunSettings(trials=2, min_window_s=0.01),
     )
     layers = result.derived_table("layers").rows
     summary = result.derived_table("summary").rows[0]
@@ -108,9 +108,9 @@ def test_per_layer_run_with_validation_on_the_cpu(tmp_path):
 def test_whole_model_eager_on_the_cpu():
     result = ef.run(
         "resnet18:image_size=32",
-        power=None,
+        power="none",
         reporters=[],
-        config=ef.RunSettings(trials=2, min_window_s=0.05, warmup_s=0.0),
+        settings=ef.RunSettings(trials=2, min_window_s=0.05, warmup_s=0.0),
     )
     assert list(result.windows["phase"].unique()) == ["forward"]
     assert result.summary("forward").work == {"images": 1.0}

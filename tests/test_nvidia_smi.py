@@ -132,7 +132,7 @@ def test_missing_executable(fake_smi):
 def test_runs_beside_nvml_with_a_prefix(fake_smi, tmp_path):
     fake_smi(watts=123.0)
     result = ef.run(
-        "sleep:seconds=0.3", power=["nvidia-smi:prefix=smi."], reporters=[], config=ef.RunSettings(trials=2)
+        "sleep:seconds=0.3", power=["nvidia-smi:prefix=smi."], reporters=[], settings=ef.RunSettings(trials=2)
     )
     assert set(result.windows["channel"]) == {"smi.gpu0", "smi.gpu0.power_average"}
 

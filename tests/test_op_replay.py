@@ -276,10 +276,10 @@ def replay_tiny_bloom(tmp_path, options: str, out=None):
     capture(TINY_BLOOM, tmp_path / "trace", steps=2, warmup=1)
     return ef.run(
         f"replay:trace={tmp_path / 'trace'},unroll=2,{options}",
-        power=None,
+        power="none",
         reporters=[],
         out=out,
-        config=ef.RunSettings(trials=2, min_window_s=0.01),
+        settings=ef.RunSettings(trials=2, min_window_s=0.01),
     )
 
 
@@ -330,7 +330,7 @@ def test_rotating_replay_records_its_copies_on_the_cpu(tmp_path):
 
 def test_replay_needs_a_trace_directory(tmp_path):
     with pytest.raises(ef.UsageError, match="is not a trace directory: no ops.jsonl"):
-        ef.run(f"replay:trace={tmp_path}", power=None, reporters=[])
+        ef.run(f"replay:trace={tmp_path}", power="none", reporters=[])
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,10 @@ import pytest
 
 import energyframe as ef
 from energyframe.errors import PowerSourceError, RunInterrupted, UsageError, WorkloadError
-from energyframe.lifecycle import measurement, orchestrator
-from energyframe.lifecycle.config import RunSettings
-from energyframe.lifecycle.orchestrator import CALIBRATION_MARGIN, SHORT_REDO, calibrate
+from energyframe.lifecycle import measurement, phases, planning, precision, window_edges
+from energyframe.lifecycle.config import CALIBRATION_MARGIN, RunSettings
+from energyframe.lifecycle.phases import SHORT_REDO
+from energyframe.lifecycle.planning import calibrate
 from energyframe.plugin import Phase
 from energyframe.results.result import RunResult
 from tests.fakes import ListWorkload, SignalSource, StepClock, busy_phase, spin
@@ -24,9 +25,11 @@ FAST = RunSettings(trials=3, min_window_s=0.15, warmup_s=0.02)
 
 @pytest.fixture
 def step_clock(monkeypatch):
-    """The orchestrator's clock (calibration, warm-up) moves only when a step advances it."""
+    """The orchestrator's clock (calibration, warm-up, the phases' timings, the precision's
+    waits) moves only when a step advances it."""
     clock = StepClock()
-    monkeypatch.setattr(orchestrator, "time", clock.module())
+    for module in (planning, phases, precision):
+        monkeypatch.setattr(module, "time", clock.module())
     return clock
 
 
@@ -37,7 +40,7 @@ def test_constant_power_gives_exact_window_energy(power_csv, tmp_path):
         power=[f"replay:file={csv},loop=true"],
         reporters=[],
         out=tmp_path / "run",
-        config=FAST,
+        settings=FAST,
     )
     assert result.complete
     w = result.windows
@@ -58,7 +61,7 @@ def test_constant_power_gives_exact_window_energy(power_csv, tmp_path):
 def test_saved_run_reads_back_identically(power_csv, tmp_path):
     csv = power_csv(lambda t: 50 + 100 * t, period_s=0.02, duration_s=5.0)
     out = tmp_path / "run"
-    result = ef.run("cpu-matmul:sizes=16", power=[f"replay:file={csv}"], reporters=[], out=out, config=FAST)
+    result = ef.run("cpu-matmul:sizes=16", power=[f"replay:file={csv}"], reporters=[], out=out, settings=FAST)
     assert sorted(p.name for p in out.iterdir()) == ["run.json", "samples.parquet", "windows.csv"]
     loaded = RunResult.load(out)
     assert loaded.status == "complete"
@@ -82,7 +85,7 @@ def test_idle_baseline_gives_dynamic_energy(tmp_path):
         ListWorkload([busy_phase()]),
         power=[source],
         reporters=[],
-        config=RunSettings(trials=2, min_window_s=0.1, idle_s=0.3, warmup_s=0.0),
+        settings=RunSettings(trials=2, min_window_s=0.1, idle_s=0.3, warmup_s=0.0),
     )
     idle = result.meta["idle_baseline"]["gpu"]
     assert idle["power_w"] == pytest.approx(80.0, rel=1e-6)
@@ -95,7 +98,7 @@ def test_idle_baseline_gives_dynamic_energy(tmp_path):
 def test_wall_and_monotonic_channels_agree(tmp_path):
     # the same constant power stamped on two clocks integrates to the same energy
     source = SignalSource(name="gpu", watts=250.0)
-    result = ef.run(ListWorkload([busy_phase()]), power=[source], reporters=[], config=FAST)
+    result = ef.run(ListWorkload([busy_phase()]), power=[source], reporters=[], settings=FAST)
     w = result.windows
     counter = w[w["channel"] == "gpu"]["energy_j"].to_numpy()
     power = w[w["channel"] == "gpu.power"]["energy_j"].to_numpy()
@@ -104,14 +107,14 @@ def test_wall_and_monotonic_channels_agree(tmp_path):
 
 
 def test_source_annotations_become_columns_and_flags():
-    result = ef.run(ListWorkload([busy_phase()]), power=[SignalSource(name="gpu")], reporters=[], config=FAST)
+    result = ef.run(ListWorkload([busy_phase()]), power=[SignalSource(name="gpu")], reporters=[], settings=FAST)
     rows = result.windows[result.windows["channel"] == "gpu"]
     assert (rows["sm_clock_mhz"] == 1980.0).all()
     assert result.meta["primary_channels"] == ["gpu"]
 
 
 def test_timing_only_run_has_one_row_per_window():
-    result = ef.run(ListWorkload([busy_phase(seconds=0.001)]), power=None, reporters=[], config=FAST)
+    result = ef.run(ListWorkload([busy_phase(seconds=0.001)]), power="none", reporters=[], settings=FAST)
     assert result.complete
     w = result.windows
     assert list(w["channel"]) == ["", "", ""]
@@ -128,7 +131,7 @@ def test_timing_only_run_has_one_row_per_window():
 def test_fixed_iterations_warmup_and_trials_of_a_phase_are_respected():
     calls = []
     phase = Phase("fixed", step=lambda: calls.append(1), iterations=7, warmup=2, trials=4)
-    result = ef.run(ListWorkload([phase]), power=None, reporters=[], config=FAST)
+    result = ef.run(ListWorkload([phase]), power="none", reporters=[], settings=FAST)
     assert list(result.windows["iterations"]) == [7, 7, 7, 7]
     assert len(calls) == 2 + 4 * 7
 
@@ -145,7 +148,7 @@ def test_phase_setup_and_teardown_and_sync_are_called_in_order():
         setup=lambda: events.append("setup"),
         teardown=lambda: events.append("teardown"),
     )
-    ef.run(ListWorkload([phase]), power=None, reporters=[], config=FAST)
+    ef.run(ListWorkload([phase]), power="none", reporters=[], settings=FAST)
     assert events == ["setup", "sync", "step", "step", "sync", "teardown"]
 
 
@@ -174,7 +177,7 @@ def test_source_failing_mid_run_stops_the_run_and_keeps_samples(tmp_path):
             power=[source],
             reporters=[],
             out=out,
-            config=RunSettings(trials=100, min_window_s=0.1, warmup_s=0.0),
+            settings=RunSettings(trials=100, min_window_s=0.1, warmup_s=0.0),
         )
     assert "power source 'gpu' failed: meter unplugged (test)" in str(e.value)
     result = e.value.result
@@ -190,14 +193,14 @@ def test_source_failing_to_start_raises_and_starts_nothing(tmp_path):
     ok = SignalSource(name="ok")
     bad = SignalSource(name="bad", fail_on_start=True)
     with pytest.raises(PowerSourceError, match="no such meter"):
-        ef.run(ListWorkload([busy_phase()]), power=[ok, bad], reporters=[], config=FAST)
+        ef.run(ListWorkload([busy_phase()]), power=[ok, bad], reporters=[], settings=FAST)
     assert ok.stopped  # the source started before the failing one was stopped again
 
 
 def test_workload_failure_is_reported_and_teardown_runs(tmp_path):
     workload = ListWorkload([busy_phase()], fail_in_setup=True)
     with pytest.raises(WorkloadError, match="RuntimeError: no GPU here"):
-        ef.run(workload, power=[SignalSource(name="gpu")], reporters=[], out=tmp_path / "r", config=FAST)
+        ef.run(workload, power=[SignalSource(name="gpu")], reporters=[], out=tmp_path / "r", settings=FAST)
     assert workload.torn_down
     assert RunResult.load(tmp_path / "r").reason == "RuntimeError: no GPU here (test)"
 
@@ -228,16 +231,16 @@ def test_runs_sets_a_floor_on_the_timed_iterations(step_clock):
     # 3000 runs over 3 trials need 1000 per window, more than the calibrated window holds
     result = ef.run(
         ListWorkload([Phase("busy", step=step)]),
-        power=None,
+        power="none",
         reporters=[],
-        config=RunSettings(**{**vars(config), "runs": 3000}),
+        settings=RunSettings(**{**vars(config), "runs": 3000}),
     )
     assert list(result.windows["iterations"]) == [1000, 1000, 1000]
     short = ef.run(
         ListWorkload([Phase("busy", step=step)]),
-        power=None,
+        power="none",
         reporters=[],
-        config=RunSettings(**{**vars(config), "runs": 3}),
+        settings=RunSettings(**{**vars(config), "runs": 3}),
     )
     assert list(short.windows["iterations"]) == [calibrated] * 3  # the calibrated window still applies
 
@@ -253,16 +256,16 @@ def test_bad_config_is_rejected():
 
 def test_existing_run_directory_is_not_overwritten(tmp_path, power_csv):
     out = tmp_path / "run"
-    ef.run(ListWorkload([busy_phase()]), power=None, reporters=[], out=out, config=FAST)
+    ef.run(ListWorkload([busy_phase()]), power="none", reporters=[], out=out, settings=FAST)
     with pytest.raises(UsageError, match="already holds a run"):
-        ef.run(ListWorkload([busy_phase()]), power=None, reporters=[], out=out, config=FAST)
+        ef.run(ListWorkload([busy_phase()]), power="none", reporters=[], out=out, settings=FAST)
 
 
 def test_a_window_that_comes_out_short_is_measured_again(step_clock, monkeypatch, caplog):
     # calibration sees 2 ms per step; from the first window on a step takes 0.1 ms (as after a
     # clock boost), so the first window comes out far short of the minimum. The windows are timed
     # on the same step clock: their lengths are exact, whatever the load
-    monkeypatch.setattr(measurement, "time", step_clock.module())
+    monkeypatch.setattr(window_edges, "time", step_clock.module())
     step = {"s": 0.002}
     begin = measurement.Measurement.begin_window
 
@@ -303,14 +306,14 @@ def test_sigterm_while_a_progress_line_is_written_stops_the_run(tmp_path, monkey
     logger.addHandler(handler)
     try:
         with pytest.raises(RunInterrupted, match="terminated by SIGTERM"):
-            ef.run(ListWorkload([busy_phase()]), power=None, reporters=[], out=tmp_path / "r", config=FAST)
+            ef.run(ListWorkload([busy_phase()]), power="none", reporters=[], out=tmp_path / "r", settings=FAST)
     finally:
         logger.removeHandler(handler)
     assert RunResult.load(tmp_path / "r").reason == "terminated by SIGTERM"
 
 
 def test_run_json_says_where_the_time_went(tmp_path):
-    ef.run(ListWorkload([busy_phase("a"), busy_phase("b")]), power=None, reporters=[], out=tmp_path / "r",
+    ef.run(ListWorkload([busy_phase("a"), busy_phase("b")]), power="none", reporters=[], out=tmp_path / "r",
            settings=RunSettings(trials=2, min_window_s=0.05, warmup_s=0.0))
     timings = json.loads((tmp_path / "r" / "run.json").read_text())["timings_s"]
     spans = ("sources_start", "setup", "warmup", "calibration", "windows", "between_windows", "stop_sources",

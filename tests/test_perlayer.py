@@ -1,8 +1,7 @@
 """The per-layer wrapper workload: options passed to the model, the spec the CLI builds, the
-deprecated per_layer=true, and the named models' table against pyproject's entry points."""
+removed per_layer=true, and the named models' table against pyproject's entry points."""
 
 import importlib.metadata as md
-import logging
 
 import pytest
 from click.testing import CliRunner
@@ -41,7 +40,6 @@ def test_model_options_pass_through_and_are_checked():
     assert (
         w.model.name == "resnet18" and w.model.options["batch"] == 2 and w.model.options["image_size"] == 64
     )
-    assert w.model.per_layer is None  # the model itself is measured whole; the wrapper decomposes it
 
 
 @pytest.mark.parametrize(
@@ -125,32 +123,23 @@ def test_a_made_model_can_be_wrapped():
         PerLayer(model=model, batch=2)
 
 
-class Collect(logging.Handler):
-    def __init__(self):
-        super().__init__()
-        self.messages = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
-def test_per_layer_true_is_deprecated_and_names_the_wrapper():
-    handler = Collect()
-    logger = logging.getLogger("energyframe")
-    logger.addHandler(handler)
-    try:
-        w = make("resnet18:per_layer=true,image_size=32")
-    finally:
-        logger.removeHandler(handler)
-    assert handler.messages == [
-        "resnet18:per_layer=true is deprecated; use per-layer:model=resnet18 (the same run)"
-    ]
-    assert isinstance(w.per_layer, PerLayer) and w.per_layer.model is w
+def test_per_layer_true_is_refused_and_names_the_wrapper():
+    with pytest.raises(OptionError) as e:
+        make("resnet18:per_layer=true,image_size=32")
+    assert str(e.value) == (
+        "resnet18: per_layer=true was removed in 0.x; measure layer by layer with per-layer:model=resnet18 "
+        "(the same run; energyframe run --per-layer)"
+    )
     with pytest.raises(OptionError) as e:
         make("resnet18:validate=true")
     assert str(e.value) == (
-        "resnet18: validate compares a per-layer run with the whole model; "
-        "use per-layer:model=resnet18,validate=true"
+        "resnet18: validate is an option of the per-layer wrapper; use per-layer:model=resnet18,validate=true"
+    )
+    with pytest.raises(OptionError) as e:  # the Python API too
+        models.ResNet18(granularity="block")
+    assert str(e.value) == (
+        "ResNet18: granularity is an option of the per-layer wrapper; use "
+        "ef.PerLayer(model=ResNet18(...), granularity='block')"
     )
 
 
@@ -187,20 +176,15 @@ def _shape(result):
 
 
 @pytest.mark.slow
-def test_wrapper_and_the_deprecated_option_give_the_same_run(tmp_path):
+def test_the_wrapper_measures_the_model_layer_by_layer(tmp_path):
     options = "image_size=32,granularity=block,validate=true,unroll=2,whole_unroll=2"
     new = ef.run(
-        f"per-layer:model=resnet18,{options}", power=None, reporters=[], out=tmp_path / "a", config=TINY
+        f"per-layer:model=resnet18,{options}", power="none", reporters=[], out=tmp_path / "a", settings=TINY
     )
-    old = ef.run(
-        f"resnet18:per_layer=true,{options}", power=None, reporters=[], out=tmp_path / "b", config=TINY
-    )
-    assert _shape(new) == _shape(old)
     phases, tables, fixed, _ = _shape(new)
     assert phases[-1] == "(whole model)" and len(phases) == fixed["unique_units"] + 1
     assert fixed["pipeline"] == "resnet18_b1_fp32" and fixed["granularity"] == "block"
     assert new.meta["config"]["trials"] == 1  # the run's own settings win over the pipeline defaults
-    assert make("per-layer:model=resnet18").run_defaults() == make("resnet18:per_layer=true").run_defaults()
     info = new.meta["workload"]["info"]
     assert info["model"] == "resnet18" and info["units"] == fixed["unique_units"] and info["parameters"] > 0
 

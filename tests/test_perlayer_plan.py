@@ -57,7 +57,7 @@ def tiny(whole_unroll=1, **options):
 
 
 def run(workload, settings=RUN):
-    return ef.run(workload, power=None, reporters=[], settings=settings)
+    return ef.run(workload, power="none", reporters=[], settings=settings)
 
 
 @pytest.mark.parametrize(
@@ -99,11 +99,11 @@ def test_options_that_cannot_run_are_refused(spec, message):
 
 def test_window_s_counts_each_units_replays_at_capture_instead_of_calibrating(monkeypatch):
     calibrated = []
-    from energyframe.lifecycle import orchestrator
+    from energyframe.lifecycle import planning
 
-    real = orchestrator.calibrate
+    real = planning.calibrate
     monkeypatch.setattr(
-        orchestrator, "calibrate", lambda *a, **k: calibrated.append(a[0].name) or real(*a, **k)
+        planning, "calibrate", lambda *a, **k: calibrated.append(a[0].name) or real(*a, **k)
     )
     w = tiny(window_s=0.01, lead_s=0.002, validate=True)
     result = run(w)
@@ -125,11 +125,11 @@ def test_window_s_counts_each_units_replays_at_capture_instead_of_calibrating(mo
 
 def test_without_window_s_the_run_calibrates_as_before(monkeypatch):
     calibrated = []
-    from energyframe.lifecycle import orchestrator
+    from energyframe.lifecycle import planning
 
-    real = orchestrator.calibrate
+    real = planning.calibrate
     monkeypatch.setattr(
-        orchestrator, "calibrate", lambda *a, **k: calibrated.append(a[0].name) or real(*a, **k)
+        planning, "calibrate", lambda *a, **k: calibrated.append(a[0].name) or real(*a, **k)
     )
     w = tiny()
     result = run(w)
@@ -269,7 +269,7 @@ def test_the_speed_benchmark_reads_a_saved_per_layer_run(tmp_path):
     bench = _benchmark()
     ef.run(
         tiny(granularity="leaf", validate=True, kernel_gaps=True, window_s=0.01),
-        power=None,
+        power="none",
         reporters=[],
         out=tmp_path / "run",
         settings=ef.RunSettings(trials=3, idle_s=0.0),

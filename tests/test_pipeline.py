@@ -41,7 +41,7 @@ def test_with_constant_power_parallel_energy_is_power_times_devices_times_slowes
         pipe,
         power=[f"replay:file={csv},loop=true"],
         reporters=[],
-        config=ef.RunSettings(trials=2, min_window_s=0.1, idle_s=0.2, warmup_s=0.0),
+        settings=ef.RunSettings(trials=2, min_window_s=0.1, idle_s=0.2, warmup_s=0.0),
     )
     totals = result.derived_table("summary").rows[0]
     stages = {r["stage"]: r for r in result.derived_table("stages").rows}
@@ -57,7 +57,7 @@ def test_with_constant_power_parallel_energy_is_power_times_devices_times_slowes
 def test_summary_and_stage_tables_are_saved_as_csv(tmp_path):
     pipe = ef.Pipeline("p", [("mm", MatmulKernel(M=32, K=32, N=32, dtype="fp32", unroll=2))])
     ef.run(
-        pipe, power=None, reporters=[], out=tmp_path / "run", config=ef.RunSettings(trials=2, min_window_s=0.02)
+        pipe, power="none", reporters=[], out=tmp_path / "run", settings=ef.RunSettings(trials=2, min_window_s=0.02)
     )
     header = (tmp_path / "run" / "summary.csv").read_text().splitlines()[0].split(",")
     assert header[:3] == ["pipeline", "stages", "calls"]
@@ -70,7 +70,7 @@ def test_summary_and_stage_tables_are_saved_as_csv(tmp_path):
 
 def test_the_csv_reporter_leaves_a_pipelines_summary_csv_alone(tmp_path):
     pipe = ef.Pipeline("p", [("mm", MatmulKernel(M=32, K=32, N=32, dtype="fp32", unroll=2))])
-    ef.run(pipe, power=None, reporters=["csv"], out=tmp_path / "run", config=ef.RunSettings(trials=2, min_window_s=0.02))
+    ef.run(pipe, power="none", reporters=["csv"], out=tmp_path / "run", settings=ef.RunSettings(trials=2, min_window_s=0.02))
     assert (tmp_path / "run" / "summary.csv").read_text().startswith("pipeline,stages,calls")
     phases = (tmp_path / "run" / "phase-summary.csv").read_text().splitlines()
     assert phases[0].startswith("phase,channel,trials,iterations") and phases[1].startswith("mm,")

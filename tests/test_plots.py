@@ -14,7 +14,7 @@ def test_plot_command_and_reporter(tmp_path):
         power=[SignalSource(name="gpu")],
         reporters=["plot"],
         out=out,
-        config=ef.RunSettings(trials=2, min_window_s=0.1),
+        settings=ef.RunSettings(trials=2, min_window_s=0.1),
     )
     png = out / "power-trace.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
@@ -28,7 +28,7 @@ def test_a_timing_only_run_says_it_has_no_power(tmp_path):
     from energyframe.results.result import RunResult
 
     out = tmp_path / "run"
-    ef.run("sleep:seconds=0.01", power=None, reporters=[], out=out, config=ef.RunConfig(trials=2))
+    ef.run("sleep:seconds=0.01", power="none", reporters=[], out=out, settings=ef.RunConfig(trials=2))
     result = CliRunner().invoke(main, ["plot", str(out)])
     assert result.exit_code == 0, result.output
     assert (out / "power-trace.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

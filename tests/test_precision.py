@@ -8,7 +8,7 @@ import energyframe as ef
 from energyframe.cli import main
 from energyframe.lifecycle import orchestrator
 from energyframe.lifecycle.config import RunSettings
-from energyframe.lifecycle.orchestrator import relative_ci_pct
+from energyframe.lifecycle.precision import relative_ci_pct
 from energyframe.results.display import precision_lines
 from tests.fakes import ListWorkload, SignalSource, busy_phase
 

@@ -71,7 +71,7 @@ def test_a_saved_run_replays_with_its_channel_descriptions(tmp_path):
         power=[SignalSource(name="gpu", watts=300.0)],
         reporters=[],
         out=out,
-        config=RunSettings(trials=2, min_window_s=0.1, warmup_s=0.0),
+        settings=RunSettings(trials=2, min_window_s=0.1, warmup_s=0.0),
     )
     source = ReplayPowerSource(
         name="again", file=out / "samples.parquet", prefix="old.", channels="gpu,gpu.power"
@@ -91,13 +91,13 @@ def test_replay_drives_a_run_with_the_recorded_power(tmp_path):
         power=[SignalSource(name="gpu", watts=300.0)],
         reporters=[],
         out=out,
-        config=RunSettings(trials=2, min_window_s=0.1, warmup_s=0.0),
+        settings=RunSettings(trials=2, min_window_s=0.1, warmup_s=0.0),
     )
     result = ef.run(
         ListWorkload([busy_phase()]),
         power=[f"replay:file={out}/samples.parquet,channels=gpu,loop=true"],
         reporters=[],
-        config=RunSettings(trials=2, min_window_s=0.1, warmup_s=0.0),
+        settings=RunSettings(trials=2, min_window_s=0.1, warmup_s=0.0),
     )
     assert result.windows["mean_power_w"].to_numpy() == pytest.approx(300.0, rel=0.02)
 
@@ -139,7 +139,7 @@ def test_unknown_channel_of_a_parquet(tmp_path):
         power=[SignalSource(name="gpu")],
         reporters=[],
         out=out,
-        config=RunSettings(trials=1, min_window_s=0.05, warmup_s=0.0),
+        settings=RunSettings(trials=1, min_window_s=0.05, warmup_s=0.0),
     )
     with pytest.raises(PowerSourceError, match=r"has no channel\(s\) \['cpu'\]"):
         ReplayPowerSource(name="r", file=out / "samples.parquet", channels="cpu").start(SourceContext())

@@ -40,7 +40,7 @@ def make_runs(root: Path) -> dict[str, Path]:
             power=[SignalSource(name="gpu", watts=watts)],
             reporters=[],
             out=root / name,
-            config=CONFIG,
+            settings=CONFIG,
         )
         out[name] = root / name
     pipe = ef.Pipeline(
@@ -52,7 +52,7 @@ def make_runs(root: Path) -> dict[str, Path]:
         power=[SignalSource(name="gpu")],
         reporters=[],
         out=root / "pipeline",
-        config=ef.RunSettings(trials=3, min_window_s=0.05, idle_s=0.1, warmup_s=0.0),
+        settings=ef.RunSettings(trials=3, min_window_s=0.05, idle_s=0.1, warmup_s=0.0),
     )
     out["pipeline"] = root / "pipeline"
     # the sweep's own figures come from the sweep workload, which reads benchmark_results.json:

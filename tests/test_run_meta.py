@@ -108,7 +108,7 @@ def test_a_wrong_type_is_one_line_naming_the_file_and_the_key(tmp_path, field, v
 def test_a_run_writes_the_current_format_with_every_section_and_its_pid(tmp_path):
     import os
 
-    ef.run("sleep:seconds=0.01", power=None, reporters=[], out=tmp_path / "r",
+    ef.run("sleep:seconds=0.01", power="none", reporters=[], out=tmp_path / "r",
            settings=ef.RunSettings(trials=1, min_window_s=0.01, warmup_s=0.0))
     written = json.loads((tmp_path / "r" / "run.json").read_text())
     assert written["format_version"] == 2 and written["pid"] == os.getpid()

@@ -110,9 +110,9 @@ TINY_BLOOM = "bloom:hidden=64,layers=2,heads=4,vocab=1000"
 def test_the_workload_on_the_cpu(options, phase, path, tokens):
     result = ef.run(
         f"{TINY_BLOOM},{options}",
-        power=None,
+        power="none",
         reporters=[],
-        config=ef.RunSettings(trials=1, min_window_s=0.01),
+        settings=ef.RunSettings(trials=1, min_window_s=0.01),
     )
     assert list(result.windows["phase"].unique()) == [phase]
     assert result.summary(phase).work == {"tokens": float(tokens)}

@@ -367,6 +367,15 @@ def test_python_api_dry_run_returns_the_plan():
     assert lines[0] == "kernels:" and len(lines) == 5
 
 
+def test_the_settings_are_said_settings_not_config(tmp_path):
+    # config= was removed in 0.x; it is refused, never taken for a swept parameter named config
+    naive = ef.load_kernel(MATMUL, "matmul_naive", shapes=SHAPES)
+    with pytest.raises(TypeError) as e:
+        ef.sweep(naive, N=[64], M=[64], K=[64], config=ef.RunSettings(trials=1), out=tmp_path, echo=print)
+    assert str(e.value) == "ef.sweep() takes no config= since 0.x: say settings=ef.RunSettings(...)"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_without_a_gpu_nothing_starts_and_nothing_is_claimed(tmp_path, monkeypatch):
     # deliberately changed: the sweep used to start, print an empty table and save a plan of
     # "not run" configurations; now it refuses before anything starts and writes nothing
@@ -374,7 +383,7 @@ def test_without_a_gpu_nothing_starts_and_nothing_is_claimed(tmp_path, monkeypat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     naive = ef.load_kernel(MATMUL, "matmul_naive", shapes=SHAPES)
     with pytest.raises(WorkloadError, match="needs a CUDA GPU"):
-        ef.sweep(naive, N=[64], M=[64], K=[64], power=None, out=tmp_path, reporters=[], echo=lambda s: None)
+        ef.sweep(naive, N=[64], M=[64], K=[64], power="none", out=tmp_path, reporters=[], echo=lambda s: None)
     assert list(tmp_path.iterdir()) == []
     out = tmp_path / "cli"
     args = ["sweep", str(MATMUL), "-k", "matmul_naive", "-p", "N=64", "-p", "M=64", "-p", "K=64"]
@@ -397,7 +406,7 @@ def test_a_run_that_stops_gives_every_configuration_not_run_its_reason(tmp_path,
     lines = []
     with pytest.raises(WorkloadError) as raised:
         ef.sweep(
-            naive, N=[64, 128], M=[64], K=[64], power=None, out=tmp_path, reporters=[], echo=lines.append
+            naive, N=[64, 128], M=[64], K=[64], power="none", out=tmp_path, reporters=[], echo=lines.append
         )
     assert lines == [
         f"sweep results (incomplete) in {tmp_path}: benchmark_results.json, benchmark_report.txt"

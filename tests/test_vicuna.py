@@ -112,7 +112,7 @@ def test_tp1_prefill_and_decode_per_token_on_the_cpu(one_process, tmp_path):
     spec = "vicuna-7b:" + ",".join(f"{k}={v}" for k, v in TINY.items()) + ",mode=both"
     result = ef.run(
         spec,
-        power=None,
+        power="none",
         reporters=[],
         out=tmp_path / "run",
         settings=ef.RunSettings(trials=2, min_window_s=0.02, warmup=1),
@@ -172,7 +172,7 @@ def _rank(rank, port, spec, queue):
         options = ",".join(f"{k}={v}" for k, v in spec.items())
         result = ef.run(
             f"vicuna-7b:tp=2,mode=both,{options}",
-            power=None,
+            power="none",
             reporters=[],
             settings=ef.RunSettings(trials=2, min_window_s=0.02, warmup=1),
         )

@@ -126,7 +126,7 @@ def test_a_meter_that_is_lost_stops_the_run_and_keeps_its_samples(faults, messag
                 power=[f"wattsup:ports={meter.port},silence_s=1.5,time_scale={FAST}"],
                 reporters=[],
                 out=tmp_path / "run",
-                config=ef.RunSettings(trials=300, min_window_s=0.05),
+                settings=ef.RunSettings(trials=300, min_window_s=0.05),
             )
     result = ef.RunResult.load(tmp_path / "run")
     assert result.status == "incomplete" and message.split(":")[0] in result.reason

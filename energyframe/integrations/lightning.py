@@ -62,7 +62,7 @@ class EnergyHooks:
 
     def __init__(
         self,
-        power: str | Sequence[PowerArg] | None = "auto",
+        power: str | Sequence[PowerArg] = "auto",
         out: Path | str | None = None,
         sync: str | Callable[[], None] | None = "auto",
         channel: str | None = None,

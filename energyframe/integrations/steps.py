@@ -131,7 +131,7 @@ class TrainingMeter:
 
     def __init__(
         self,
-        power: str | Sequence[PowerArg] | None = "auto",
+        power: str | Sequence[PowerArg] = "auto",
         out: Path | str | None = None,
         sync: str | Callable[[], None] | None = "auto",
         channel: str | None = None,

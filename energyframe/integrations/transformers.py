@@ -56,7 +56,7 @@ class EnergyCallback(TrainerCallback):
 
     def __init__(
         self,
-        power: str | Sequence[PowerArg] | None = "auto",
+        power: str | Sequence[PowerArg] = "auto",
         out: Path | str | None = None,
         sync: str | Callable[[], None] | None = "auto",
         channel: str | None = None,

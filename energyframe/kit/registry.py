@@ -13,7 +13,6 @@ import importlib.metadata as md
 import inspect
 import logging
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -345,13 +344,14 @@ def auto_power_sources() -> tuple[list[PowerSource], list[str]]:
     return sources, notes
 
 
-def resolve_power(power: str | Sequence[PowerArg] | None) -> tuple[list[PowerSource], list[str]]:
+def resolve_power(power: str | Sequence[PowerArg]) -> tuple[list[PowerSource], list[str]]:
     """``"auto"``: detect; ``"none"``: timing only; else specs or instances.
 
     Returns the sources (not started) and notes for run.json (what auto-detection found).
 
     Raises:
-        UsageError: an unknown source or option, or two sources that claim one device.
+        UsageError: an unknown source or option, two sources that claim one device, or
+            ``None`` or an empty list (timing only is said one way: ``"none"``).
     """
     if power == "auto":
         sources, notes = auto_power_sources()
@@ -367,11 +367,8 @@ def resolve_power(power: str | Sequence[PowerArg] | None) -> tuple[list[PowerSou
     if isinstance(power, str) and power.strip().lower() == "none":
         return [], []
     if power is None or (not isinstance(power, (str, Spec, PowerSource)) and len(power) == 0):
-        # one spelling of "timing only", the CLI's: None and [] still work while code moves
-        warnings.warn(
-            f"power={power!r} for timing only is deprecated: say power='none'", DeprecationWarning, stacklevel=3
-        )
-        return [], []
+        # one spelling of "timing only", the CLI's
+        raise UsageError(f"power={power!r} names no power source; for timing only say power='none'")
     if isinstance(power, (str, Spec, PowerSource)):
         power = [power]
     sources = [s for s in create_all(POWER, list(power)) if isinstance(s, PowerSource)]

@@ -1,16 +1,17 @@
 """From what a run recorded to its result, as a straight pipeline, one function per step:
 
     samples -> placement (timing semantics, alignment) -> fused power -> windows -> summaries
-            -> derived tables -> metadata -> files
+            -> derived tables -> metadata
 
-Each step takes what the previous one produced; nothing is assigned from outside. The live
-``Measurement`` and the recovery of a run that died (``recover``) both end here.
+Each step takes what the previous one produced; nothing is assigned from outside. A live run
+(``finisher.py``) and an offline analysis (``offline/analyze.py``) both end here; the run
+directory is written by ``writer.RunWriter``, which takes the workload's files from
+``extra_files`` and writes them with ``save_files``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -40,7 +41,6 @@ from ..results.provenance import run_provenance, source_record
 from ..results.result import RunResult
 from ..results.store import FORMAT_VERSION, write_bytes
 
-log = logging.getLogger("energyframe")
 
 # -- 1. placement ---------------------------------------------------------------------------------
 def merged_readings(recording: Recording) -> list[str]:
@@ -179,15 +179,6 @@ def assemble(
     tables = derive_tables(workload, result, warn)
     final = {**full_meta, "derived": [t.to_json() for t in tables], "warnings": list(warnings)}
     return replace(result, meta=final)
-
-
-def save(result: RunResult, out: Path, workload: Workload | None, warn: Warn) -> None:
-    """Write the run directory, then the workload's extra files (a failing report never loses
-    the run: the standard files are written first)."""
-    result.save(out)
-    if workload is None:
-        return
-    save_files(out, extra_files(result, workload, warn), warn, label=f"workload {workload.name!r}")
 
 
 def extra_files(result: RunResult, workload: Workload, warn: Warn) -> dict[str, bytes]:

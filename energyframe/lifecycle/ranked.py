@@ -5,6 +5,9 @@ process, always through its ``Coordinator``: join the ranks and let rank 0 claim
 directory, run only the per-process sources outside local rank 0, tell rank 0 what this rank
 measures (rank 0 refuses a GPU that two ranks measure), and at the end send this rank's part to
 rank 0, which merges the parts (``energyframe.ranks.merge``) and saves the one run directory.
+
+It reaches the measurement through ``RankHost`` alone (the run's ``output.RunOutput``: its
+claim, its timings, its warnings, its save); what else it needs is handed to it.
 """
 
 from __future__ import annotations
@@ -12,50 +15,99 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import pandas as pd
-
-from ..core.windows import WINDOW_COLUMNS
 from ..errors import DistributedError, UsageError
-from ..plugin import PowerSource
+from ..plugin import PowerSource, Workload
 from ..ranks.coordinator import Coordinator, RankInfo
+from ..ranks.merge import TOTAL, RankPart, merge_parts, prefixed, run_status
 from ..ranks.world import boot_id, host_name, rank_devices
 from ..results.result import COMPLETE, INCOMPLETE, RunResult
-from .assemble import assemble, extra_files
+from .assemble import extra_files
+
+
+class RankHost(Protocol):
+    """What a rank's share of the run asks of its measurement (``output.RunOutput``)."""
+
+    def claim(self, out: Path) -> None: ...
+
+    def span(self, what: str) -> AbstractContextManager[None]: ...
+
+    def add_time(self, what: str, seconds: float) -> None: ...
+
+    def describe(self, **fields: Any) -> None: ...
+
+    def warn(self, message: str) -> None: ...
+
+    def save(self, result: RunResult, files: Mapping[str, Mapping[str, bytes]] | None = None) -> RunResult: ...
+
+
+@dataclass(frozen=True)
+class OwnPart:
+    """What this rank measured, integrated on its own clock, as it goes to rank 0.
+
+    Args:
+        result: this rank's own run (no windows when it failed before measuring).
+        status, reason: how this rank's own run ended.
+        device_channels: its own-device channels, summed into the run's ``total``.
+        work: work per iteration by phase.
+        warnings: its warnings.
+    """
+
+    result: RunResult
+    status: str
+    reason: str | None
+    device_channels: list[str]
+    work: dict[str, dict[str, float]]
+    warnings: list[str]
 
 
 class RankedRun:
-    """One rank's share of a run of several ranks."""
+    """One rank's share of a run of several ranks.
 
-    def __init__(self, m: Any) -> None:
-        """``m``: this rank's ``Measurement`` (whose start and finish call this)."""
-        self.m = m
-        self.coordinator: Coordinator = m.coordinator
+    Args:
+        coordinator: this rank among the others.
+        host: the measurement's run output.
+        workload: the measured workload (each rank's extra files go to rank 0), if any.
+    """
+
+    def __init__(self, coordinator: Coordinator, host: RankHost, workload: Workload | None) -> None:
+        self.coordinator = coordinator
+        self.host = host
+        self.workload = workload
         #: the run directory this rank was given (rank 0's is the one used)
-        self.given_out: Path | None = m.out
+        self.given_out: Path | None = None
+        #: the error every rank raises when the run ended because of another rank
+        self.rank_error: DistributedError | None = None
 
-    def join(self, started: float) -> None:
-        """Rank 0 claims the run directory and tells every rank; keep this rank's sources."""
-        m, coord = self.m, self.coordinator
-        m.out = coord.decide_out(m.out, m._claim)
-        m.sources = sources_here(m.sources, coord.local_rank, m.notes)
-        m.add_time("ranks_join", time.monotonic() - started)  # torch's import included
+    def join(
+        self, started: float, out: Path | None, sources: Sequence[PowerSource], notes: list[str]
+    ) -> tuple[Path | None, list[PowerSource]]:
+        """Rank 0 claims the run directory and tells every rank. Returns the run directory and
+        the sources this rank runs (a machine-wide one runs in local rank 0 only: ``notes``
+        says so)."""
+        host, coord = self.host, self.coordinator
+        self.given_out = out
+        out = coord.decide_out(out, host.claim)
+        here = sources_here(sources, coord.local_rank, notes)
+        host.add_time("ranks_join", time.monotonic() - started)  # torch's import included
         if coord.is_root:
-            m.describe(distributed={"world_size": coord.world_size, "launcher": coord.world.launcher})
+            host.describe(distributed={"world_size": coord.world_size, "launcher": coord.world.launcher})
+        return out, here
 
-    def started(self) -> None:
+    def started(self, sources: Sequence[PowerSource], out: Path | None) -> None:
         """Every rank's sources delivered: start measuring together."""
-        m, coord = self.m, self.coordinator
-        with m.span("ranks_start"):
+        host, coord = self.host, self.coordinator
+        with host.span("ranks_start"):
             coord.edge("start measuring (every rank's sources have delivered)")
-            coord.after_start(self.info())
+            coord.after_start(self.info(sources))
             if coord.is_root:
-                check_ranks(coord, m.out, m.warn)
+                check_ranks(coord, out, host.warn)
 
-    def info(self) -> RankInfo:
+    def info(self, sources: Sequence[PowerSource]) -> RankInfo:
         """What rank 0 learns about this rank when the run starts."""
         coord = self.coordinator
         return RankInfo(
@@ -65,63 +117,49 @@ class RankedRun:
             boot_id=boot_id(),
             pid=os.getpid(),
             devices=rank_devices(coord.world),
-            gpus=source_gpus(self.m.sources),
+            gpus=source_gpus(sources),
             out=str(self.given_out) if self.given_out is not None else None,
         )
 
     # -- the end ------------------------------------------------------------------------------
-    def finish(self, status: str, reason: str | None) -> RunResult:
-        """Send this rank's part to rank 0; rank 0 merges and saves the run. Rank 0 returns the
-        whole run, the others their own part with the run's final status."""
-        from ..ranks.merge import RankPart
-
-        m, coord = self.m, self.coordinator
-        local, status, reason = self._local(status, reason)
+    def finish(self, own: OwnPart, out: Path | None) -> RunResult:
+        """Send this rank's part to rank 0; rank 0 merges and saves the run in ``out``. Rank 0
+        returns the whole run, the others their own part with the run's final status. A run
+        that ended because of another rank sets ``rank_error``."""
+        host, coord = self.host, self.coordinator
+        status, reason = own.status, own.reason
         files: dict[str, bytes] = {}
-        if m.workload is not None and coord.root_out is not None:
-            files = extra_files(local, m.workload, m.warn)
+        if self.workload is not None and coord.root_out is not None:
+            files = extra_files(own.result, self.workload, host.warn)
         part = RankPart(
             rank=coord.rank,
             local_rank=coord.local_rank,
             host=host_name(),
             status=status,
             reason=reason,
-            result=local,
+            result=own.result,
             extra_files=files,
-            device_channels=self._device_channels(),
-            work=dict(m.work),
-            warnings=list(m.warnings),
+            device_channels=own.device_channels,
+            work=own.work,
+            warnings=own.warnings,
         )
-        with m.span("gather"):
+        with host.span("gather"):
             answer = coord.finish(part, reason if status != COMPLETE else None)
         try:
-            result = self._as_root(answer) if coord.is_root else self._as_peer(local, answer)
+            result = self._as_root(answer, out) if coord.is_root else self._as_peer(own.result, answer)
         finally:
             coord.close()
         if result.status != COMPLETE and status == COMPLETE:
-            m.rank_error = DistributedError(result.reason or "another rank did not complete the run")
+            self.rank_error = DistributedError(result.reason or "another rank did not complete the run")
         return result
 
-    def _local(self, status: str, reason: str | None) -> tuple[RunResult, str, str | None]:
-        m = self.m
-        if m.recorder is not None and m.recorder.running:
-            with m.span("stop_sources"):
-                status, reason = m.stop_recording(status, reason)
-            with m.span("integrate"):
-                meta = m._meta(status, reason, ended=True)
-                return assemble(m.recording(), meta, m.workload, m.aligner, m.warnings), status, reason
-        if m.recorder is not None:  # it failed before measuring: its part says why
-            m.recorder.stop()
-        meta = m._meta(status, reason, ended=True)
-        return RunResult(meta, pd.DataFrame(columns=WINDOW_COLUMNS), pd.DataFrame(), ()), status, reason
-
-    def _as_root(self, parts: Mapping[int, Any]) -> RunResult:
+    def _as_root(self, parts: Mapping[int, RankPart], out: Path | None) -> RunResult:
         """Rank 0: merge and save; every rank waits for the answer, sent even when saving failed."""
-        m, coord = self.m, self.coordinator
+        coord = self.coordinator
         told = {"status": INCOMPLETE, "reason": "rank 0 could not save the run", "out": None}
         try:
             result = self._merge_and_save(parts)
-            told = {"status": result.status, "reason": result.reason, "out": str(m.out) if m.out else None}
+            told = {"status": result.status, "reason": result.reason, "out": str(out) if out else None}
         finally:
             coord.acknowledge(told, sorted(parts))
         return result
@@ -143,29 +181,15 @@ class RankedRun:
         }
         return replace(local, meta={**local.meta, "status": status, "reason": reason, "distributed": distributed})
 
-    def _device_channels(self) -> list[str]:
-        """This rank's own-device channels: the primary integrable channels of its first
-        per-process source (nvml's ``gpuN``), which the run's ``total`` adds up."""
-        m = self.m
-        if m.recorder is None:
-            return []
-        for source in m.sources:
-            if getattr(type(source), "PER_PROCESS", False):
-                channels = m.recorder.source_channels.get(source.name, [])
-                return [c.name for c in channels if c.primary and c.integrable]
-        return []
-
-    def _merge_and_save(self, parts: Mapping[int, Any]) -> RunResult:
+    def _merge_and_save(self, parts: Mapping[int, RankPart]) -> RunResult:
         """Rank 0: the whole run from every rank's part, saved into the run directory."""
-        from ..ranks.merge import merge_parts, run_status
-
-        m, coord = self.m, self.coordinator
+        host, coord = self.host, self.coordinator
         status, reason = run_status(parts, coord.world_size, coord.end_message)
         if status != COMPLETE and not coord.end_message and coord.lost:
             lost = "; ".join(f"rank {r}: {why}" for r, why in sorted(coord.lost.items()))
             reason = f"{reason} ({lost})"
         offsets = {r: info.clock_offset_s for r, info in coord.ranks.items()}
-        with m.span("integrate"):
+        with host.span("integrate"):
             result = merge_parts(
                 parts,
                 offsets,
@@ -175,9 +199,9 @@ class RankedRun:
                 distributed=distributed_meta(coord, parts),
             )
         for warning in result.warnings:
-            m.warn(warning)
+            host.warn(warning)
         extra = {f"rank{rank}": part.extra_files for rank, part in sorted(parts.items())}
-        return m.save(result, extra, own_files=False)
+        return host.save(result, extra)
 
 
 def sources_here(sources: Sequence[PowerSource], local_rank: int, notes: list[str]) -> list[PowerSource]:
@@ -233,10 +257,8 @@ def check_ranks(coord: Coordinator, out: Path | None, warn) -> None:
         )
 
 
-def distributed_meta(coord: Coordinator, parts: Mapping[int, Any]) -> dict[str, Any]:
+def distributed_meta(coord: Coordinator, parts: Mapping[int, RankPart]) -> dict[str, Any]:
     """run.json's ``distributed`` section."""
-    from ..ranks.merge import TOTAL, prefixed
-
     rows = [_rank_row(coord, rank, coord.ranks.get(rank), parts.get(rank)) for rank in range(coord.world_size)]
     return {
         "world_size": coord.world_size,
@@ -253,9 +275,7 @@ def distributed_meta(coord: Coordinator, parts: Mapping[int, Any]) -> dict[str, 
     }
 
 
-def _rank_row(coord: Coordinator, rank: int, info: RankInfo | None, part: Any) -> dict[str, Any]:
-    from ..ranks.merge import prefixed
-
+def _rank_row(coord: Coordinator, rank: int, info: RankInfo | None, part: RankPart | None) -> dict[str, Any]:
     meta = part.result.meta if part is not None and part.result is not None else {}
     return {
         "rank": rank,

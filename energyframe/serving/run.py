@@ -78,7 +78,7 @@ def serve_bench(
     concurrency: int | None = None,
     seed: int = 0,
     endpoint: str = "chat",
-    power: str | Sequence[PowerArg] | None = "auto",
+    power: str | Sequence[PowerArg] = "auto",
     out: Path | str | None = None,
     idle_s: float = 5.0,
     request_timeout_s: float = 300.0,

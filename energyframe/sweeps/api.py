@@ -7,7 +7,6 @@ import json
 import logging
 import math
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,7 +124,7 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
     shard: str | tuple[int, int] | None = None,
     out: Path | str | None = None,
     settings=None,
-    config=None,
+    config: None = None,
     unroll: int | None = None,
     reporters: Sequence[Any] = ("console",),
     seed: int = 0,
@@ -150,7 +149,8 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
         shard: ``"I/N"`` or (I, N): measure every N-th parameter point from the I-th.
         out: where to save (default ``runs/<UTC time>-sweep``).
         settings: ``RunSettings`` (trials, window length...).
-        config: deprecated: the old name of ``settings``.
+        config: removed (the old name of ``settings``): giving it raises ``TypeError`` (it is
+            no swept parameter).
         unroll: launches per CUDA graph (default: enough for ~2 ms per replay, at most 100).
         **params: the values of each swept parameter, e.g. ``N=[512, 1024]``.
 
@@ -167,8 +167,7 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
     from .outputs import describe, write
 
     if config is not None:
-        warnings.warn("ef.sweep(config=...) is deprecated: say settings=...", DeprecationWarning, stacklevel=2)
-        settings = settings or config
+        raise TypeError("ef.sweep() takes no config= since 0.x: say settings=ef.RunSettings(...)")
     kernels = [kernels] if isinstance(kernels, CudaKernel) else list(kernels)
     if not kernels:
         raise UsageError("no kernels to sweep")

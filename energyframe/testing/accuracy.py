@@ -261,7 +261,7 @@ def check_accuracy(
                     time.sleep(window_s)
     if driver.error is not None:
         raise driver.error
-    judged = channels or [c.name for c in m.recorder.channels.values() if c.integrable and c.primary]  # type: ignore[union-attr]
+    judged = channels or [c.name for c in m.channels().values() if c.integrable and c.primary]
     errors = _errors(m, profile, driver.t0, judged)
     # the fake device behind its schedule, or the run's own sampling held up (the core flags the
     # window ``gap``; a source that goes silent by itself breaks the keep-alive rule instead)

@@ -389,7 +389,7 @@ class HFModel(GenericModel):
             phases = self.engine.phases(modes, f"rank {w.rank} of {w.world_size}" if w.distributed else "")
             self.whole_captured = self.engine.captured(modes[0])  # what replay profiles
             return phases
-        if self.options["mode"] == "prefill" or self.per_layer is not None:
+        if self.options["mode"] == "prefill":
             return super().phases()
         import torch
 

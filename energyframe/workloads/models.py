@@ -10,24 +10,21 @@ becomes the class its entry point names.
 from __future__ import annotations
 
 import importlib
-import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import OptionError, WorkloadError
 from ..kit import extras
-from ..model import DerivedTable, Phase
+from ..model import Phase
 from ..options import Option
 from ..plugin import Workload
 from .graph import DTYPE_OPTION, Captured, device_sync, dtype_name, l2_cache_bytes, torch_device, torch_dtype
-from .perlayer_options import GRANULARITY, L2, UNROLL, VALIDATE
+from .perlayer_options import OWN_OPTIONS as PER_LAYER_OPTIONS
 from .perlayer_options import PER_LAYER as PER_LAYER_WRAPPER
 
 if TYPE_CHECKING:
     import torch
-
-log = logging.getLogger("energyframe")
 
 #: how the whole model runs: shared by the named models and those named by their library
 WHOLE_UNROLL = Option(
@@ -45,16 +42,6 @@ DEVICE = Option("device", "str", "auto", "cuda, cuda:N, cpu or auto")
 COMMON_OPTIONS = (
     Option("batch", "int", 1, "batch size", minimum=1),
     DTYPE_OPTION,
-    Option(
-        "per_layer",
-        "bool",
-        False,
-        "deprecated: use the per-layer workload (per-layer:model=NAME); measure layer by layer",
-    ),
-    GRANULARITY,
-    VALIDATE,
-    L2,
-    UNROLL,
     WHOLE_UNROLL,
     EXECUTION,
     Option("weights", "path", None, "a local state dict to load (default: random weights)"),
@@ -116,42 +103,41 @@ class ModelWorkload(Workload):
     ACCEPTS_OVERRIDES: ClassVar[bool] = False
 
     def __init__(self, name: str | None = None, /, **options: Any) -> None:
+        self._refuse_per_layer_options(name or options.get("name"), options)
         super().__init__(name, **options)  # positional: a model may take a 'name' option
-        for key, default in (
-            ("per_layer", False),
-            ("validate", False),
-            ("whole_unroll", 1),
-            ("l2", "warm"),
-            ("granularity", "leaf"),
-            ("unroll", 100),
-        ):
-            self.options.setdefault(key, default)  # models without a per-layer mode lack these
+        self.options.setdefault("whole_unroll", 1)  # models that declare their own options may lack it
         for module in self.required_modules():  # before anything starts: one line naming the extra
             extras.check(module, f"workload {self.name!r}")
-        if self.options["validate"] and not self.options["per_layer"]:
-            raise OptionError(
-                f"{self.name}: validate compares a per-layer run with the whole model; "
-                f"use per-layer:model={self.name},validate=true"
-            )
         self.device: torch.device | None = None
         #: the whole model's CUDA graph (execution=graph), once phases() made it
         self.whole_captured: Captured | None = None
-        #: the deprecated ``per_layer=true``: the per-layer wrapper around this model
-        self.per_layer: Workload | None = None
-        if self.options["per_layer"]:
-            from ..kit import registry
 
-            log.warning(
-                "%s:per_layer=true is deprecated; use per-layer:model=%s (the same run)", self.name, self.name
+    def _refuse_per_layer_options(self, name: str | None, options: Mapping[str, Any]) -> None:
+        """A model measured layer by layer is the per-layer wrapper's (``per-layer:model=NAME``):
+        its options given to the model itself (``per_layer=true`` before 0.x) name the wrapper.
+
+        Raises:
+            OptionError: naming the spec (or, for a model made in Python, the call) that measures
+                the model layer by layer.
+        """
+        declared = {o.name for o in self.OPTIONS}
+        wrapper = {o.name for o in PER_LAYER_OPTIONS if o.name != "model"} | {"per_layer"}
+        given = [k for k in options if k in wrapper and k not in declared]
+        if not given:
+            return
+        key, value = given[0], options[given[0]]
+        if name is None:  # made in Python: ResNet18(granularity="block")
+            label = type(self).__name__
+            wrapped = f"ef.PerLayer(model={label}(...)" + (")" if key == "per_layer" else f", {key}={value!r})")
+        else:
+            label = name
+            wrapped = f"{PER_LAYER_WRAPPER}:model={name}" + ("" if key == "per_layer" else f",{key}={value}")
+        if key == "per_layer":
+            raise OptionError(
+                f"{label}: per_layer=true was removed in 0.x; measure layer by layer with {wrapped} (the same "
+                "run; energyframe run --per-layer)"
             )
-            # the wrapper by its registered name, as the wrapper finds its model: it imports this module
-            wrapper = registry.load(registry.WORKLOADS, PER_LAYER_WRAPPER)(
-                self.name,
-                model=self,
-                **{k: self.options[k] for k in ("granularity", "validate", "l2", "unroll")},
-            )
-            assert isinstance(wrapper, Workload)  # load checks the class against the group's base
-            self.per_layer = wrapper
+        raise OptionError(f"{label}: {key} is an option of the per-layer wrapper; use {wrapped}")
 
     # -- what subclasses provide --------------------------------------------------------------
     def required_modules(self) -> tuple[str, ...]:
@@ -183,17 +169,11 @@ class ModelWorkload(Workload):
         return "named: " + ", ".join(self.BLOCKS) if self.BLOCKS else "none"
 
     # -- workload -----------------------------------------------------------------------------
-    def run_defaults(self) -> Mapping[str, Any]:
-        return self.per_layer.run_defaults() if self.per_layer is not None else {}
-
     def dtype_name(self) -> str:
         return dtype_name(self.options["dtype"], self.device)
 
     def setup(self) -> None:
-        if self.per_layer is not None:
-            self.per_layer.setup()  # builds this model, then decomposes it
-        else:
-            self.build_model()
+        self.build_model()
 
     def build_model(self) -> None:
         """Build the model and its example inputs on the device; load ``weights``."""
@@ -221,8 +201,6 @@ class ModelWorkload(Workload):
         return Captured(lambda device: None, self._forward, self.options["whole_unroll"], self.device)
 
     def phases(self) -> Iterable[Phase]:
-        if self.per_layer is not None:
-            return self.per_layer.phases()
         return [self._whole_phase()]
 
     def _whole_phase(self) -> Phase:
@@ -244,17 +222,12 @@ class ModelWorkload(Workload):
 
         return Phase("forward", step=step, sync=device_sync(self.device), work=self.work(), note=execution)
 
-    def derive(self, result) -> Sequence[DerivedTable]:
-        return self.per_layer.derive(result) if self.per_layer is not None else ()
-
     def pipeline_name(self) -> str:
         return f"{self.name}_b{self.options['batch']}_{self.dtype_name()}"
 
     def info(self) -> Mapping[str, Any]:
         import torch
 
-        if self.per_layer is not None and getattr(self.per_layer, "decomposition", None) is not None:
-            return self.per_layer.info()  # this model's info and the decomposition's
         out: dict[str, Any] = {"model": self.name, "dtype": self.dtype_name(), "torch": torch.__version__}
         if self.device is not None:
             out["device"] = str(self.device)

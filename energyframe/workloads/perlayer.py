@@ -56,7 +56,7 @@ AHEAD_RESERVE_FRACTION = 0.25
 AHEAD_RESERVE_BYTES = 2 << 30
 
 #: model options that mean nothing per layer (the wrapper decides them)
-NOT_PASSED = frozenset({"per_layer", "execution"} | {o.name for o in OWN_OPTIONS})
+NOT_PASSED = frozenset({"execution"} | {o.name for o in OWN_OPTIONS})
 
 
 def per_layer_spec(workload_spec: str | None, validate: bool = False) -> str:

@@ -1,6 +1,6 @@
-"""The ``per-layer`` wrapper's name and options, declared apart from the wrapper (``perlayer``):
-the named models (``models``) accept some of them for the deprecated ``per_layer=true`` and
-need not import the wrapper, which imports them.
+"""The ``per-layer`` wrapper's name and options, declared apart from the wrapper (``perlayer``),
+which imports them: a named model (``models``) given one of them points at the wrapper without
+importing it.
 """
 
 from __future__ import annotations

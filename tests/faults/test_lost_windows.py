@@ -276,9 +276,9 @@ def test_an_empty_out_is_refused_by_the_api(tmp_path, monkeypatch, api):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UsageError, match=r"^--out is empty; give a path"):
         if api == "run":
-            ef.run("sleep:seconds=0.01", power=None, reporters=[], out="")
+            ef.run("sleep:seconds=0.01", power="none", reporters=[], out="")
         else:
-            with ef.measure(power=None, out=""):
+            with ef.measure(power="none", out=""):
                 pass
     assert list(tmp_path.iterdir()) == []
 

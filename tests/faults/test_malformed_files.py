@@ -33,7 +33,7 @@ def template(tmp_path_factory) -> Path:
         power=[SignalSource(name="gpu", watts=200.0)],
         reporters=[],
         out=out,
-        config=ef.RunConfig(trials=2, min_window_s=0.05, warmup_s=0.0),
+        settings=ef.RunConfig(trials=2, min_window_s=0.05, warmup_s=0.0),
     )
     return out
 

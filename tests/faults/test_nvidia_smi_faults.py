@@ -226,7 +226,7 @@ def test_run_level_negative_power_is_flagged_by_the_core(fake_smi, tmp_path):
         power=["nvidia-smi"],
         reporters=[],
         out=tmp_path / "run",
-        config=ef.RunSettings(trials=8),
+        settings=ef.RunSettings(trials=8),
     )
     flagged = result.windows[result.windows["flags"].str.contains("negative_power")]
     assert len(flagged) > 0

@@ -67,7 +67,7 @@ def test_a_workload_failing_in_set_up_leaves_the_real_status(tmp_path):
     from tests.fakes import ListWorkload, busy_phase
 
     with pytest.raises(ef.WorkloadError, match="no GPU here"):
-        ef.run(ListWorkload([busy_phase()], fail_in_setup=True), power=None, reporters=[], out=tmp_path / "r")
+        ef.run(ListWorkload([busy_phase()], fail_in_setup=True), power="none", reporters=[], out=tmp_path / "r")
     meta = json.loads((tmp_path / "r" / "run.json").read_text())
     assert meta["status"] == "incomplete"
     assert meta["reason"] == "RuntimeError: no GPU here (test)"
@@ -163,7 +163,7 @@ def test_a_window_journal_survives_a_discarded_window(tmp_path):
 
 
 def test_measure_api_journals_too(tmp_path):
-    with ef.measure(power=None, out=tmp_path / "m") as m:
+    with ef.measure(power="none", out=tmp_path / "m") as m:
         with m.window("step"):
             pass
         assert (tmp_path / "m" / "windows.partial.csv").read_text().count("\nclosed,step,0,") == 1

@@ -154,7 +154,7 @@ def test_run_level_a_stalled_meter_ends_the_run_incomplete(tmp_path):
                 power=[f"wattsup:ports={m.port},silence_s=1.0,time_scale={FAST}"],
                 reporters=[],
                 out=tmp_path / "run",
-                config=ef.RunSettings(trials=300, min_window_s=0.05),
+                settings=ef.RunSettings(trials=300, min_window_s=0.05),
             )
     assert "went silent" in one_line(e.value)
     saved = ef.RunResult.load(tmp_path / "run")
