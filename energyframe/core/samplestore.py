@@ -8,6 +8,7 @@ passes the rule of ``samples.py`` as it arrives.
 from __future__ import annotations
 
 import csv
+import errno
 import math
 import threading
 from collections.abc import Iterable, Mapping
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import PowerSourceError
+from ..errors import PowerSourceError, StoreError
 from ..model import Channel, Sample
 from .clock import ClockModel
 from .samples import (
@@ -67,10 +68,17 @@ class SampleStore:
         self._partial_file = None
         self._writer = None
         if partial_path is not None:
-            self._partial_file = open(partial_path, "w", newline="")  # noqa: SIM115 (closed by close())
-            self._writer = csv.writer(self._partial_file)
-            self._writer.writerow(SAMPLE_COLUMNS)
-            self._partial_file.flush()
+            try:
+                self._partial_file = open(partial_path, "w", newline="")  # noqa: SIM115 (closed by close())
+                self._writer = csv.writer(self._partial_file)
+                self._writer.writerow(SAMPLE_COLUMNS)
+                self._partial_file.flush()
+            except OSError as e:  # a full disk at the very start: said as the store says it
+                self.close()
+                full = e.errno == errno.ENOSPC
+                raise StoreError(
+                    f"cannot write {partial_path}: {'no space left on the device' if full else e.strerror or e}"
+                ) from e
 
     @property
     def partial_path(self) -> Path | None:

@@ -7,6 +7,13 @@ around the window (``CONTEXT_S`` before it: the fused power's offset and noise c
 there). Nothing is computed unless someone asks: a handle's ``energy_j``, or a subscriber
 (``Measurement.on_window_energy``), so a run nobody watches pays nothing during its work.
 
+Each subscriber hears every window on a thread of its own, in the order windows close: a
+subscriber that is slow or blocks holds neither the energy of later windows (a handle's
+``energy_j``) nor the other subscribers. When the run ends, each subscriber is given
+``DRAIN_BUDGET_S`` to hear the windows still queued for it; one that has not is named in the
+run's warnings, with how many windows it did not hear and why. Windows that close faster than
+they are computed are computed together, in one pass.
+
 The final run integrates every window again with the whole run: the same code, with all the
 samples. Where a number then differs from the live one, ``reconcile`` records it in run.json's
 ``live`` (which window, both numbers, why: a sample that arrived after the live number, or the
@@ -19,6 +26,7 @@ import logging
 import math
 import queue
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -36,6 +44,11 @@ log = logging.getLogger("energyframe")
 CONTEXT_S = 10.0
 #: a final energy within this share of the live one is the same number
 SAME_REL = 1e-9
+#: when the run ends: how long the windows still queued may take to be computed, and each
+#: subscriber to hear them, before the run goes on without them and says so. Units: s.
+DRAIN_BUDGET_S = 10.0
+#: at most this many queued windows are computed in one pass
+BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -107,15 +120,16 @@ class LiveWindows:
         self._warn = warn
         self._queue: queue.Queue[Pending | None] = queue.Queue()
         self._pending: dict[tuple[str, int], Pending] = {}
-        self._subscribers: list[Callable[[LiveEnergy], None]] = []
+        self._subscribers: list[_Subscriber] = []
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._computing = 0  # windows taken off the queue and not yet computed
 
     # -- asking ------------------------------------------------------------------------------
     def subscribe(self, callback: Callable[[LiveEnergy], None]) -> None:
-        """Call ``callback`` with every window's energy from now on (on the live thread)."""
+        """Call ``callback`` with every window's energy from now on (on a thread of its own)."""
         with self._lock:
-            self._subscribers.append(callback)
+            self._subscribers.append(_Subscriber(callback, self._warn))
 
     @property
     def watched(self) -> bool:
@@ -141,29 +155,79 @@ class LiveWindows:
         with self._lock:
             self._pending.pop((record.phase, record.trial), None)
 
-    def stop(self) -> None:
+    def stop(self, budget_s: float = DRAIN_BUDGET_S) -> None:
+        """Compute the windows still queued and let every subscriber hear them, within
+        ``budget_s``; what did not happen by then is said in the run's warnings."""
+        deadline = time.monotonic() + budget_s
         if self._thread is not None:
             self._queue.put(None)
-            self._thread.join(timeout=30.0)
+            self._thread.join(timeout=budget_s)
+            if self._thread.is_alive():
+                left = self._queue.qsize() - 1 + self._computing  # the None is not a window
+                if self._subscribers and left > 0:
+                    self._warn(
+                        f"the live energy of {left} window(s) was not computed within {budget_s:g} s of the run's "
+                        "end: their on_window_energy callbacks did not run (the run's result has every window)"
+                    )
+        for subscriber in self._subscribers:  # all at once: each drains while the others do
+            subscriber.close()
+        for subscriber in self._subscribers:
+            subscriber.stop(max(0.0, deadline - time.monotonic()), budget_s)
 
     # -- computing ---------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
-            pending = self._queue.get()
-            if pending is None:
+            first = self._queue.get()
+            if first is None:
                 return
-            try:
-                value = self.compute(pending.record)
-            except Exception as e:  # a live number is extra: the final run still has it
-                log.debug("live energy failed", exc_info=True)
-                pending.set(None, e)
-                continue
-            pending.set(value)
-            for callback in list(self._subscribers):
+            batch = [first]
+            stopping = False
+            while len(batch) < BATCH:  # windows that closed meanwhile: computed in one pass
                 try:
-                    callback(value)
-                except Exception as e:  # a reporter's bug must not stop the others
-                    self._warn(f"a live-energy subscriber failed: {type(e).__name__}: {e}")
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stopping = True
+                    break
+                batch.append(more)
+            self._computing = len(batch)
+            self._compute_batch(batch)
+            self._computing = 0
+            if stopping:
+                return
+
+    def _compute_batch(self, batch: list[Pending]) -> None:
+        try:
+            values = self.compute_all([p.record for p in batch])
+        except Exception as e:  # a live number is extra: the final run still has it
+            log.debug("live energy failed", exc_info=True)
+            for pending in batch:
+                pending.set(None, e)
+            self._warn(f"the live energy of {len(batch)} window(s) could not be computed ({type(e).__name__}: {e}): "
+                       "their on_window_energy callbacks did not run (the run's result has every window)")
+            return
+        for pending, value in zip(batch, values):
+            pending.set(value)
+            for subscriber in list(self._subscribers):
+                subscriber.hear(value)
+
+    def compute_all(self, records: list[WindowRecord]) -> list[LiveEnergy]:
+        """Each window's energy on every channel, in one pass of ``assemble``'s steps."""
+        if len(records) == 1:
+            return [self.compute(records[0])]
+        missing = self._wait(max(r.end_s for r in records))
+        recording = self._snapshot(min(r.start_s for r in records) - CONTEXT_S)
+        recording = replace(recording, records=list(records), idle_window=None)
+        warnings: list[str] = []
+        placement = place_samples(recording, None, warnings.append)  # fixed timing maps only
+        recording, placement, _ = add_fused_power(recording, placement, warnings.append)
+        rows, _ = integrate(recording, placement, None)
+        out = []
+        for record in records:
+            own = rows[(rows["phase"] == record.phase) & (rows["trial"] == record.trial)]
+            out.append(self._live(record, own.reset_index(drop=True), tuple(missing), _seen(recording, record)))
+        return out
 
     def compute(self, record: WindowRecord) -> LiveEnergy:
         """``record``'s energy on every channel, by ``assemble``'s steps, once samples cover it."""
@@ -203,14 +267,21 @@ class LiveWindows:
         run changed, with why."""
         revised = []
         live = self.computed()
+        # each final energy by window and channel, looked up once (not a scan of every window
+        # per live number: thousands of windows made the end of the run wait for minutes)
+        final = {
+            (phase, int(trial), channel): float(energy)
+            for phase, trial, channel, energy in zip(
+                windows["phase"], windows["trial"], windows["channel"], windows["energy_j"]
+            )
+        } if not windows.empty else {}
         for value in live:
             r = value.record
-            final = windows[(windows["phase"] == r.phase) & (windows["trial"] == r.trial)]
             for row in value.rows.to_dict("records"):
-                match = final[final["channel"] == row["channel"]]
-                if match.empty:
+                after = final.get((r.phase, int(r.trial), row["channel"]))
+                if after is None:
                     continue
-                before, after = float(row.get("energy_j", math.nan)), float(match.iloc[0]["energy_j"])
+                before = float(row.get("energy_j", math.nan))
                 if _same(before, after):
                     continue
                 later = final_seen(r)
@@ -231,6 +302,64 @@ class LiveWindows:
                     }
                 )
         return {"windows": len(live), "revised": revised}
+
+
+class _Subscriber:
+    """One ``on_window_energy`` callback, on a thread of its own with its own queue: a slow or
+    blocked callback delays only itself."""
+
+    def __init__(self, callback: Callable[[LiveEnergy], None], warn: Callable[[str], None]) -> None:
+        self.callback = callback
+        self.name = getattr(callback, "__qualname__", None) or type(callback).__name__
+        self._warn = warn
+        self._queue: queue.Queue[LiveEnergy | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self.heard = 0  # windows queued for it
+        self.done = 0  # windows its callback returned from
+        self._busy_with: LiveEnergy | None = None
+        self._failed = False
+
+    def hear(self, value: LiveEnergy) -> None:
+        self.heard += 1
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="energyframe-live-subscriber", daemon=True)
+            self._thread.start()
+        self._queue.put(value)
+
+    def _loop(self) -> None:
+        while True:
+            value = self._queue.get()
+            if value is None:
+                return
+            self._busy_with = value
+            try:
+                self.callback(value)
+            except Exception as e:  # a reporter's bug must not stop the others
+                if not self._failed:
+                    self._warn(f"a live-energy subscriber ({self.name}) failed: {type(e).__name__}: {e}")
+                    self._failed = True
+            self._busy_with = None
+            self.done += 1
+
+    def close(self) -> None:
+        """No window comes after those queued."""
+        self._queue.put(None)
+
+    def stop(self, wait_s: float, budget_s: float) -> None:
+        """Let the callback hear what is queued for it, up to ``wait_s``; then say what it missed."""
+        if self._thread is None:
+            return
+        self._thread.join(timeout=wait_s)
+        if not self._thread.is_alive() or self.done == self.heard:
+            return
+        busy = self._busy_with
+        missed = self.heard - self.done - (1 if busy is not None else 0)  # queued, never handed to it
+        where = f" (it is still in window {busy.record.phase!r} trial {busy.record.trial})" if busy is not None else ""
+        self._warn(
+            f"live-energy subscriber {self.name} did not return within {budget_s:g} s of the run's end{where}: "
+            f"{missed} of {self.heard} windows' energies did not reach it; the run went on without it (an "
+            "on_window_energy callback must return quickly: hand slow work to a thread of your own)"
+        )
 
 
 def _same(a: float, b: float) -> bool:

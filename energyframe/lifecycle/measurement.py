@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.windows import WindowRecord
 from ..errors import UsageError
 from ..model import WorkloadContext
 from ..ranks.connect import connect
@@ -43,7 +44,6 @@ from .windowbook import WindowBook
 if TYPE_CHECKING:  # what the public face's signatures name; the work is done by the parts above
     from ..core.clock import ClockModel
     from ..core.pipeline import Recording, TimeAligner
-    from ..core.windows import WindowRecord
     from ..errors import DistributedError, PowerSourceError
     from ..live.listener import LiveListener
     from ..model import Channel
@@ -335,11 +335,33 @@ class Measurement:
         self.live.subscribe(callback)
 
     def window_energy(
-        self, record: WindowRecord, wait: bool = True, timeout_s: float | None = None
+        self, window: WindowRecord | str, wait: bool = True, timeout_s: float | None = None
     ) -> LiveEnergy | None:
-        """A closed window's energy while the run goes (``end_window``'s record); ``None`` while
-        it is computed (``wait=False``, or past ``timeout_s``)."""
-        return self.live.submit(record).result(wait, timeout_s)
+        """A closed window's energy while the run goes: ``end_window``'s record, or a window's
+        name (its last closed window); ``None`` while it is computed (``wait=False``, or past
+        ``timeout_s``).
+
+        Raises:
+            UsageError: no window of that name has closed, or ``window`` is neither.
+        """
+        if isinstance(window, str):
+            window = self._last_closed(window)
+        if not isinstance(window, WindowRecord):
+            raise UsageError(
+                f"window_energy takes a closed window's record (end_window's, or a handle's .record) or its "
+                f"name, not {window!r}"
+            )
+        return self.live.submit(window).result(wait, timeout_s)
+
+    def _last_closed(self, name: str) -> WindowRecord:
+        for record in reversed(self.records):
+            if record.phase == name:
+                return record
+        closed = sorted({r.phase for r in self.records})
+        raise UsageError(
+            f"no window named {name!r} has closed"
+            + (f"; closed windows: {', '.join(map(repr, closed))}" if closed else "; none has closed yet")
+        )
 
     def _live_recording(self, since_s: float) -> Recording:
         """The recording from ``since_s`` on (monotonic), with the synced starts since then."""

@@ -221,7 +221,8 @@ def _start(m: Measurement) -> None:
     try:
         m.start()
     except KeyboardInterrupt as e:
-        raise RunInterrupted("interrupted by SIGINT while the run started (joining the ranks, starting the sources)") from e
+        which = "terminated by SIGTERM" if isinstance(e, _Terminated) else "interrupted by SIGINT"
+        raise RunInterrupted(f"{which} while the run started (joining the ranks, starting the sources)") from e
 
 
 def _stopped_by(error: BaseException) -> BaseException:

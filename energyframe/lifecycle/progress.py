@@ -20,6 +20,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
+from ..results.display import cell_text
+
 T = TypeVar("T")
 
 #: a window expected to last at least this long gets its own live bar. Units: s.
@@ -145,7 +147,8 @@ class RunProgress:
             return
         if self._trials is not None:
             self._progress.remove_task(self._trials)
-        self._trials = self._progress.add_task(f"  {name}: trials", total=trials)
+        # the phase's name as text: its [markup] and control characters shown, never acted on
+        self._trials = self._progress.add_task(f"  {cell_text(name)}: trials", total=trials)
 
     def window_opening(self, expected_s: float, label: str) -> None:
         """Called before a window opens: a window of seconds gets a live elapsed-time bar, and
@@ -155,7 +158,7 @@ class RunProgress:
         if self._progress is None or (known and expected_s < LIVE_WINDOW_S):
             return
         length = f" (~{expected_s:.0f} s)" if known else ""
-        self._window = self._progress.add_task(f"    window {label}{length}", total=None)
+        self._window = self._progress.add_task(f"    window {cell_text(label)}{length}", total=None)
 
     def window_closed(self) -> None:
         if self._progress is None:

@@ -37,6 +37,11 @@ class WindowHandle:
     _submit: Callable[[WindowRecord], Pending] | None = field(default=None, repr=False)
     _pending: Pending | None = field(default=None, repr=False)
 
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "iterations":  # set on an open handle when the count is known only then
+            value = checked_iterations(value)
+        super().__setattr__(name, value)
+
     def energy(self, wait: bool = True, timeout_s: float | None = None) -> LiveEnergy | None:
         """The closed window's energy on every channel (``LiveEnergy``); ``None`` while it is not
         known yet and ``wait`` is False (or ``timeout_s`` passed)."""

@@ -1,9 +1,6 @@
 """The live-energy API people use in loops and servers: every window's callback runs, or the run
 says how many did not and why; a callback that blocks never holds a handle's energy or the end of
-the run hostage; a window's iteration count and a window asked for by name are checked.
-
-These fail today (the changes they need are in lifecycle/: live.py and measurement.py) and are
-marked ``xfail(strict=True)``: the marker comes off with the change."""
+the run hostage; a window's iteration count and a window asked for by name are checked."""
 
 from __future__ import annotations
 
@@ -18,10 +15,6 @@ import energyframe as ef
 from energyframe.errors import UsageError
 from tests.fakes import ScriptedSource
 
-NEEDS_LIVE = "needs the lifecycle change in lifecycle/live.py: each subscriber on a thread of its own, within a budget"
-NEEDS_HANDLE = "needs the lifecycle change in lifecycle/measurement.py: WindowHandle.iterations checked when set"
-NEEDS_NAME = "needs the lifecycle change in lifecycle/measurement.py: window_energy takes a window's name"
-NEEDS_SIGTERM = "needs the lifecycle change in lifecycle/orchestrator.py: _start tells SIGTERM from SIGINT"
 #: a hang guard, not a timing assertion: on a loaded machine the wait is merely longer. Units: s.
 GUARD_S = 10.0
 
@@ -31,7 +24,6 @@ def steady():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=NEEDS_LIVE)
 def test_a_blocking_callback_holds_neither_the_energy_nor_the_other_subscribers_and_is_named():
     """Every window's callback runs, or the run says how many did not and why: a callback that
     blocks (a dashboard whose server stopped answering) once held every later window's
@@ -66,7 +58,6 @@ def test_a_blocking_callback_holds_neither_the_energy_nor_the_other_subscribers_
     assert "19 of 20 windows' energies did not reach it" in named  # how many, said
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_HANDLE)
 def test_a_negative_iteration_count_set_on_an_open_window_is_refused():
     with ef.measure(power="none") as m:
         with pytest.raises(UsageError, match=r"^iterations must be a whole number of at least 1, got -7$"):
@@ -77,7 +68,6 @@ def test_a_negative_iteration_count_set_on_an_open_window_is_refused():
     assert list(m.result.windows["iterations"]) == [3]  # never -7 (it saved -1.43 J per iteration)
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_NAME)
 def test_window_energy_of_an_unknown_window_is_a_usage_error():
     with ef.measure(power=[steady()]) as m:
         with m.window("step"):
@@ -111,7 +101,6 @@ except ef.RunInterrupted as e:
 """
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_SIGTERM)
 def test_sigterm_while_the_sources_start_is_reported_as_sigterm():
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(SIGTERM_WHILE_SOURCES_START)],
                           capture_output=True, text=True, timeout=120)

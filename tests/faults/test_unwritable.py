@@ -76,7 +76,6 @@ def test_a_disk_full_before_the_first_sample_is_one_line_from_the_command_line(t
     assert not (out / "run.json").exists()  # nothing was measured: the claim was taken back
 
 
-@pytest.mark.xfail(strict=True, reason="needs the lifecycle change in core/samples.py: SampleStore says a samples journal it cannot write as a StoreError")
 def test_a_disk_full_before_the_first_sample_is_a_store_error_from_the_api(tmp_path):
     power = write_power_csv(tmp_path / "p.csv", 100.0, duration_s=30)
     out = _full_from_the_start(tmp_path)
