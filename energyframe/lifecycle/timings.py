@@ -7,23 +7,11 @@ on the monotonic clock around work that is not measured; nothing is added inside
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-
-def process_age_s() -> float | None:
-    """Seconds since this process started (Linux), interpreter start-up and imports included."""
-    try:
-        with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        with open("/proc/uptime") as f:
-            uptime_s = float(f.read().split()[0])
-        started_s = int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-    return max(0.0, uptime_s - started_s)
+from ..kit.sampler import process_age_s
 
 
 class Timings:
