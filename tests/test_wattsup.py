@@ -195,7 +195,7 @@ def test_a_lagging_meter_is_aligned_to_within_one_sample():
     profile = square_wave(100.0, 400.0, 7.0 / FAST, start_s=t0)
     with WattsUpEmulator(profile, lag_s=3.0, noise_w=1.0, time_scale=FAST) as meter:
         spec = f"wattsup:ports={meter.port},time_scale={FAST}"
-        with ef.measure(power=[ProfileSource(profile), spec], sync=None) as m:
+        with ef.measure(power=[ProfileSource(profile=profile), spec], sync=None) as m:
             with m.window("w"):
                 time.sleep(16.0 / FAST)
         record = m.records[0]
@@ -214,7 +214,7 @@ def test_a_lagging_meter_is_aligned_to_within_one_sample():
 def test_a_flat_load_cannot_be_aligned_and_the_run_says_so():
     with WattsUpEmulator(constant(300.0), time_scale=FAST) as meter:
         spec = f"wattsup:ports={meter.port},time_scale={FAST}"
-        with ef.measure(power=[ProfileSource(constant(250.0)), spec], sync=None) as m:
+        with ef.measure(power=[ProfileSource(profile=constant(250.0)), spec], sync=None) as m:
             with m.window("w"):
                 time.sleep(0.4)
     assert m.result.meta["alignment"]["wall"]["applied"] is False

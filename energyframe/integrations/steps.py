@@ -24,7 +24,8 @@ from typing import Any
 from ..api import measure
 from ..kit.registry import PowerArg
 from ..lifecycle.live import LiveEnergy
-from ..lifecycle.measurement import Measurement, WindowHandle
+from ..lifecycle.measurement import Measurement
+from ..lifecycle.windowbook import WindowHandle
 from ..results.result import COMPLETE, INCOMPLETE, RunResult
 
 log = logging.getLogger("energyframe")
