@@ -60,7 +60,7 @@ def pareto(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
-def _multi_block(results: list[KernelResult]) -> set[str]:
+def multi_block(results: list[KernelResult]) -> set[str]:
     """The kernels measured with more than one block (their series are named with the block)."""
     kernels = {r.kernel for r in results}
     return {k for k in kernels if len({r.block for r in results if r.kernel == k}) > 1}
@@ -84,7 +84,7 @@ def heatmap(sweep: SweepResult, path: Path, x: str, y: str) -> Path | None:
     if not results:
         return None
     cut = at_fixed_point(results, (x, y))
-    groups = _latency_cells(cut, x, y, _multi_block(results))
+    groups = _latency_cells(cut, x, y, multi_block(results))
     xs = sorted({r.parameters[x] for r in cut})
     ys = sorted({r.parameters[y] for r in cut})
     plt = _setup()
@@ -141,7 +141,7 @@ def _lines(sweep: SweepResult, path: Path, x: str, baseline: str | None) -> Path
     if not results:
         return None
     cut = at_fixed_point(results, (x,))
-    series = _series_along(cut, x, _multi_block(results))
+    series = _series_along(cut, x, multi_block(results))
     if baseline is not None and baseline not in series:
         return None
     plt = _setup()
@@ -198,7 +198,7 @@ def energy_latency(sweep: SweepResult, path: Path) -> Path | None:
         return None
     plt = _setup()
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    _scatter_series(ax, results, _multi_block(results))
+    _scatter_series(ax, results, multi_block(results))
     _pareto_fronts(ax, results)
     ax.set_xscale("log")
     ax.set_yscale("log")
