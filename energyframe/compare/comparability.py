@@ -71,9 +71,14 @@ def _power_limits(meta: RunMeta) -> tuple[float, ...]:
     return tuple(sorted(float(g["power_limit_w"]) for g in meta.gpus if g.get("power_limit_w") is not None))
 
 
-def _flagged_trials(windows: pd.DataFrame, prefix: str) -> dict[str, tuple[int, int, set[str]]]:
+#: one phase's flagged windows in one run: trials flagged, trials in all, the flags seen
+FlagCount = tuple[int, int, set[str]]
+NO_TRIALS: FlagCount = (0, 0, set())
+
+
+def _flagged_trials(windows: pd.DataFrame, prefix: str) -> dict[str, FlagCount]:
     """Per phase: windows with a flag starting with ``prefix``, windows in all, and the flags."""
-    out: dict[str, tuple[int, int, set[str]]] = {}
+    out: dict[str, FlagCount] = {}
     if windows.empty or "flags" not in windows.columns:
         return out
     for phase, group in windows.groupby("phase", sort=False):
@@ -105,114 +110,177 @@ def _option_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]
     return [f"{k}={a.get(k)!r} vs {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
 
 
-def check(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:  # noqa: C901, PLR0915 (one check per way two runs can differ, in report order)
-    """Every reason the runs may not compare, as sentences (empty when none was found)."""
-    metas = [r.run_meta for r in runs]
-    out: list[str] = []
-    for label, run in zip(labels, runs):
-        if not run.complete:
-            out.append(
-                f"run {label} is incomplete ({run.reason}): it has only what was measured before it stopped"
-            )
+def _incomplete_runs(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:
+    return [
+        f"run {label} is incomplete ({run.reason}): it has only what was measured before it stopped"
+        for label, run in zip(labels, runs)
+        if not run.complete
+    ]
 
-    models = [gpu_models(m) for m in metas]
-    if any(models) and _differ(models):
-        out.append("different GPU models: " + _per_run(labels, models, lambda v: ", ".join(v) or "unknown"))
-    drivers = [_drivers(m) for m in metas]
-    if any(drivers) and _differ(drivers):
-        out.append("different GPU drivers: " + _per_run(labels, drivers, lambda v: ", ".join(v) or "unknown"))
-    limits = [_power_limits(m) for m in metas]
-    if any(limits) and _differ(limits):
-        out.append(
-            "different GPU power limits: "
-            + _per_run(labels, limits, lambda v: ", ".join(f"{w:g} W" for w in v) or "unknown")
-        )
 
+def _differing(
+    what: str, labels: Sequence[str], values: Sequence[Any], show: Callable[[Any], str]
+) -> list[str]:
+    """One sentence when some run knows the value and the runs disagree on it."""
+    if any(values) and _differ(values):
+        return [f"{what}: " + _per_run(labels, values, show)]
+    return []
+
+
+def _joined_or_unknown(values: Sequence[str]) -> str:
+    return ", ".join(values) or "unknown"
+
+
+def _hardware(labels: Sequence[str], metas: Sequence[RunMeta]) -> list[str]:
+    """GPU models, drivers and power limits, each reported when the runs disagree."""
+    return [
+        *_differing("different GPU models", labels, [gpu_models(m) for m in metas], _joined_or_unknown),
+        *_differing("different GPU drivers", labels, [_drivers(m) for m in metas], _joined_or_unknown),
+        *_differing(
+            "different GPU power limits",
+            labels,
+            [_power_limits(m) for m in metas],
+            lambda v: ", ".join(f"{w:g} W" for w in v) or "unknown",
+        ),
+    ]
+
+
+def _clock_differs(reference_mhz: float, seen_mhz: Sequence[float]) -> bool:
+    """Whether at least two runs have a median and one strays from the first run's by more than
+    the tolerance."""
+    finite = [v for v in seen_mhz if math.isfinite(v)]
+    if len(finite) <= 1 or reference_mhz <= 0:
+        return False
+    return max(abs(v / reference_mhz - 1) for v in finite) > CLOCK_TOLERANCE
+
+
+def _clocks(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:
+    """Phases whose median SM clock differs between runs (the first run's phases, in its order)."""
     clocks = [_clock_medians(r.windows) for r in runs]
     slow = []
     for phase, reference in clocks[0].items():
         seen = [c.get(phase, math.nan) for c in clocks]
-        finite = [v for v in seen if math.isfinite(v)]
-        if (
-            len(finite) > 1
-            and reference > 0
-            and max(abs(v / reference - 1) for v in finite) > CLOCK_TOLERANCE
-        ):
+        if _clock_differs(reference, seen):
             slow.append(f"{phase} (" + ", ".join(f"{v:.0f}" for v in seen) + " MHz)")
-    if slow:
-        out.append(
-            f"SM clocks differ by more than {CLOCK_TOLERANCE:.0%} (median per phase, "
-            f"{', '.join(labels)}): {_names(slow)}"
-        )
+    if not slow:
+        return []
+    return [
+        f"SM clocks differ by more than {CLOCK_TOLERANCE:.0%} (median per phase, "
+        f"{', '.join(labels)}): {_names(slow)}"
+    ]
 
-    throttled = [_flagged_trials(r.windows, "throttled:") for r in runs]
-    uneven = []
-    for phase in dict.fromkeys(p for t in throttled for p in t):
-        counts = [t.get(phase, (0, 0, set())) for t in throttled]
+
+def _uneven(flagged: Sequence[Mapping[str, FlagCount]]) -> list[tuple[str, list[FlagCount]]]:
+    """The phases flagged in some runs and not in others (among the runs that have the phase),
+    with every run's count, in the order the phases first appear."""
+    out = []
+    for phase in dict.fromkeys(p for f in flagged for p in f):
+        counts = [f.get(phase, NO_TRIALS) for f in flagged]
         if len({c[0] > 0 for c in counts if c[1]}) > 1:
-            reasons = sorted(set().union(*(c[2] for c in counts)))
-            uneven.append(
-                f"{phase} (" + ", ".join(f"{c[0]}/{c[1]}" for c in counts) + f": {', '.join(reasons)})"
-            )
-    if uneven:
-        out.append(
-            f"throttled windows in some runs and not others (windows throttled, {', '.join(labels)}): "
-            + _names(uneven)
-        )
+            out.append((phase, counts))
+    return out
 
+
+def _fractions(counts: Sequence[FlagCount]) -> str:
+    return ", ".join(f"{c[0]}/{c[1]}" for c in counts)
+
+
+def _throttling(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:
+    uneven = []
+    for phase, counts in _uneven([_flagged_trials(r.windows, "throttled:") for r in runs]):
+        reasons = sorted(set().union(*(c[2] for c in counts)))
+        uneven.append(f"{phase} ({_fractions(counts)}: {', '.join(reasons)})")
+    if not uneven:
+        return []
+    return [
+        f"throttled windows in some runs and not others (windows throttled, {', '.join(labels)}): "
+        + _names(uneven)
+    ]
+
+
+def _quality_flags(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:
+    out = []
     for flag in QUALITY_FLAGS:
-        flagged = [_flagged_trials(r.windows, flag) for r in runs]
-        uneven = []
-        for phase in dict.fromkeys(p for f in flagged for p in f):
-            counts = [f.get(phase, (0, 0, set())) for f in flagged]
-            if len({c[0] > 0 for c in counts if c[1]}) > 1:
-                uneven.append(f"{phase} (" + ", ".join(f"{c[0]}/{c[1]}" for c in counts) + ")")
+        uneven = [
+            f"{phase} ({_fractions(counts)})"
+            for phase, counts in _uneven([_flagged_trials(r.windows, flag) for r in runs])
+        ]
         if uneven:
             out.append(
                 f"windows flagged {flag} in some runs and not others ({', '.join(labels)}): {_names(uneven)}"
             )
+    return out
 
+
+def _workloads(labels: Sequence[str], metas: Sequence[RunMeta]) -> list[str]:
+    """Different workloads, or else each later run's options that differ from the first's."""
     workloads = [m.workload for m in metas]
     names = [w.name if w else None for w in workloads]
     if _differ(names):
-        out.append("different workloads: " + _per_run(labels, names))
-    else:
-        first = workloads[0].options if workloads[0] else {}
-        for label, w in zip(labels[1:], workloads[1:]):
-            diff = _option_differences(first, w.options if w else {})
-            if diff:
-                out.append(f"workload options differ, {labels[0]} vs {label}: {'; '.join(diff)}")
+        return ["different workloads: " + _per_run(labels, names)]
+    out = []
+    first = workloads[0].options if workloads[0] else {}
+    for label, w in zip(labels[1:], workloads[1:]):
+        diff = _option_differences(first, w.options if w else {})
+        if diff:
+            out.append(f"workload options differ, {labels[0]} vs {label}: {'; '.join(diff)}")
+    return out
 
+
+def _power_sources(labels: Sequence[str], metas: Sequence[RunMeta]) -> list[str]:
+    """Different power sources, or else each later run's source options that differ from the
+    first's."""
     sources = [tuple(sorted(s.name for s in m.sources)) for m in metas]
     if _differ(sources):
-        out.append(
+        return [
             "different power sources: "
             + _per_run(labels, sources, lambda v: ", ".join(v) or "none (timing only)")
-        )
-    else:
-        for label, meta in zip(labels[1:], metas[1:]):
-            mine = {s.name: s.options for s in meta.sources}
-            for source in metas[0].sources:
-                diff = _option_differences(source.options, mine.get(source.name, {}))
-                if diff:
-                    out.append(
-                        f"power source {source.name!r} options differ, {labels[0]} vs {label}: "
-                        + "; ".join(diff)
-                    )
+        ]
+    out = []
+    for label, meta in zip(labels[1:], metas[1:]):
+        mine = {s.name: s.options for s in meta.sources}
+        for source in metas[0].sources:
+            diff = _option_differences(source.options, mine.get(source.name, {}))
+            if diff:
+                out.append(
+                    f"power source {source.name!r} options differ, {labels[0]} vs {label}: " + "; ".join(diff)
+                )
+    return out
 
+
+def _software(labels: Sequence[str], metas: Sequence[RunMeta]) -> list[str]:
+    """Library versions and the host CPU, each reported when the runs disagree."""
+    out = []
     for key in VERSION_KEYS:
         versions = [m.versions.get(key) for m in metas]
-        if any(versions) and _differ(versions):
-            out.append(
-                f"different {key} versions: " + _per_run(labels, versions, lambda v: v or "not installed")
-            )
+        out += _differing(f"different {key} versions", labels, versions, lambda v: v or "not installed")
     cpus = [m.host.get("cpu") for m in metas]
-    if any(cpus) and _differ(cpus):
-        out.append("different host CPUs: " + _per_run(labels, cpus, lambda v: v or "unknown"))
-    idle = [bool(m.idle_baseline) for m in metas]
-    if _differ(idle):
-        out.append(
-            "an idle baseline in some runs only (dynamic energy compares only where both have one): "
-            + _per_run(labels, idle, lambda v: "measured" if v else "none")
-        )
+    out += _differing("different host CPUs", labels, cpus, lambda v: v or "unknown")
     return out
+
+
+def _idle_baselines(labels: Sequence[str], metas: Sequence[RunMeta]) -> list[str]:
+    idle = [bool(m.idle_baseline) for m in metas]
+    if not _differ(idle):
+        return []
+    return [
+        "an idle baseline in some runs only (dynamic energy compares only where both have one): "
+        + _per_run(labels, idle, lambda v: "measured" if v else "none")
+    ]
+
+
+def check(labels: Sequence[str], runs: Sequence[RunResult]) -> list[str]:
+    """Every reason the runs may not compare, as sentences (empty when none was found)."""
+    metas = [r.run_meta for r in runs]
+    # one check per way two runs can differ, in report order
+    return [
+        *_incomplete_runs(labels, runs),
+        *_hardware(labels, metas),
+        *_clocks(labels, runs),
+        *_throttling(labels, runs),
+        *_quality_flags(labels, runs),
+        *_workloads(labels, metas),
+        *_power_sources(labels, metas),
+        *_software(labels, metas),
+        *_idle_baselines(labels, metas),
+    ]

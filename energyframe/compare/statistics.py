@@ -197,6 +197,45 @@ def _inside_bounds(
     return limit if math.isfinite(limit) and abs(difference) <= limit else None
 
 
+def _why_not_significant(
+    test: RankTest,
+    ratio: float,
+    alpha: float,
+    min_change_pct: float,
+    limit: float | None,
+    median_a: float,
+) -> str | None:
+    """Why a change is not called significant, as the verdict's words after "not significant"
+    (None when it is significant). The reasons are tried in the order a reader checks them:
+    enough trials, the test, the minimum change, the medians' bounds."""
+    few = min(test.n_a, test.n_b)
+    if few < MIN_TRIALS:
+        return f": {few} trial{'s' if few != 1 else ''}, need at least {MIN_TRIALS} per run"
+    if not (test.p_value < alpha):
+        return _p_not_under_alpha(test, alpha)
+    if not math.isfinite(ratio) or abs(100.0 * (ratio - 1.0)) < min_change_pct:
+        return f": under the {min_change_pct:g} % minimum change ({_p_text(test.p_value)})"
+    if limit is not None:
+        return (
+            f": inside the two runs' 95 % bounds "
+            f"(±{100.0 * limit / abs(median_a):.2g} % together; {_p_text(test.p_value)})"
+        )
+    return None
+
+
+def _p_not_under_alpha(test: RankTest, alpha: float) -> str:
+    """The words for a p-value not under alpha: the p-value, or, where no p-value these trials
+    can give would be, how many trials would do."""
+    floor = smallest_p(test.n_a, test.n_b)
+    if floor >= alpha:
+        return (
+            f": with {test.n_a} and {test.n_b} trials no difference can reach "
+            f"p<{alpha:g} (the smallest p is {floor:.2g}); measure at least "
+            f"{trials_needed(alpha)} trials per run"
+        )
+    return f" ({_p_text(test.p_value)})"
+
+
 def judge(
     figure: str,
     reference: Sequence[float] | np.ndarray,
@@ -219,44 +258,10 @@ def judge(
     ratio = median_b / median_a if median_a != 0 else math.nan
     test = mann_whitney(a, b)
     factor = factor_text(ratio, figure) if math.isfinite(ratio) else "no ratio (reference median is 0)"
-    if min(a.size, b.size) < MIN_TRIALS:
-        few = min(a.size, b.size)
-        return Change(
-            ratio,
-            test,
-            False,
-            f"{factor}, not significant: {few} trial{'s' if few != 1 else ''}, "
-            f"need at least {MIN_TRIALS} per run",
-        )
-    if not (test.p_value < alpha):
-        floor = smallest_p(a.size, b.size)
-        if floor >= alpha:
-            return Change(
-                ratio,
-                test,
-                False,
-                f"{factor}, not significant: with {a.size} and {b.size} trials no difference can reach "
-                f"p<{alpha:g} (the smallest p is {floor:.2g}); measure at least "
-                f"{trials_needed(alpha)} trials per run",
-            )
-        return Change(ratio, test, False, f"{factor}, not significant ({_p_text(test.p_value)})")
-    if not math.isfinite(ratio) or abs(100.0 * (ratio - 1.0)) < min_change_pct:
-        return Change(
-            ratio,
-            test,
-            False,
-            f"{factor}, not significant: under the {min_change_pct:g} % minimum change "
-            f"({_p_text(test.p_value)})",
-        )
     limit = _inside_bounds(median_b - median_a, bounds, same_board)
-    if limit is not None:
-        return Change(
-            ratio,
-            test,
-            False,
-            f"{factor}, not significant: inside the two runs' 95 % bounds "
-            f"(±{100.0 * limit / abs(median_a):.2g} % together; {_p_text(test.p_value)})",
-        )
+    reason = _why_not_significant(test, ratio, alpha, min_change_pct, limit, median_a)
+    if reason is not None:
+        return Change(ratio, test, False, f"{factor}, not significant{reason}")
     return Change(ratio, test, True, f"{factor}, significant ({_p_text(test.p_value)})")
 
 
@@ -348,18 +353,24 @@ def trial_bounds(windows: pd.DataFrame, figure: str) -> dict[tuple[str, str], Bo
     column = FIGURES[figure][0]
     out = {}
     for (phase, channel), group in windows.groupby(["phase", "channel"], sort=False):
-        rows = group.to_dict("records")
-        bounds = []
-        for row in rows:
-            bound, iterations = window_bound(row), row.get("iterations") or 0
-            if bound is not None and iterations:
-                if figure == "dynamic":
-                    bound = _dynamic(bound, row.get("dynamic_energy_bound_j"))
-                bounds.append(bound.scaled(1.0 / iterations))
+        bounds = _bounds_per_iteration(group.to_dict("records"), figure)
         bound = summary_bound(pd.to_numeric(group[column], errors="coerce"), bounds)
         if bound is not None:
             out[(str(phase), str(channel))] = bound
     return out
+
+
+def _bounds_per_iteration(rows: Sequence[Mapping], figure: str) -> list[Bound]:
+    """The bound of each window that has one and counted its iterations, per iteration (of
+    dynamic energy for the ``dynamic`` figure)."""
+    bounds = []
+    for row in rows:
+        bound, iterations = window_bound(row), row.get("iterations") or 0
+        if bound is not None and iterations:
+            if figure == "dynamic":
+                bound = _dynamic(bound, row.get("dynamic_energy_bound_j"))
+            bounds.append(bound.scaled(1.0 / iterations))
+    return bounds
 
 
 def _dynamic(bound: Bound, dynamic_bound_j: object) -> Bound:
@@ -375,7 +386,7 @@ def _dynamic(bound: Bound, dynamic_bound_j: object) -> Bound:
     return Bound(bound.random_j, math.hypot(bound.systematic_j, idle))
 
 
-def compare_trials(  # noqa: C901, PLR0915 (one pass over figures, keys and runs builds every row; then the derived rows)
+def compare_trials(
     labels: Sequence[str],
     windows: Sequence[pd.DataFrame],
     channels: Sequence[set[str] | None] = (),
@@ -401,91 +412,17 @@ def compare_trials(  # noqa: C901, PLR0915 (one pass over figures, keys and runs
             else against their totals.
     """
     n = len(labels)
-    if n < 2 or len(windows) != n:
-        raise ValueError("compare at least two runs, one label each")
-    check_thresholds(alpha, min_change_pct)
-    unknown = [f for f in figures if f not in FIGURES]
-    if unknown:
-        raise ValueError(f"unknown figure(s) {unknown}; valid: {', '.join(FIGURES)}")
+    _check_request(labels, windows, figures, alpha, min_change_pct)
     channels = list(channels) or [None] * n
     kinds = list(kinds) or [{}] * n
-    rows: list[Row] = []
+    verdicts = _Verdicts(alpha, min_change_pct, same_board)
     only_in: dict[str, list[str]] = {}
-    for figure in figures:
-        per_run = [trial_values(w, figure) for w in windows]
-        per_run_bounds = [trial_bounds(w, figure) for w in windows]
-        for i, kept in enumerate(channels):
-            if kept is not None:
-                per_run[i] = {k: v for k, v in per_run[i].items() if k[1] == "" or k[1] in kept}
-        keys = list(dict.fromkeys(k for run in per_run for k in run))
-        for key in keys:
-            present = [key in run for run in per_run]
-            if not all(present):
-                where = ", ".join(labels[i] for i in range(n) if present[i])
-                text = f"{key[0]} [{key[1]}]" if key[1] else key[0]
-                if text not in only_in.setdefault(where, []):
-                    only_in[where].append(text)
-            if not present[0] or sum(present) < 2:
-                continue
-            reference = per_run[0][key]
-            spreads: list[Spread | None] = []
-            values: list[float] = []
-            changes: list[Change | None] = []
-            row_bounds: list[Bound | None] = []
-            for i, run in enumerate(per_run):
-                if key not in run:
-                    spreads.append(None)
-                    values.append(math.nan)
-                    changes.append(None)
-                    row_bounds.append(None)
-                    continue
-                spread = Spread.of(run[key])
-                spreads.append(spread)
-                values.append(spread.median)
-                bound = per_run_bounds[i].get(key)
-                row_bounds.append(bound)
-                pair = (per_run_bounds[0].get(key), bound)
-                changes.append(
-                    None if i == 0 else judge(figure, reference, run[key], alpha, min_change_pct, pair, same_board)
-                )
-            kind = next((k[key[0]] for k in kinds if key[0] in k), "phase")
-            rows.append(
-                Row(
-                    kind,
-                    key[0],
-                    key[1],
-                    figure,
-                    FIGURES[figure][1],
-                    tuple(spreads),
-                    tuple(values),
-                    tuple(changes),
-                    tuple(row_bounds),
-                )
-            )
-    derived = list(derived) or [{}] * n
-    for name in dict.fromkeys(k for d in derived for k in d):
-        if name not in derived[0]:
-            continue
-        figures_of_runs = tuple(float(d.get(name, math.nan)) for d in derived)
-        ref = figures_of_runs[0]
-        changes = [None]
-        for v in figures_of_runs[1:]:
-            if math.isfinite(v) and math.isfinite(ref) and ref != 0:
-                changes.append(Change(v / ref, None, False, "not tested: derived from medians"))
-            else:
-                changes.append(None)
-        rows.append(
-            Row(
-                "derived",
-                name,
-                "",
-                name.rpartition(".")[2],
-                _unit(name),
-                (None,) * n,
-                figures_of_runs,
-                tuple(changes),
-            )
-        )
+    rows = [
+        row
+        for figure in figures
+        for row in _figure_rows(figure, labels, windows, channels, kinds, verdicts, only_in)
+    ]
+    rows += _derived_rows(list(derived) or [{}] * n, n)
     order = {k: i for i, k in enumerate(KINDS)}
     rows.sort(key=lambda r: order.get(r.kind, len(order)))  # stable: phases keep their order
     return Comparison(
@@ -495,6 +432,168 @@ def compare_trials(  # noqa: C901, PLR0915 (one pass over figures, keys and runs
         min_change_pct=min_change_pct,
         only_in={k: tuple(v) for k, v in only_in.items()},
     )
+
+
+def _check_request(
+    labels: Sequence[str],
+    windows: Sequence[pd.DataFrame],
+    figures: Sequence[str],
+    alpha: float,
+    min_change_pct: float,
+) -> None:
+    """Refuse a comparison that cannot be made, before any figure is read."""
+    if len(labels) < 2 or len(windows) != len(labels):
+        raise ValueError("compare at least two runs, one label each")
+    check_thresholds(alpha, min_change_pct)
+    unknown = [f for f in figures if f not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figure(s) {unknown}; valid: {', '.join(FIGURES)}")
+
+
+TrialKey = tuple[str, str]
+
+
+def _trials_on_channels(
+    windows: Sequence[pd.DataFrame], figure: str, channels: Sequence[set[str] | None]
+) -> list[dict[TrialKey, np.ndarray]]:
+    """Per run, the figure's trials on the channels asked for (latency, under channel "", is
+    always kept)."""
+    trials = [trial_values(w, figure) for w in windows]
+    for i, kept in enumerate(channels):
+        if kept is not None:
+            trials[i] = {k: v for k, v in trials[i].items() if k[1] == "" or k[1] in kept}
+    return trials
+
+
+def _note_partial(
+    only_in: dict[str, list[str]], labels: Sequence[str], key: TrialKey, present: Sequence[bool]
+) -> None:
+    """Note a (phase, channel) that some runs lack, under the runs that have it (once each)."""
+    if all(present):
+        return
+    where = ", ".join(label for label, here in zip(labels, present) if here)
+    text = f"{key[0]} [{key[1]}]" if key[1] else key[0]
+    if text not in only_in.setdefault(where, []):
+        only_in[where].append(text)
+
+
+def _kind_of(kinds: Sequence[Mapping[str, str]], phase: str) -> str:
+    """The kind the first run that names the phase gives it (``phase`` when none does)."""
+    return next((k[phase] for k in kinds if phase in k), "phase")
+
+
+@dataclass(frozen=True)
+class _Verdicts:
+    """How every change of a comparison is judged: the thresholds, and whether the runs share a
+    board (see ``judge``)."""
+
+    alpha: float
+    min_change_pct: float
+    same_board: bool
+
+    def judge(
+        self,
+        figure: str,
+        reference: np.ndarray,
+        other: np.ndarray,
+        bounds: tuple[Bound | None, Bound | None],
+    ) -> Change:
+        return judge(figure, reference, other, self.alpha, self.min_change_pct, bounds, self.same_board)
+
+
+def _figure_rows(
+    figure: str,
+    labels: Sequence[str],
+    windows: Sequence[pd.DataFrame],
+    channels: Sequence[set[str] | None],
+    kinds: Sequence[Mapping[str, str]],
+    verdicts: _Verdicts,
+    only_in: dict[str, list[str]],
+) -> list[Row]:
+    """A row per (phase, channel) of one figure that the reference run and another run have, in
+    the order they first appear; the ones some runs lack are noted in ``only_in``."""
+    trials = _trials_on_channels(windows, figure, channels)
+    bounds = [trial_bounds(w, figure) for w in windows]
+    rows = []
+    for key in dict.fromkeys(k for run in trials for k in run):
+        present = [key in run for run in trials]
+        _note_partial(only_in, labels, key, present)
+        if present[0] and sum(present) >= 2:
+            rows.append(_trial_row(figure, key, _kind_of(kinds, key[0]), trials, bounds, verdicts))
+    return rows
+
+
+def _trial_row(
+    figure: str,
+    key: TrialKey,
+    kind: str,
+    trials: Sequence[Mapping[TrialKey, np.ndarray]],
+    bounds: Sequence[Mapping[TrialKey, Bound]],
+    verdicts: _Verdicts,
+) -> Row:
+    """One figure of one (phase, channel) in every run, each run's trials judged against the
+    first run's (a run without them gets an empty cell)."""
+    reference = trials[0][key]
+    spreads: list[Spread | None] = []
+    values: list[float] = []
+    changes: list[Change | None] = []
+    row_bounds: list[Bound | None] = []
+    for i, run in enumerate(trials):
+        if key not in run:
+            spreads.append(None)
+            values.append(math.nan)
+            changes.append(None)
+            row_bounds.append(None)
+            continue
+        spread = Spread.of(run[key])
+        spreads.append(spread)
+        values.append(spread.median)
+        bound = bounds[i].get(key)
+        row_bounds.append(bound)
+        pair = (bounds[0].get(key), bound)
+        changes.append(None if i == 0 else verdicts.judge(figure, reference, run[key], pair))
+    return Row(
+        kind,
+        key[0],
+        key[1],
+        figure,
+        FIGURES[figure][1],
+        tuple(spreads),
+        tuple(values),
+        tuple(changes),
+        tuple(row_bounds),
+    )
+
+
+def _derived_rows(derived: Sequence[Mapping[str, float]], n: int) -> list[Row]:
+    """A row per figure derived from the reference run's medians (``table.column``), with each
+    run's change against it, never tested."""
+    rows = []
+    for name in dict.fromkeys(k for d in derived for k in d):
+        if name not in derived[0]:
+            continue
+        figures_of_runs = tuple(float(d.get(name, math.nan)) for d in derived)
+        ref = figures_of_runs[0]
+        changes = (None, *(_derived_change(v, ref) for v in figures_of_runs[1:]))
+        rows.append(
+            Row(
+                "derived",
+                name,
+                "",
+                name.rpartition(".")[2],
+                _unit(name),
+                (None,) * n,
+                figures_of_runs,
+                changes,
+            )
+        )
+    return rows
+
+
+def _derived_change(value: float, reference: float) -> Change | None:
+    if math.isfinite(value) and math.isfinite(reference) and reference != 0:
+        return Change(value / reference, None, False, "not tested: derived from medians")
+    return None
 
 
 def _unit(column: str) -> str:

@@ -22,6 +22,7 @@ from .statistics import (
     DEFAULT_MIN_CHANGE_PCT,
     FIGURES,
     MIN_TRIALS,
+    Change,
     Comparison,
     Row,
     compare_trials,
@@ -179,7 +180,7 @@ def long_rows(comparison: Comparison) -> list[dict]:
     out = []
     for row in comparison.rows:
         for i, label in enumerate(comparison.labels):
-            spread, change = row.spreads[i], row.changes[i]
+            spread = row.spreads[i]
             if spread is None and not math.isfinite(row.values[i]):
                 continue
             record = {
@@ -191,22 +192,31 @@ def long_rows(comparison: Comparison) -> list[dict]:
                 "run": label,
                 "reference": i == 0,
             }
-            for f in SPREAD_FIELDS:
-                record[f] = (
-                    getattr(spread, f) if spread is not None else (row.values[i] if f == "median" else None)
-                )
-            test = change.test if change is not None else None
-            record.update(
-                ratio=change.ratio if change is not None else None,
-                change_pct=change.change_pct if change is not None else None,
-                p_value=test.p_value if test is not None else None,
-                u=test.u if test is not None else None,
-                test=test.method if test is not None else None,
-                significant=change.significant if change is not None else None,
-                verdict=verdict_text(row, i),
-            )
+            record.update(_spread_fields(spread, row.values[i]))
+            record.update(_change_fields(row.changes[i]))
+            record.update(verdict=verdict_text(row, i))
             out.append(record)
     return out
+
+
+def _spread_fields(spread: Spread | None, value: float) -> dict:
+    """A cell's spread over trials; a value without one (a derived figure) is its median."""
+    if spread is None:
+        return {f: (value if f == "median" else None) for f in SPREAD_FIELDS}
+    return {f: getattr(spread, f) for f in SPREAD_FIELDS}
+
+
+def _change_fields(change: Change | None) -> dict:
+    """A cell's change against the reference and its test (all None for the reference)."""
+    test = change.test if change is not None else None
+    return {
+        "ratio": change.ratio if change is not None else None,
+        "change_pct": change.change_pct if change is not None else None,
+        "p_value": test.p_value if test is not None else None,
+        "u": test.u if test is not None else None,
+        "test": test.method if test is not None else None,
+        "significant": change.significant if change is not None else None,
+    }
 
 
 def csv_table(comparison: Comparison) -> str:

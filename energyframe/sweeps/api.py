@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EnergyFrameError, UsageError, WorkloadError
-from .kernel import BASE_OPTIONS, DEFAULT_BLOCK_1D, DEFAULT_BLOCK_2D, CudaKernel
+from .kernel import BASE_OPTIONS, DEFAULT_BLOCK_1D, DEFAULT_BLOCK_2D, CudaKernel, Launch
 from .results import SweepResult
 from .space import as_function, expand, parse_shard
 from .workload import Config, SweepWorkload, plan
@@ -109,7 +109,7 @@ def _measured_clocks(run_result) -> dict[str, float]:
     return out
 
 
-def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live: check, plan, dry run, measure, save)
+def sweep(
     kernels: CudaKernel | Sequence[CudaKernel],
     *,
     power: Any = "auto",
@@ -161,13 +161,48 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
         UsageError: bad input, before anything starts.
         WorkloadError: no CUDA GPU or no CuPy, before anything starts (nothing is written).
     """
-    from ..lifecycle import orchestrator
     from ..results.store import default_run_dir
-    from .devices import base_label
     from .outputs import describe, write
 
+    # the sweep's ordered steps: check, plan, dry run, measure, save
     if config is not None:
         raise TypeError("ef.sweep() takes no config= since 0.x: say settings=ef.RunSettings(...)")
+    kernels = _checked_request(kernels, params)
+    shard_t = parse_shard(shard)
+    configs, total_points = _plan(kernels, params, where, shard_t, flop=flop, bytes_moved=bytes_moved)
+    if dry_run:
+        return _dry_run(kernels, configs, total_points, echo)
+    _check_launchable(configs)
+    require_cuda()
+    for warning in config_warnings(configs):
+        log.warning("warning: %s", warning)
+
+    meta = _sweep_meta(kernels, params, where, reference, check, shard_t, total_points)
+    workload = SweepWorkload(
+        "sweep", configs, reference=reference, check=check, rtol=rtol, unroll=unroll, seed=seed
+    )
+    out = Path(out) if out is not None else default_run_dir("sweep")
+    run_result, error = _measure(workload, out, power=power, reporters=reporters, settings=settings)
+    meta, label = _with_run(meta, run_result, out)
+    stopped = f"{type(error).__name__}: {error}" if error is not None else ""
+    result = SweepResult(tuple(workload.results(run_result, stopped=stopped, device=label)), meta)
+    if profile and error is None:
+        result = _with_ncu(result, configs)
+    echo(describe(write(result, out), out, complete=error is None))
+    if error is not None:
+        raise error
+    return result
+
+
+def _checked_request(
+    kernels: CudaKernel | Sequence[CudaKernel], params: Mapping[str, Sequence[Any]]
+) -> list[CudaKernel]:
+    """The kernels as a list, refused when there are none, two share a label or no parameter
+    is swept.
+
+    Raises:
+        UsageError: saying which.
+    """
     kernels = [kernels] if isinstance(kernels, CudaKernel) else list(kernels)
     if not kernels:
         raise UsageError("no kernels to sweep")
@@ -176,29 +211,66 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
         raise UsageError(f"two kernels share a label ({labels}): give each a distinct label=")
     if not params:
         raise UsageError("no parameters to sweep: give e.g. N=[512, 1024]")
-    shard_t = parse_shard(shard)
+    return kernels
+
+
+def _plan(
+    kernels: Sequence[CudaKernel],
+    params: Mapping[str, Sequence[Any]],
+    where: str | Callable[..., bool] | None,
+    shard: tuple[int, int] | None,
+    *,
+    flop: str | Callable[..., float] | None,
+    bytes_moved: str | Callable[..., float] | None,
+) -> tuple[list[Config], int]:
+    """This shard's configurations, each with its work per launch (NaN where not given), and
+    the number of parameter points in the whole sweep.
+
+    Raises:
+        UsageError: the constraint keeps no parameter point.
+    """
     where_fn = as_function(where)
     points = expand(params, where_fn)
     if not points:
         raise UsageError("the constraint leaves no parameter point to measure")
-    configs = plan(kernels, points, shard_t)
+    configs = plan(kernels, points, shard)
     flop_fn, bytes_fn = as_function(flop), as_function(bytes_moved)
     for c in configs:
         values = {**c.kernel.args, **c.point}
         for unit, fn in (("flop", flop_fn), ("bytes", bytes_fn)):
             c.extra[unit] = float(fn(values)) if fn is not None else math.nan
-    if dry_run:
-        for line in dry_run_lines(kernels, configs, len(points)):
-            echo(line)
+    return configs, len(points)
+
+
+def _dry_run(
+    kernels: Sequence[CudaKernel], configs: list[Config], total_points: int, echo: Callable[[str], None]
+) -> list[Config]:
+    """Show the plan and return it, nothing measured (refused, after it is shown, when no
+    configuration can be launched)."""
+    for line in dry_run_lines(kernels, configs, total_points):
+        echo(line)
+    _check_launchable(configs)
+    return configs
+
+
+def _check_launchable(configs: Sequence[Config]) -> None:
+    """Refuse a plan none of whose configurations can be launched, naming the first one's reason."""
     if configs and all(c.launch is None for c in configs):
         raise UsageError(f"no configuration can be launched: {configs[0].error}")
-    if dry_run:
-        return configs
-    require_cuda()
-    for warning in config_warnings(configs):
-        log.warning("warning: %s", warning)
 
-    meta: dict[str, Any] = {
+
+def _sweep_meta(
+    kernels: Sequence[CudaKernel],
+    params: Mapping[str, Sequence[Any]],
+    where: Any,
+    reference: Any,
+    check: bool,
+    shard: tuple[int, int] | None,
+    total_points: int,
+) -> dict[str, Any]:
+    """What the sweep was asked to measure, before it starts."""
+    labels = [k.label for k in kernels]
+    return {
         "sweep_id": sweep_id(kernels, params, where),
         "sources": sorted({str(k.source_path) for k in kernels}),
         "kernels": [
@@ -208,22 +280,35 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
         "parameters": {k: list(v) for k, v in params.items()},
         "where": _describe(where),
         "reference": _describe(reference) or (f"first kernel ({labels[0]})" if check else None),
-        "shard": list(shard_t) if shard_t else None,
+        "shard": list(shard) if shard else None,
         "baseline": labels[0],
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "configurations_in_sweep": len(points) * sum(len(k.blocks) or 1 for k in kernels),
+        "configurations_in_sweep": total_points * sum(len(k.blocks) or 1 for k in kernels),
     }
-    workload = SweepWorkload(
-        "sweep", configs, reference=reference, check=check, rtol=rtol, unroll=unroll, seed=seed
-    )
-    out = Path(out) if out is not None else default_run_dir("sweep")
-    run_result, error = None, None
+
+
+def _measure(
+    workload: SweepWorkload, out: Path, *, power: Any, reporters: Sequence[Any], settings: Any
+) -> tuple[Any, EnergyFrameError | None]:
+    """Run the sweep's workload: its run's result (``None`` when it stopped before one) and the
+    error that stopped it, if any (raised again once what was measured is saved)."""
+    from ..lifecycle import orchestrator
+
     try:
         run_result = orchestrator.run(
             workload, power=power, reporters=list(reporters), out=out, settings=settings
         )
     except EnergyFrameError as e:
-        run_result, error = getattr(e, "result", None), e
+        return getattr(e, "result", None), e
+    return run_result, None
+
+
+def _with_run(meta: Mapping[str, Any], run_result: Any, out: Path) -> tuple[dict[str, Any], str]:
+    """The sweep's metadata with what its run saw (the GPU, the power channels, the run
+    directory, the device), and the device's label ("" when it is not known)."""
+    from .devices import base_label
+
+    meta = dict(meta)
     device: dict[str, Any] = {}
     if run_result is not None:
         info = run_result.run_meta.workload_info
@@ -234,46 +319,57 @@ def sweep(  # noqa: C901, PLR0915 (the one place the sweep's ordered steps live:
     label = base_label(device) if "error" not in device else None
     meta["device"] = device or None
     meta["devices"] = {label: device} if label is not None else {}
-    stopped = f"{type(error).__name__}: {error}" if error is not None else ""
-    result = SweepResult(tuple(workload.results(run_result, stopped=stopped, device=label or "")), meta)
-    if profile and error is None:
-        result = _with_ncu(result, configs)
-    echo(describe(write(result, out), out, complete=error is None))
-    if error is not None:
-        raise error
-    return result
+    return meta, label or ""
 
 
 def _with_ncu(result: SweepResult, configs: Sequence[Config]) -> SweepResult:
     from . import ncu
 
-    measured = {r.index for r in result.results if r.measured}
-    chosen = [(c, c.launch) for c in configs if c.index in measured and c.launch is not None]
-    launches = [
-        {
-            "source": str(c.kernel.source_path.resolve()),
-            "kernel": c.kernel.name,
-            "options": list(c.kernel.compile_options[len(BASE_OPTIONS) :]),
-            "outputs": list(c.kernel.output_names),
-            "inouts": list(c.kernel.inout_names),
-            **launch.to_json(),
-        }
-        for c, launch in chosen
-    ]
-    if not launches:
+    chosen = _to_profile(result, configs)
+    if not chosen:
         return result
     try:
-        rows = ncu.profile(launches)
+        rows = ncu.profile([_ncu_launch(c, launch) for c, launch in chosen])
     except ncu.NcuUnavailable as e:
         log.warning("ncu: %s", e)
         return result.with_ncu({}, note=f"not collected: {e}")
-    metrics = {}
-    for (c, _), row in zip(chosen, rows):
-        if row["kernel"].split("(")[0].strip() != c.kernel.name:
-            note = f"not collected: ncu's launch {row['id']} is {row['kernel']!r}, expected {c.kernel.name!r}"
-            log.warning("ncu: %s", note)
-            return result.with_ncu({}, note=note)
-        metrics[c.index] = {k: v for k, v in row.items() if k != "id"}
+    mismatch = _ncu_mismatch([c for c, _ in chosen], rows)
+    if mismatch is not None:
+        log.warning("ncu: %s", mismatch)
+        return result.with_ncu({}, note=mismatch)
+    metrics = {c.index: _ncu_metrics(row) for (c, _), row in zip(chosen, rows)}
     return result.with_ncu(
         metrics, note="ncu --clock-control none --cache-control none, one launch of each configuration"
     )
+
+
+def _to_profile(result: SweepResult, configs: Sequence[Config]) -> list[tuple[Config, Launch]]:
+    """The configurations that were measured, with their launches, in sweep order."""
+    measured = {r.index for r in result.results if r.measured}
+    return [(c, c.launch) for c in configs if c.index in measured and c.launch is not None]
+
+
+def _ncu_launch(config: Config, launch: Launch) -> dict[str, Any]:
+    """What ncu's child process needs to compile and launch one configuration once."""
+    return {
+        "source": str(config.kernel.source_path.resolve()),
+        "kernel": config.kernel.name,
+        "options": list(config.kernel.compile_options[len(BASE_OPTIONS) :]),
+        "outputs": list(config.kernel.output_names),
+        "inouts": list(config.kernel.inout_names),
+        **launch.to_json(),
+    }
+
+
+def _ncu_mismatch(configs: Sequence[Config], rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why ncu's rows cannot be matched to the configurations, one row to each in launch order:
+    the first row whose kernel is not the configuration's (None when every one is)."""
+    for config, row in zip(configs, rows):
+        if row["kernel"].split("(")[0].strip() != config.kernel.name:
+            return f"not collected: ncu's launch {row['id']} is {row['kernel']!r}, expected {config.kernel.name!r}"
+    return None
+
+
+def _ncu_metrics(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A configuration's metrics: ncu's row without its launch id."""
+    return {k: v for k, v in row.items() if k != "id"}

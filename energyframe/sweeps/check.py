@@ -16,12 +16,13 @@ between threads (``y[i] = a*x[i] + y[i]`` computed by several threads) shows as 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
 from .kernel import CudaKernel, Launch
+from .signature import Param
 from .space import call_with
 
 #: relative error allowed by output dtype (METHOD: float32 far under 1e-3; bf16 ~1e-2)
@@ -81,26 +82,45 @@ def allocate(kernel: CudaKernel, launch: Launch, point: Mapping[str, Any], devic
     outputs = {p.name for p in kernel.outputs} - {p.name for p in kernel.inouts}
     tensors = {}
     for p in kernel.signature.pointers:
-        dtype = getattr(torch, p.torch_dtype)
         shape = launch.shapes[p.name]
         if p.name in given:
-            t = given[p.name]
-            if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.numel() < math.prod(shape):
-                raise UsageError(
-                    f"{kernel.label}: inputs()[{p.name!r}] must be a {p.torch_dtype} tensor of at least "
-                    f"{math.prod(shape)} elements"
-                )
-            tensors[p.name] = t.to(device).clone(memory_format=torch.contiguous_format)
+            tensors[p.name] = _given_copy(kernel, p, given[p.name], shape, device)
         elif p.name in outputs:
-            tensors[p.name] = torch.empty(shape, dtype=dtype, device=device)
-        elif p.floating:
-            tensors[p.name] = torch.randn(shape, dtype=dtype, device=device, generator=generator)
-        elif dtype is torch.bool:
-            tensors[p.name] = torch.randint(0, 2, shape, device=device, generator=generator).bool()
+            tensors[p.name] = torch.empty(shape, dtype=getattr(torch, p.torch_dtype), device=device)
         else:
-            tensors[p.name] = torch.randint(0, 16, shape, dtype=dtype, device=device, generator=generator)
+            tensors[p.name] = _random(p, shape, device, generator)
     poison(kernel, tensors)
     return tensors
+
+
+def _given_copy(kernel: CudaKernel, p: Param, given: Any, shape: Sequence[int], device):
+    """A contiguous copy, on the device, of a tensor the user's ``inputs`` gave.
+
+    Raises:
+        UsageError: it is not a tensor of the argument's dtype with enough elements.
+    """
+    import torch
+
+    dtype = getattr(torch, p.torch_dtype)
+    if not isinstance(given, torch.Tensor) or given.dtype != dtype or given.numel() < math.prod(shape):
+        raise UsageError(
+            f"{kernel.label}: inputs()[{p.name!r}] must be a {p.torch_dtype} tensor of at least "
+            f"{math.prod(shape)} elements"
+        )
+    return given.to(device).clone(memory_format=torch.contiguous_format)
+
+
+def _random(p: Param, shape: Sequence[int], device, generator):
+    """Seeded random values of the argument's dtype: normal for floats, 0 or 1 for bools,
+    0 to 15 for integers."""
+    import torch
+
+    dtype = getattr(torch, p.torch_dtype)
+    if p.floating:
+        return torch.randn(shape, dtype=dtype, device=device, generator=generator)
+    if dtype is torch.bool:
+        return torch.randint(0, 2, shape, device=device, generator=generator).bool()
+    return torch.randint(0, 16, shape, dtype=dtype, device=device, generator=generator)
 
 
 def poison(kernel: CudaKernel, tensors: Mapping[str, Any]) -> None:
@@ -130,6 +150,23 @@ def reference_outputs(
     """
     import torch
 
+    result = call_with(reference, _reference_arguments(kernel, tensors, scalars, point, before))
+    if isinstance(result, torch.Tensor):
+        result = [result]
+    named = dict(result) if isinstance(result, Mapping) else _by_output(kernel, list(result))
+    return {k: torch.as_tensor(v) for k, v in named.items()}
+
+
+def _reference_arguments(
+    kernel: CudaKernel,
+    tensors: Mapping[str, Any],
+    scalars: Mapping[str, Any],
+    point,
+    before: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """What the reference is called with, by name: the point's parameters, the scalars, and
+    every pointer argument but the pure outputs (in-outs as they were before the launch),
+    floating ones upcast to float64 and every one a copy."""
     outputs = kernel.outputs
     inouts = {p.name for p in kernel.inouts}
     values: dict[str, Any] = {**point, **scalars}
@@ -138,20 +175,22 @@ def reference_outputs(
             continue
         t = (before or {}).get(p.name, tensors[p.name]) if p.name in inouts else tensors[p.name]
         values[p.name] = t.double() if t.is_floating_point() else t.clone()
-    result = call_with(reference, values)
-    if isinstance(result, torch.Tensor):
-        result = [result]
-    if isinstance(result, Mapping):
-        named = dict(result)
-    else:
-        result = list(result)
-        if len(result) != len(outputs):
-            raise UsageError(
-                f"the reference returned {len(result)} tensors for {kernel.label}'s {len(outputs)} outputs "
-                f"({', '.join(p.name for p in outputs)})"
-            )
-        named = {p.name: r for p, r in zip(outputs, result)}
-    return {k: torch.as_tensor(v) for k, v in named.items()}
+    return values
+
+
+def _by_output(kernel: CudaKernel, result: list[Any]) -> dict[str, Any]:
+    """A reference's sequence of results named by the kernel's outputs, in order.
+
+    Raises:
+        UsageError: not one result per output.
+    """
+    outputs = kernel.outputs
+    if len(result) != len(outputs):
+        raise UsageError(
+            f"the reference returned {len(result)} tensors for {kernel.label}'s {len(outputs)} outputs "
+            f"({', '.join(p.name for p in outputs)})"
+        )
+    return {p.name: r for p, r in zip(outputs, result)}
 
 
 def compare(
@@ -164,7 +203,8 @@ def compare(
 ) -> Check:
     """Each output's leading ``expected.numel()`` elements against ``expected``, over the
     elements ``expected`` holds finite (a reference kernel leaves unwritten elements NaN)."""
-    worst, tol, details, compared = 0.0, 0.0, [], 0
+    worst, tol, compared = 0.0, 0.0, 0
+    details: list[str] = []
     for p in kernel.outputs:
         if p.name not in expected:
             continue
@@ -181,30 +221,58 @@ def compare(
         got = got[: ref.numel()].to(device="cpu", dtype=_f64())
         limit = slack * tolerance(p.torch_dtype, rtol)
         tol = max(tol, limit)
-        finite = ref.isfinite()
-        if not bool(finite.any()):
-            details.append(f"{p.name}: the reference holds no finite value")
-            continue
-        compared += 1
-        bad = int((~got.isfinite() & finite).sum())
-        if bad > 0:
-            details.append(f"{p.name}: {bad} elements not finite (unwritten?)")
-            worst = math.nan
-            continue
-        ref, got = ref[finite], got[finite]
-        norm = float(ref.norm())
-        diff = float((got - ref).norm())
-        err = diff / norm if norm > 0 else diff
-        if not math.isnan(worst):
-            worst = max(worst, err)
-        if err > limit:
-            details.append(f"{p.name}: error {err:.3g} > {limit:.3g}")
+        output = _against_reference(p.name, ref, got, limit)
+        details += output.details
+        if output.compared:
+            compared += 1
+            # an output with unwritten elements makes the worst error unknown for good
+            worst = math.nan if output.unwritten or math.isnan(worst) else max(worst, output.rel_error)
     if not expected:
         return Check(UNCHECKED, detail="the reference gave no outputs to compare")
     if not compared:
         return Check(UNCHECKED, math.nan, tol, against, "; ".join(details))
     status = PASSED if not details else MISMATCH
     return Check(status, worst, tol, against, "; ".join(details))
+
+
+@dataclass(frozen=True)
+class _OutputCheck:
+    """One output against the reference.
+
+    Args:
+        compared: the reference held a finite value to compare with.
+        unwritten: elements the reference holds finite are not finite in the output.
+        rel_error: ``||out - ref|| / ||ref||`` over the reference's finite elements (NaN when
+            not compared or unwritten).
+        details: what failed, for the check's detail.
+    """
+
+    compared: bool
+    unwritten: bool = False
+    rel_error: float = math.nan
+    details: tuple[str, ...] = ()
+
+
+def _against_reference(name: str, ref, got, limit: float) -> _OutputCheck:
+    """One output's elements (float64, as many as the reference's) against the reference's."""
+    finite = ref.isfinite()
+    if not bool(finite.any()):
+        return _OutputCheck(compared=False, details=(f"{name}: the reference holds no finite value",))
+    bad = int((~got.isfinite() & finite).sum())
+    if bad > 0:
+        return _OutputCheck(
+            compared=True, unwritten=True, details=(f"{name}: {bad} elements not finite (unwritten?)",)
+        )
+    err = _relative_error(ref[finite], got[finite])
+    failed = (f"{name}: error {err:.3g} > {limit:.3g}",) if err > limit else ()
+    return _OutputCheck(compared=True, rel_error=err, details=failed)
+
+
+def _relative_error(ref, got) -> float:
+    """``||got - ref|| / ||ref||``, or the absolute difference where ``ref`` is all zeros."""
+    norm = float(ref.norm())
+    diff = float((got - ref).norm())
+    return diff / norm if norm > 0 else diff
 
 
 def determinism(
@@ -215,28 +283,21 @@ def determinism(
     dtype's tolerance and the same elements are written, else ``nondeterministic``; ``unchecked``
     when no output holds a finite value (nothing was written, or the kernel reads its poisoned
     output: declare it an in-out)."""
-    worst, tol, details, exact, empty = 0.0, 0.0, [], True, []
+    worst, tol, exact = 0.0, 0.0, True
+    details: list[str] = []
+    empty: list[str] = []
     for p in kernel.outputs:
         a = first[p.name].detach().reshape(-1).to(dtype=_f64())  # on their device: only scalars move
         b = second[p.name].detach().reshape(-1).to(dtype=_f64())
-        fa, fb = a.isfinite(), b.isfinite()
-        if not bool(fa.any()) and not bool(fb.any()):
+        limit = tolerance(p.torch_dtype, rtol)
+        output = _between_launches(p.name, a, b, limit)
+        if output is None:
             empty.append(p.name)
             continue
-        limit = tolerance(p.torch_dtype, rtol)
         tol = max(tol, limit)
-        one_only = int((fa != fb).sum())
-        both = fa & fb
-        a, b = a[both], b[both]
-        norm = float(a.norm())
-        diff = float((a - b).norm())
-        err = diff / norm if norm > 0 else diff
-        worst = max(worst, err)
-        exact = exact and one_only == 0 and bool((a == b).all())
-        if one_only:
-            details.append(f"{p.name}: {one_only} elements finite in one launch only")
-        if err > limit:
-            details.append(f"{p.name}: the launches differ by {err:.3g} > {limit:.3g}")
+        worst = max(worst, output.rel_error)
+        exact = exact and output.exact
+        details += output.details
     against = "a second launch"
     if len(empty) == len(kernel.outputs):
         names = ", ".join(empty)
@@ -257,6 +318,39 @@ def determinism(
         against,
         f"two launches on fresh copies of the inputs agree {how}{skipped}",
     )
+
+
+@dataclass(frozen=True)
+class _LaunchesCompared:
+    """One output of two launches.
+
+    Args:
+        rel_error: ``||b - a|| / ||a||`` over the elements finite in both.
+        exact: the same elements are finite in both, and equal bit for bit.
+        details: how they differ, for the check's detail.
+    """
+
+    rel_error: float
+    exact: bool
+    details: tuple[str, ...]
+
+
+def _between_launches(name: str, a, b, limit: float) -> _LaunchesCompared | None:
+    """One output of the first launch against the second's (float64, on their device); None
+    when neither launch left a finite value in it."""
+    fa, fb = a.isfinite(), b.isfinite()
+    if not bool(fa.any()) and not bool(fb.any()):
+        return None
+    one_only = int((fa != fb).sum())
+    both = fa & fb
+    a, b = a[both], b[both]
+    err = _relative_error(a, b)
+    details: list[str] = []
+    if one_only:
+        details.append(f"{name}: {one_only} elements finite in one launch only")
+    if err > limit:
+        details.append(f"{name}: the launches differ by {err:.3g} > {limit:.3g}")
+    return _LaunchesCompared(err, one_only == 0 and bool((a == b).all()), tuple(details))
 
 
 def _f64():

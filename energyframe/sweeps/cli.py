@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..errors import UsageError
 from ..results.paths import click_out_path
+
+if TYPE_CHECKING:
+    from .kernel import CudaKernel
+    from .workload import Config
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
@@ -165,33 +171,22 @@ def sweep(
     from ..kit.registry import power_from_cli
     from ..lifecycle.config import RunSettings
     from .api import sweep as run_sweep
-    from .kernel import load_kernel, parse_dim3
-    from .space import constant, parse_values
+    from .space import parse_values
 
     if not params:
         raise UsageError("give at least one swept parameter: -p N=512,1024")
     values = dict(parse_values(p) for p in params)
-    fixed = {k: constant(v, f"--arg {k}={v}") for k, v in _pairs(args, "--arg").items()}
-    shape_specs = {k: tuple(d.strip() for d in v.split(",")) for k, v in _pairs(shapes, "--shape").items()}
-    block_list = [parse_dim3(b) for b in blocks] or None
-    kernels = []
-    for name in kernel_names:  # a --shape or --output for an argument only some kernels have is fine
-        pointers = {p.name for p in load_kernel(source, name).signature.pointers}
-        mine = [a for a in inouts if a in pointers]
-        kernels.append(
-            load_kernel(
-                source,
-                name,
-                block=block_list,
-                grid=grid,
-                shapes={a: d for a, d in shape_specs.items() if a in pointers} or None,
-                shared_mem=shared_mem,
-                args=fixed,
-                outputs=[o for o in outputs if o in pointers],
-                options=options,
-                inouts=mine,
-            )
-        )
+    given = _KernelOptions.parse(
+        blocks=blocks,
+        grid=grid,
+        shapes=shapes,
+        shared_mem=shared_mem,
+        args=args,
+        outputs=outputs,
+        inouts=inouts,
+        options=options,
+    )
+    kernels = [given.load(source, name) for name in kernel_names]
     settings = dict(
         power=power_from_cli(power),
         reference=_reference(reference),
@@ -211,6 +206,64 @@ def sweep(
     run_sweep(kernels, dry_run=dry_run, shard=shard, out=out, echo=click.echo, **settings)
 
 
+@dataclass(frozen=True)
+class _KernelOptions:
+    """What the command line says of the kernels, parsed; each kernel takes the shapes, outputs
+    and in-outs of the arguments it has (one given for an argument only some kernels have is
+    fine)."""
+
+    blocks: list[tuple[int, int, int]] | None
+    grid: str | None
+    shapes: dict[str, tuple[str, ...]]
+    shared_mem: str | None
+    args: dict[str, Any]
+    outputs: tuple[str, ...]
+    inouts: tuple[str, ...]
+    options: tuple[str, ...]
+
+    @classmethod
+    def parse(
+        cls,
+        *,
+        blocks: tuple[str, ...],
+        grid: str | None,
+        shapes: tuple[str, ...],
+        shared_mem: str | None,
+        args: tuple[str, ...],
+        outputs: tuple[str, ...],
+        inouts: tuple[str, ...],
+        options: tuple[str, ...],
+    ) -> _KernelOptions:
+        """Raises ``UsageError`` naming the option that does not parse."""
+        from .kernel import parse_dim3
+        from .space import constant
+
+        fixed = {k: constant(v, f"--arg {k}={v}") for k, v in _pairs(args, "--arg").items()}
+        shape_specs = {
+            k: tuple(d.strip() for d in v.split(",")) for k, v in _pairs(shapes, "--shape").items()
+        }
+        block_list = [parse_dim3(b) for b in blocks] or None
+        return cls(block_list, grid, shape_specs, shared_mem, fixed, outputs, inouts, options)
+
+    def load(self, source: Path, name: str) -> CudaKernel:
+        """The kernel ``name`` of ``source`` with the options that apply to its arguments."""
+        from .kernel import load_kernel
+
+        pointers = {p.name for p in load_kernel(source, name).signature.pointers}
+        return load_kernel(
+            source,
+            name,
+            block=self.blocks,
+            grid=self.grid,
+            shapes={a: d for a, d in self.shapes.items() if a in pointers} or None,
+            shared_mem=self.shared_mem,
+            args=self.args,
+            outputs=[o for o in self.outputs if o in pointers],
+            options=self.options,
+            inouts=[a for a in self.inouts if a in pointers],
+        )
+
+
 def _child_argv(ctx: click.Context) -> list[str]:
     """This command's own arguments, as given, without --devices, --shard and --out (a child
     of ``--devices`` gets its own), preceded by the group's --debug / -q."""
@@ -222,21 +275,22 @@ def _child_argv(ctx: click.Context) -> list[str]:
         argv.append("--quiet")
     argv.append(ctx.info_name or "sweep")
     for param in ctx.command.params:
-        if param.name in ("devices", "shard", "out", "dry_run"):
-            continue
-        value = ctx.params.get(param.name)
-        if isinstance(param, click.Argument):
-            argv.append(str(value))
-            continue
-        option = max(param.opts, key=len)
-        if getattr(param, "is_flag", False):
-            if value:
-                argv.append(option)
-        elif param.multiple:
-            argv += [f"{option}={v}" for v in value or ()]
-        elif value is not None:
-            argv.append(f"{option}={value}")
+        if param.name not in ("devices", "shard", "out", "dry_run"):
+            argv += _as_given(param, ctx.params.get(param.name or ""))
     return argv
+
+
+def _as_given(param: click.Parameter, value: Any) -> list[str]:
+    """One parameter's value as command-line words (none for a flag that is off or an option
+    left out)."""
+    if isinstance(param, click.Argument):
+        return [str(value)]
+    option = max(param.opts, key=len)
+    if getattr(param, "is_flag", False):
+        return [option] if value else []
+    if param.multiple:
+        return [f"{option}={v}" for v in value or ()]
+    return [f"{option}={value}"] if value is not None else []
 
 
 def _on_devices(ctx, kernels, settings, devices, shard, dry_run, out) -> None:
@@ -244,23 +298,18 @@ def _on_devices(ctx, kernels, settings, devices, shard, dry_run, out) -> None:
     from ..results.store import default_run_dir
     from .api import sweep as run_sweep
     from .parallel import parse_devices, sweep_on_devices
-    from .space import in_shard
 
     if shard is not None:
         raise UsageError("--devices splits the sweep into shards itself: drop --shard")
     chosen = parse_devices(devices, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    for spec in settings["power"] if isinstance(settings["power"], list) else []:
-        if "gpus=" in spec.replace(" ", ""):
-            raise UsageError(
-                f"--power {spec!r}: with --devices each child measures the one GPU it sees; drop gpus="
-            )
+    _refuse_chosen_gpus(settings["power"])
     count = len(chosen)
     # the whole plan, checked here before any child starts; each shard's part of it
     configs = run_sweep(
         kernels, dry_run=True, echo=click.echo if dry_run else (lambda line: None), **settings
     )
     assert isinstance(configs, list)  # a dry run returns the plan
-    plans = {i: [c for c in configs if in_shard(c.point_index, (i, count))] for i in range(count)}
+    plans = _shard_plans(configs, count)
     if dry_run:
         for i, (label, _visible) in enumerate(chosen):
             indices = ", ".join(str(c.index) for c in plans[i]) or "none"
@@ -268,6 +317,22 @@ def _on_devices(ctx, kernels, settings, devices, shard, dry_run, out) -> None:
         return
     out = Path(out) if out is not None else default_run_dir("sweep")
     sweep_on_devices(_child_argv(ctx), chosen, out, plans, echo=lambda line: click.echo(line, err=True))
+
+
+def _refuse_chosen_gpus(power: Any) -> None:
+    """Refuse a power source spec that picks GPUs: with --devices each child sees one GPU."""
+    for spec in power if isinstance(power, list) else []:
+        if "gpus=" in spec.replace(" ", ""):
+            raise UsageError(
+                f"--power {spec!r}: with --devices each child measures the one GPU it sees; drop gpus="
+            )
+
+
+def _shard_plans(configs: list[Config], count: int) -> dict[int, list[Config]]:
+    """Per shard of ``count``, the configurations of its parameter points."""
+    from .space import in_shard
+
+    return {i: [c for c in configs if in_shard(c.point_index, (i, count))] for i in range(count)}
 
 
 @click.command(context_settings=CONTEXT)

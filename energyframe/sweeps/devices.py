@@ -114,20 +114,27 @@ def label_devices(
 ) -> list[str | None]:
     """One label per part: the given one, else ``base_label``; parts on different GPUs that
     would share a label (GPU 0 of two hosts) are told apart by host, then by shard."""
-    names = [
-        (labels[i] if labels is not None and labels[i] is not None else base_label(info))
-        for i, info in enumerate(infos)
-    ]
+    names = [_given_or_base(info, labels[i] if labels is not None else None) for i, info in enumerate(infos)]
     identity = [(info.get("host"), info.get("uuid") or info.get("index")) for info in infos]
     out = list(names)
     for i, name in enumerate(names):
-        if name is None:
-            continue
-        clash = [j for j, other in enumerate(names) if other == name and identity[j] != identity[i]]
+        clash = _sharing(i, names, identity)
         if clash:
             hosts = {infos[j].get("host") for j in [i, *clash]}
             out[i] = f"{name}@{infos[i].get('host')}" if len(hosts) > 1 else f"{name} (shard {shards[i][0]})"
     return out
+
+
+def _given_or_base(info: Mapping[str, Any], given: str | None) -> str | None:
+    return given if given is not None else base_label(info)
+
+
+def _sharing(i: int, names: Sequence[str | None], identity: Sequence[tuple[Any, Any]]) -> list[int]:
+    """The parts on another GPU (another host or UUID) that part ``i``'s label would name too
+    (none for a part without a label)."""
+    if names[i] is None:
+        return []
+    return [j for j, other in enumerate(names) if other == names[i] and identity[j] != identity[i]]
 
 
 def differences(devices: Mapping[str, Mapping[str, Any]]) -> list[str]:

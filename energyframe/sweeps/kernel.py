@@ -182,12 +182,7 @@ class CudaKernel:
         return values
 
     def _shapes(self, values: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-        given: dict[str, Any] = {}
-        if callable(self.shapes):
-            given = dict(as_function(self.shapes)(values) or {})
-        elif self.shapes:
-            for name, spec in self.shapes.items():
-                given[name] = as_function(spec)(values) if callable(spec) else spec
+        given = self._given_shapes(values)
         unknown = set(given) - {p.name for p in self.signature.pointers}
         if unknown:
             raise UsageError(
@@ -199,14 +194,32 @@ class CudaKernel:
             spec = given.get(p.name)
             if spec is None:
                 shapes[p.name] = self._default_shape(p.name, default, values)
-                continue
-            if isinstance(spec, (int, str)):
-                spec = (spec,)
-            dims = tuple(int(_value(d, values)) for d in spec)
-            if not dims or any(d < 1 for d in dims):
-                raise UsageError(f"{self.label}: shape of {p.name!r} must be positive, got {dims}")
-            shapes[p.name] = dims
+            else:
+                shapes[p.name] = self._given_shape(p.name, spec, values)
         return shapes
+
+    def _given_shapes(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The shapes ``shapes=`` gives at these values, by pointer, not yet checked: a function
+        of the values returning them all, or one shape (or function) per pointer."""
+        if callable(self.shapes):
+            return dict(as_function(self.shapes)(values) or {})
+        given: dict[str, Any] = {}
+        for name, spec in (self.shapes or {}).items():
+            given[name] = as_function(spec)(values) if callable(spec) else spec
+        return given
+
+    def _given_shape(self, name: str, spec: Any, values: Mapping[str, Any]) -> tuple[int, ...]:
+        """A given shape's dimensions (a single int or expression is one dimension).
+
+        Raises:
+            UsageError: a dimension under 1, or no dimension.
+        """
+        if isinstance(spec, (int, str)):
+            spec = (spec,)
+        dims = tuple(int(_value(d, values)) for d in spec)
+        if not dims or any(d < 1 for d in dims):
+            raise UsageError(f"{self.label}: shape of {name!r} must be positive, got {dims}")
+        return dims
 
     def _default_shape(self, name: str, default: int | None, values: Mapping[str, Any]) -> tuple[int]:
         """The flat shape of a pointer whose shape is not given (``default_numel``)."""
@@ -360,30 +373,10 @@ def load_kernel(
             values instead of poison, and given to the reference as inputs.
     """
     path = Path(source)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as e:
-        raise UsageError(f"cannot read the kernel source {str(path)!r}: {e.strerror or e}") from None
-    except UnicodeDecodeError as e:
-        raise UsageError(
-            f"the kernel source {str(path)!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
-            f"{e.start}); save it as UTF-8"
-        ) from None
+    text = _read_source(path)
     signature = parse_signature(text, name)
-    if block is None:
-        blocks: tuple[Dim3, ...] = ()
-    elif isinstance(block, int) or (block and isinstance(block[0], int)):
-        blocks = (block_dim3(block, f"{name}: block"),)
-    else:
-        blocks = tuple(block_dim3(b, f"{name}: block") for b in block)
-        if not blocks:
-            raise UsageError(f"{name}: give at least one block")
-    unknown = set(outputs) - {p.name for p in signature.pointers}
-    if unknown:
-        raise UsageError(f"{name}: outputs {sorted(unknown)} are not pointer parameters of {signature}")
-    unknown = set(inouts) - {p.name for p in signature.pointers}
-    if unknown:
-        raise UsageError(f"{name}: inouts {sorted(unknown)} are not pointer parameters of {signature}")
+    blocks = _blocks(block, name)
+    _check_pointers(name, signature, outputs=outputs, inouts=inouts)
     kernel = CudaKernel(
         source_path=path,
         source=text,
@@ -406,3 +399,50 @@ def load_kernel(
             f"{', '.join(sorted(written)) or 'none'}); a const pointer cannot be written"
         )
     return kernel
+
+
+def _read_source(path: Path) -> str:
+    """The text of a ``.cu`` file.
+
+    Raises:
+        UsageError: unreadable, or not UTF-8 (naming the first bad byte).
+    """
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot read the kernel source {str(path)!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(
+            f"the kernel source {str(path)!r} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+            f"{e.start}); save it as UTF-8"
+        ) from None
+
+
+def _blocks(block: Sequence[int] | Sequence[Sequence[int]] | int | None, name: str) -> tuple[Dim3, ...]:
+    """The blocks to sweep: none (the default block) for ``None``, one for an int or a tuple of
+    ints, else each one of a list.
+
+    Raises:
+        UsageError: an empty list, or a block that is not a valid dim3.
+    """
+    if block is None:
+        return ()
+    if isinstance(block, int) or (block and isinstance(block[0], int)):
+        return (block_dim3(block, f"{name}: block"),)
+    blocks = tuple(block_dim3(b, f"{name}: block") for b in block)
+    if not blocks:
+        raise UsageError(f"{name}: give at least one block")
+    return blocks
+
+
+def _check_pointers(
+    name: str, signature: Signature, *, outputs: Sequence[str], inouts: Sequence[str]
+) -> None:
+    """Refuse outputs or in-outs that are not pointer parameters of the kernel."""
+    pointers = {p.name for p in signature.pointers}
+    unknown = set(outputs) - pointers
+    if unknown:
+        raise UsageError(f"{name}: outputs {sorted(unknown)} are not pointer parameters of {signature}")
+    unknown = set(inouts) - pointers
+    if unknown:
+        raise UsageError(f"{name}: inouts {sorted(unknown)} are not pointer parameters of {signature}")

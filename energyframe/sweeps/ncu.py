@@ -77,26 +77,36 @@ def parse_csv(text: str) -> list[dict[str, Any]]:
     for row in csv.DictReader(io.StringIO("\n".join(lines))):
         if row.get("ID") is None or "Metric Name" not in row:
             continue
-        launch = launches.setdefault(
-            row["ID"],
-            {
-                "id": int(row["ID"]),
-                "kernel": row.get("Kernel Name", ""),
-                "grid": row.get("Grid Size", ""),
-                "block": row.get("Block Size", ""),
-            },
-        )
+        launch = launches.setdefault(row["ID"], _launch(row))
         ours = NCU_FIELDS.get(row["Metric Name"])
-        if ours is None:
-            continue
-        value = _number(row.get("Metric Value", ""))
-        if ours == "ncu_duration_s":
-            unit = (row.get("Metric Unit") or "ns").strip()
-            if unit not in _TIME_UNITS:
-                raise ValueError(f"ncu duration in unknown unit {unit!r}")
-            value *= _TIME_UNITS[unit]
-        launch[ours] = value
+        if ours is not None:
+            launch[ours] = _metric_value(row, ours)
     return sorted(launches.values(), key=lambda launch: launch["id"])
+
+
+def _launch(row: Mapping[str, str]) -> dict[str, Any]:
+    """What identifies a profiled launch, from the first row of its metrics."""
+    return {
+        "id": int(row["ID"]),
+        "kernel": row.get("Kernel Name", ""),
+        "grid": row.get("Grid Size", ""),
+        "block": row.get("Block Size", ""),
+    }
+
+
+def _metric_value(row: Mapping[str, str], ours: str) -> float:
+    """A metric's value as a number (NaN where ncu wrote none); a duration in s.
+
+    Raises:
+        ValueError: a duration in a unit not in ``_TIME_UNITS``.
+    """
+    value = _number(row.get("Metric Value", ""))
+    if ours == "ncu_duration_s":
+        unit = (row.get("Metric Unit") or "ns").strip()
+        if unit not in _TIME_UNITS:
+            raise ValueError(f"ncu duration in unknown unit {unit!r}")
+        value *= _TIME_UNITS[unit]
+    return value
 
 
 def _number(text: str) -> float:

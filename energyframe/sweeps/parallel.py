@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ..errors import RunInterrupted, StoreError, UsageError, WorkloadError
 from .results import NOT_RUN, RESULTS_JSON, KernelResult, SweepResult, merge
@@ -79,26 +80,30 @@ def parse_devices(text: str, visible: str | None = None) -> list[tuple[str, str]
     if len(set(entries)) != len(entries):
         raise UsageError(f"--devices {text!r}: a GPU is named twice")
     seen = [v.strip() for v in visible.split(",")] if visible else None
-    out = []
-    for entry in entries:
-        if entry.isdigit():
-            if seen is not None:
-                if int(entry) >= len(seen):
-                    raise UsageError(
-                        f"--devices {text!r}: device {entry} is not visible (CUDA_VISIBLE_DEVICES={visible} "
-                        f"makes devices 0..{len(seen) - 1} visible)"
-                    )
-                out.append((entry, seen[int(entry)]))
-            else:
-                out.append((entry, entry))
-        elif entry.startswith(("GPU-", "MIG-")):
-            out.append((entry, entry))
-        else:
+    return [_device(entry, seen, text, visible) for entry in entries]
+
+
+def _device(entry: str, seen: list[str] | None, text: str, visible: str | None) -> tuple[str, str]:
+    """One entry of ``--devices`` as (label, CUDA_VISIBLE_DEVICES value): an index into the
+    visible GPUs (``seen``; all of them when ``None``), or a UUID as it is.
+
+    Raises:
+        UsageError: naming ``text``: an index that is not visible, or neither index nor UUID.
+    """
+    if entry.isdigit():
+        if seen is None:
+            return (entry, entry)
+        if int(entry) >= len(seen):
             raise UsageError(
-                f"--devices {text!r}: {entry!r} is neither a GPU index nor a UUID (GPU-...); "
-                "expected e.g. 0,1,2,3"
+                f"--devices {text!r}: device {entry} is not visible (CUDA_VISIBLE_DEVICES={visible} "
+                f"makes devices 0..{len(seen) - 1} visible)"
             )
-    return out
+        return (entry, seen[int(entry)])
+    if entry.startswith(("GPU-", "MIG-")):
+        return (entry, entry)
+    raise UsageError(
+        f"--devices {text!r}: {entry!r} is neither a GPU index nor a UUID (GPU-...); expected e.g. 0,1,2,3"
+    )
 
 
 def children(
@@ -281,32 +286,19 @@ def collect(
     failed: list[Outcome] = []
     empty: list[Outcome] = []
     for outcome in outcomes:
-        kid = outcome.child
-        path = kid.out / RESULTS_JSON
-        part = None
-        if not path.is_file():
-            if outcome.ok:
-                outcome = replace(outcome, reason=f"it saved no {RESULTS_JSON}")
-        else:
-            try:
-                part = SweepResult.load(path)
-            except (StoreError, UsageError) as e:
-                outcome = replace(outcome, reason="; ".join(filter(None, [outcome.reason, str(e)])))
+        part, outcome = _saved_part(outcome)
         if part is None:
             empty.append(outcome)
             failed.append(outcome)
             continue
         parts.append(part)
-        labels.append(kid.device)
+        labels.append(outcome.child.device)
         if not outcome.ok:  # it failed after saving part of its shard: merged, and reported
             failed.append(outcome)
     if not parts:
         return None, failed
     for outcome in empty:
-        kid = outcome.child
-        reason = f"not run: GPU {kid.device} failed ({outcome.reason or 'its results are unreadable'})"
-        meta = {**parts[0].meta, "shard": list(kid.shard), "device": None, "warnings": []}
-        parts.append(SweepResult(placeholders((plans or {}).get(kid.shard[0], ()), reason), meta))
+        parts.append(_not_run_part(outcome, parts[0].meta, plans))
         labels.append(None)
     merged = merge(parts, labels=labels)
     meta = dict(merged.meta)
@@ -316,6 +308,31 @@ def collect(
         for o in failed
     ]
     return replace(merged, meta=meta), failed
+
+
+def _saved_part(outcome: Outcome) -> tuple[SweepResult | None, Outcome]:
+    """The shard a child saved (None where it saved none, or one that cannot be read), and its
+    outcome with the reason where it saved nothing readable."""
+    path = outcome.child.out / RESULTS_JSON
+    if not path.is_file():
+        if outcome.ok:
+            outcome = replace(outcome, reason=f"it saved no {RESULTS_JSON}")
+        return None, outcome
+    try:
+        return SweepResult.load(path), outcome
+    except (StoreError, UsageError) as e:
+        return None, replace(outcome, reason="; ".join(filter(None, [outcome.reason, str(e)])))
+
+
+def _not_run_part(
+    outcome: Outcome, meta: Mapping[str, Any], plans: Mapping[int, Sequence] | None
+) -> SweepResult:
+    """A failed child's shard as ``not run`` placeholders of its planned configurations, with
+    its reason (``meta``: a saved shard's, for the merge)."""
+    kid = outcome.child
+    reason = f"not run: GPU {kid.device} failed ({outcome.reason or 'its results are unreadable'})"
+    meta = {**meta, "shard": list(kid.shard), "device": None, "warnings": []}
+    return SweepResult(placeholders((plans or {}).get(kid.shard[0], ()), reason), meta)
 
 
 def failure_line(outcome: Outcome) -> str:

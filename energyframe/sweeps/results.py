@@ -199,15 +199,7 @@ class SweepResult:
         path = Path(path)
         if path.is_dir():
             path = path / RESULTS_JSON
-        try:
-            data = store.read_json(path)
-        except (UnicodeDecodeError, ValueError) as e:
-            raise UsageError(f"{path} is not a sweep's results ({e})") from None
-        if not isinstance(data, dict):
-            raise UsageError(f"{path} is not a sweep's results (a JSON object is expected)")
-        version = data.get("format_version")
-        if version not in READABLE_VERSIONS:
-            raise StoreError(f"{path}: unknown benchmark_results.json format {version!r}")
+        data = _read_results(path)
         meta = data.get("sweep", {})
         try:
             results = tuple(KernelResult.from_json(b) for b in data["benchmarks"])
@@ -215,16 +207,42 @@ class SweepResult:
             raise UsageError(f"{path} is not a sweep's results ({type(e).__name__}: {e})") from None
         if not isinstance(meta, dict):
             raise UsageError(f"{path} is not a sweep's results ('sweep' is not an object)")
-        names = [str(n) for r in results for n in r.parameters] + [
-            str(n) for n in meta.get("parameters") or {}
-        ]
-        bad = sorted({n for n in names if not n.isidentifier()})
-        if bad:
-            raise UsageError(
-                f"{path}: parameter names {bad} are not identifiers (letters, digits and _): refused"
-            )
+        _check_parameter_names(results, meta, path)
         shard_of(meta, str(path))
         return cls(results, meta)
+
+
+def _read_results(path: Path) -> dict:
+    """A ``benchmark_results.json`` as its JSON object, of a version this code reads.
+
+    Raises:
+        StoreError: missing or unreadable, or of an unknown format version.
+        UsageError: not JSON, or not an object.
+    """
+    try:
+        data = store.read_json(path)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise UsageError(f"{path} is not a sweep's results ({e})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} is not a sweep's results (a JSON object is expected)")
+    version = data.get("format_version")
+    if version not in READABLE_VERSIONS:
+        raise StoreError(f"{path}: unknown benchmark_results.json format {version!r}")
+    return data
+
+
+def _check_parameter_names(results: Sequence[KernelResult], meta: Mapping[str, Any], path: Path) -> None:
+    """Refuse parameter names that are not identifiers: file names of plots are made from them.
+
+    Raises:
+        UsageError: naming them.
+    """
+    names = [str(n) for r in results for n in r.parameters] + [str(n) for n in meta.get("parameters") or {}]
+    bad = sorted({n for n in names if not n.isidentifier()})
+    if bad:
+        raise UsageError(
+            f"{path}: parameter names {bad} are not identifiers (letters, digits and _): refused"
+        )
 
 
 #: the most shards a merge accepts (a crafted count must not build a set of 10**12 indices)
@@ -252,11 +270,7 @@ def shard_of(meta: Mapping[str, Any], where: str = "a part") -> tuple[int, int]:
     if shard is None:
         return (0, 1)
     what = f"{where}: shard {str(shard)[:60]}"
-    if (
-        not isinstance(shard, (list, tuple))
-        or len(shard) != 2
-        or any(isinstance(x, bool) or not isinstance(x, int) for x in shard)
-    ):
+    if not _two_integers(shard):
         raise UsageError(f"{what}: expected [INDEX, COUNT], two integers")
     index, count = shard
     points = _points(meta)
@@ -267,6 +281,13 @@ def shard_of(meta: Mapping[str, Any], where: str = "a part") -> tuple[int, int]:
     if not 0 <= index < count:
         raise UsageError(f"{what}: the index must be from 0 to {count - 1} (0 <= INDEX < COUNT)")
     return (index, count)
+
+
+def _two_integers(shard: Any) -> bool:
+    """A list or tuple of two ints (a bool, though an int to Python, is not one)."""
+    if not isinstance(shard, (list, tuple)) or len(shard) != 2:
+        return False
+    return not any(isinstance(x, bool) or not isinstance(x, int) for x in shard)
 
 
 def merge(parts: Sequence[SweepResult], labels: Sequence[str | None] | None = None) -> SweepResult:
@@ -281,12 +302,33 @@ def merge(parts: Sequence[SweepResult], labels: Sequence[str | None] | None = No
         StoreError: the parts come from different sweeps or overlap.
         UsageError: a part's shard is not a valid [INDEX, COUNT].
     """
+    _check_one_sweep(parts)
+    shards = [shard_of(p.meta) for p in parts]
+    seen, missing = _coverage(shards)
+    names = label_devices([p.meta.get("device") or {} for p in parts], shards, labels)
+    results, devices = _labelled(parts, shards, names)
+    return SweepResult(tuple(results), _merged_meta(parts, seen, missing, devices))
+
+
+def _check_one_sweep(parts: Sequence[SweepResult]) -> None:
+    """Refuse no parts, or parts of different sweeps (or of none: a part without a sweep id).
+
+    Raises:
+        StoreError: naming the sweep ids.
+    """
     if not parts:
         raise StoreError("nothing to merge")
     ids = {p.meta.get("sweep_id") for p in parts}
     if len(ids) != 1 or None in ids:
         raise StoreError(f"these results come from different sweeps (sweep ids {sorted(map(str, ids))})")
-    shards = [shard_of(p.meta) for p in parts]
+
+
+def _coverage(shards: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """The shard indices given (sorted) and the ones missing from their split.
+
+    Raises:
+        StoreError: the shards come from different splits, or one was given twice.
+    """
     counts = {s[1] for s in shards}
     if len(counts) != 1:
         raise StoreError(f"shards of different splits: {shards}")
@@ -294,26 +336,45 @@ def merge(parts: Sequence[SweepResult], labels: Sequence[str | None] | None = No
     seen = sorted(s[0] for s in shards)
     if len(set(seen)) != len(seen):
         raise StoreError(f"a shard was given twice: {seen}")
-    missing = sorted(set(range(count)) - set(seen))
-    names = label_devices([p.meta.get("device") or {} for p in parts], shards, labels)
+    return seen, sorted(set(range(count)) - set(seen))
+
+
+def _labelled(
+    parts: Sequence[SweepResult], shards: Sequence[tuple[int, int]], names: Sequence[str | None]
+) -> tuple[list[KernelResult], dict[str, Any]]:
+    """Every part's configurations in sweep order, each measured one labelled with its part's GPU,
+    and per GPU label what was recorded about it with the shards it measured."""
     devices: dict[str, Any] = {}
-    results = []
+    results: list[KernelResult] = []
     for part, shard, name in zip(parts, shards, names):
-        if name is not None:
-            entry = devices.setdefault(name, {**(part.meta.get("device") or {}), "shards": []})
-            entry["shards"].append(list(shard))
-        results += [
-            replace(r, device=name) if name is not None and r.status != NOT_RUN else r for r in part.results
-        ]
+        if name is None:
+            results += part.results
+            continue
+        entry = devices.setdefault(name, {**(part.meta.get("device") or {}), "shards": []})
+        entry["shards"].append(list(shard))
+        results += [replace(r, device=name) if r.status != NOT_RUN else r for r in part.results]
     results.sort(key=lambda r: r.index)
-    warnings = [w for p in parts for w in p.meta.get("warnings") or [] if w]
-    warnings += differences(devices)
+    return results, devices
+
+
+def _merged_meta(
+    parts: Sequence[SweepResult], seen: list[int], missing: list[int], devices: dict[str, Any]
+) -> dict[str, Any]:
+    """The first part's metadata as the whole sweep's: the shards merged and missing, the GPUs
+    (no one part's device), every part's warnings (and where the GPUs differ) and runs."""
     meta = {**parts[0].meta, "shard": None, "merged_shards": seen, "missing_shards": missing}
     meta.pop("device", None)
     meta["devices"] = devices
     names_seen = [info.get("name") for info in devices.values() if info.get("name")]
     if names_seen:
         meta["gpu"] = ", ".join(dict.fromkeys(names_seen))
-    meta["warnings"] = list(dict.fromkeys(warnings))
+    meta["warnings"] = _merged_warnings(parts, devices)
     meta["runs"] = [run for p in parts for run in (p.meta.get("runs") or [])]
-    return SweepResult(tuple(results), meta)
+    return meta
+
+
+def _merged_warnings(parts: Sequence[SweepResult], devices: Mapping[str, Any]) -> list[str]:
+    """Every part's warnings, then a warning per setting in which the GPUs differ, each once."""
+    warnings = [w for p in parts for w in p.meta.get("warnings") or [] if w]
+    warnings += differences(devices)
+    return list(dict.fromkeys(warnings))

@@ -149,20 +149,9 @@ def kernels_in(source: str) -> dict[str, str]:
 
 
 def _param(text: str, kernel: str, index: int) -> Param:
-    decl = re.sub(r"\s+", " ", text.replace("*", " * ").replace("&", " & ")).strip()
-    if not decl:
-        raise UsageError(f"kernel {kernel!r}: parameter {index + 1} is empty")
-    if "[" in decl or "=" in decl:
-        raise UsageError(
-            f"kernel {kernel!r}: parameter {decl!r}: arrays and default values are not supported"
-        )
+    decl = _declaration(text, kernel, index)
     words = [w for w in decl.split(" ") if w not in _IGNORED]
-    if "&" in words:
-        raise UsageError(f"kernel {kernel!r}: parameter {decl!r}: a kernel cannot take references")
-    stars = words.count("*")
-    if stars > 1:
-        raise UsageError(f"kernel {kernel!r}: parameter {decl!r}: pointers to pointers are not supported")
-    pointer = stars == 1
+    pointer = _is_pointer(words, kernel, decl)
     const = "const" in words
     words = [w for w in words if w not in ("*", "const")]
     if len(words) < 2:
@@ -174,6 +163,37 @@ def _param(text: str, kernel: str, index: int) -> Param:
             f"allocate or pass; supported: {', '.join(sorted(TYPES))}"
         )
     return Param(name, ctype, pointer, const)
+
+
+def _declaration(text: str, kernel: str, index: int) -> str:
+    """A parameter's declaration with ``*`` and ``&`` as words of their own, one space between
+    words.
+
+    Raises:
+        UsageError: it is empty, an array or has a default value.
+    """
+    decl = re.sub(r"\s+", " ", text.replace("*", " * ").replace("&", " & ")).strip()
+    if not decl:
+        raise UsageError(f"kernel {kernel!r}: parameter {index + 1} is empty")
+    if "[" in decl or "=" in decl:
+        raise UsageError(
+            f"kernel {kernel!r}: parameter {decl!r}: arrays and default values are not supported"
+        )
+    return decl
+
+
+def _is_pointer(words: list[str], kernel: str, decl: str) -> bool:
+    """Whether the parameter is a pointer.
+
+    Raises:
+        UsageError: a reference, or a pointer to a pointer.
+    """
+    if "&" in words:
+        raise UsageError(f"kernel {kernel!r}: parameter {decl!r}: a kernel cannot take references")
+    stars = words.count("*")
+    if stars > 1:
+        raise UsageError(f"kernel {kernel!r}: parameter {decl!r}: pointers to pointers are not supported")
+    return stars == 1
 
 
 def parse_signature(source: str, name: str) -> Signature:
@@ -194,7 +214,12 @@ def parse_signature(source: str, name: str) -> Signature:
             f'Add a wrapper, e.g. extern "C" __global__ void {name}_float(...) calling it with float'
         )
     inner = decl[decl.index("(", decl.index(name) + len(name)) + 1 : -1]
-    # split on top-level commas (types such as foo<a, b> are refused later anyway)
+    return Signature(name, tuple(_param(p, name, i) for i, p in enumerate(_parameters(inner))))
+
+
+def _parameters(inner: str) -> list[str]:
+    """The text between a declaration's parentheses split on its top-level commas (types such
+    as foo<a, b> are refused later anyway); none for ``()`` or ``(void)``."""
     parts, depth, current = [], 0, ""
     for ch in inner:
         if ch in "<(":
@@ -208,4 +233,4 @@ def parse_signature(source: str, name: str) -> Signature:
             current += ch
     if current.strip() and current.strip() != "void":
         parts.append(current)
-    return Signature(name, tuple(_param(p, name, i) for i, p in enumerate(parts)))
+    return parts

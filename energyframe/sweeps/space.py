@@ -175,19 +175,24 @@ def call_with(fn: Callable[..., Any], values: Mapping[str, Any]) -> Any:
         return fn(**values)
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return fn(**values)
-    missing = [
-        n
-        for n, p in params.items()
-        if p.default is inspect.Parameter.empty
-        and p.kind not in (inspect.Parameter.VAR_POSITIONAL,)
-        and n not in values
-    ]
+    missing = _lacking(params, values)
     if missing:
         raise UsageError(
             f"{getattr(fn, '__name__', fn)!r} needs {', '.join(missing)}; the configuration has "
             f"{', '.join(values)}"
         )
     return fn(**{n: values[n] for n in params if n in values})
+
+
+def _lacking(params: Mapping[str, inspect.Parameter], values: Mapping[str, Any]) -> list[str]:
+    """The parameters a function needs (no default, not ``*args``) that ``values`` lacks."""
+    return [
+        n
+        for n, p in params.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL,)
+        and n not in values
+    ]
 
 
 @overload
@@ -213,15 +218,24 @@ def parse_values(text: str) -> tuple[str, list[Any]]:
     if not sep or not name.isidentifier() or not rest.strip():
         raise UsageError(f"-p {text!r}: {usage}")
     if ".." in rest:
-        lo, hi = (constant(part, f"-p {text!r}") for part in rest.split("..", 1))
-        if not (isinstance(lo, int) and isinstance(hi, int) and 0 < lo <= hi):
-            raise UsageError(f"-p {text!r}: LO..HI needs integers 0 < LO <= HI")
-        values, v = [], lo
-        while v <= hi:
-            values.append(v)
-            v *= 2
-        return name, values
+        return name, _powers_of_two(rest, f"-p {text!r}")
     return name, [constant(part, f"-p {text!r}") for part in rest.split(",") if part.strip()]
+
+
+def _powers_of_two(text: str, what: str) -> list[int]:
+    """``LO..HI`` -> LO, 2 LO, 4 LO ... up to HI.
+
+    Raises:
+        UsageError: naming ``what``: LO or HI is not a number, or not integers 0 < LO <= HI.
+    """
+    lo, hi = (constant(part, what) for part in text.split("..", 1))
+    if not (isinstance(lo, int) and isinstance(hi, int) and 0 < lo <= hi):
+        raise UsageError(f"{what}: LO..HI needs integers 0 < LO <= HI")
+    values, v = [], lo
+    while v <= hi:
+        values.append(v)
+        v *= 2
+    return values
 
 
 def constant(text: str, what: str) -> Any:

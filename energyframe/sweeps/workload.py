@@ -31,6 +31,8 @@ from .runtime import kernel_args, launcher
 if TYPE_CHECKING:
     import torch
 
+    from ..plugin import PhaseSummary
+
 log = logging.getLogger("energyframe")
 
 #: a graph replay should last about this long (launch overhead spread over its launches)
@@ -258,27 +260,7 @@ class SweepWorkload(Workload):
         out = []
         for c in self.configs:
             s = summaries.get(c.phase)
-            status = c.status
-            if status in (OK, MISMATCH) and s is None:
-                status, error = NOT_RUN, c.error or why or "not measured (the run stopped before it)"
-            elif status == NOT_RUN:
-                error = c.error or why or "not measured (the run stopped before it)"
-            else:
-                error = c.error
-            figures: dict[str, Any] = {}
-            if s is not None:
-                figures = {
-                    "latency_s": s.time_per_iter_s.median,
-                    "latency_iqr_s": s.time_per_iter_s.iqr,
-                    "latency_cv": s.time_per_iter_s.cv,
-                    "energy_j": s.energy_per_iter_j.median,
-                    "energy_iqr_j": s.energy_per_iter_j.iqr,
-                    "energy_cv": s.energy_per_iter_j.cv,
-                    "power_w": s.mean_power_w.median,
-                    "trials": s.trials,
-                    "launches_per_window": s.iterations,
-                    "flags": tuple(s.flags),
-                }
+            status, error = _status(c, measured=s is not None, why=why)
             out.append(
                 KernelResult(
                     index=c.index,
@@ -296,7 +278,7 @@ class SweepWorkload(Workload):
                     bytes=c.extra.get("bytes", math.nan),
                     warnings=c.warnings,
                     device=device if status != NOT_RUN else "",
-                    **figures,
+                    **(_figures(s) if s is not None else {}),
                 )
             )
         return out
@@ -305,7 +287,9 @@ class SweepWorkload(Workload):
     def phase_kinds(cls, run_dir: Path, result) -> Mapping[str, str]:
         """Each measured configuration's phase (from the sweep's benchmark_results.json)."""
         sweep = read_results_json(run_dir)
-        return {str(b["phase"]): "configuration" for b in (sweep or {}).get("benchmarks", []) if b.get("phase")}
+        return {
+            str(b["phase"]): "configuration" for b in (sweep or {}).get("benchmarks", []) if b.get("phase")
+        }
 
     @classmethod
     def report_figures(cls, run_dir: Path, result) -> Sequence[ReportFigure]:
@@ -372,6 +356,34 @@ class SweepWorkload(Workload):
         except ImportError:
             pass
         return out
+
+
+def _status(config: Config, *, measured: bool, why: str) -> tuple[str, str]:
+    """A configuration's status and error in the results: one that ran but has no figures (the
+    run stopped before it), or was never run, is ``not run`` with a reason (``why``: the run's,
+    where it stopped early)."""
+    status = config.status
+    if status in (OK, MISMATCH) and not measured:
+        return NOT_RUN, config.error or why or "not measured (the run stopped before it)"
+    if status == NOT_RUN:
+        return status, config.error or why or "not measured (the run stopped before it)"
+    return status, config.error
+
+
+def _figures(s: PhaseSummary) -> dict[str, Any]:
+    """A configuration's measured figures, per launch, from its phase's summary."""
+    return {
+        "latency_s": s.time_per_iter_s.median,
+        "latency_iqr_s": s.time_per_iter_s.iqr,
+        "latency_cv": s.time_per_iter_s.cv,
+        "energy_j": s.energy_per_iter_j.median,
+        "energy_iqr_j": s.energy_per_iter_j.iqr,
+        "energy_cv": s.energy_per_iter_j.cv,
+        "power_w": s.mean_power_w.median,
+        "trials": s.trials,
+        "launches_per_window": s.iterations,
+        "flags": tuple(s.flags),
+    }
 
 
 def read_results_json(run_dir: Path) -> dict | None:

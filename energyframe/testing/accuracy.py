@@ -253,6 +253,31 @@ def check_accuracy(
     """
     declared(cls, PowerSource)
     source = cls(cls.__name__.lower(), **dict(options or {}))  # the name positionally, as the registry passes it
+    m, driver = _measured(source, drive, profile, update_s=update_s, duration_s=duration_s, window_s=window_s)
+    errors = _errors(m, profile, driver.t0, channels or _primary_channels(m))
+    excuse = _excused(errors, driver.late_s, EXCUSE_UPDATES * update_s)
+    fair = tuple(w for w, x in zip(errors, excuse) if not x)
+    excused = tuple(w for w, x in zip(errors, excuse) if x)
+    report = AccuracyReport(tolerance, fair, m.result, excused)
+    _judge(report, profile)
+    return report
+
+
+def _measured(
+    source: PowerSource,
+    drive: Callable[[Truth], Any],
+    profile: Profile,
+    *,
+    update_s: float,
+    duration_s: float,
+    window_s: float,
+) -> tuple[Measurement, _Driver]:
+    """A real run of back-to-back windows with ``source`` while the fake device follows
+    ``profile``; the measurement and the driver (its time zero and late updates).
+
+    Raises:
+        Exception: what ``drive`` raised (the fake device is broken).
+    """
     with _Driver(drive, profile, update_s) as driver:
         m = Measurement([source], sync=None, aligner=None, coordinator=None)
         with m:
@@ -261,18 +286,23 @@ def check_accuracy(
                     time.sleep(window_s)
     if driver.error is not None:
         raise driver.error
-    judged = channels or [c.name for c in m.channels().values() if c.integrable and c.primary]
-    errors = _errors(m, profile, driver.t0, judged)
-    # the fake device behind its schedule, or the run's own sampling held up (the core flags the
-    # window ``gap``; a source that goes silent by itself breaks the keep-alive rule instead)
-    excuse = [_near_late(w, driver.late_s, EXCUSE_UPDATES * update_s) or GAP in split_flags(w.flags) for w in errors]
-    if all(excuse):  # held up everywhere: judge every window rather than none
-        excuse = [False] * len(errors)
-    fair = tuple(w for w, x in zip(errors, excuse) if not x)
-    excused = tuple(w for w, x in zip(errors, excuse) if x)
-    report = AccuracyReport(tolerance, fair, m.result, excused)
-    _judge(report, profile)
-    return report
+    return m, driver
+
+
+def _primary_channels(m: Measurement) -> list[str]:
+    """The run's primary energy or power channels (the ones judged by default)."""
+    return [c.name for c in m.channels().values() if c.integrable and c.primary]
+
+
+def _excused(errors: Sequence[WindowError], late_s: Sequence[tuple[float, float]], within_s: float) -> list[bool]:
+    """Per window, whether it is not judged: the fake device was behind its schedule near an
+    edge, or the run's own sampling was held up (the core flags the window ``gap``; a source
+    that goes silent by itself breaks the keep-alive rule instead). Held up everywhere: every
+    window is judged rather than none."""
+    excuse = [_near_late(w, late_s, within_s) or GAP in split_flags(w.flags) for w in errors]
+    if all(excuse):
+        return [False] * len(errors)
+    return excuse
 
 
 def _near_late(w: WindowError, late_s: Sequence[tuple[float, float]], within_s: float) -> bool:

@@ -218,10 +218,7 @@ def _check_poll_rate(source: PowerSource, channels: Mapping[str, Channel]) -> No
     faster than the reading changes, or its stamps alias the updates."""
     if not isinstance(source, PollingSource):
         return
-    stamped = dict(source._poll_stamped)
-    if not stamped and source.sampler_process is not None and type(source).tasks is PollingSource.tasks:
-        stamped = {name: source.poll_interval_s() for name in channels}  # the one default poller, in a child
-    for name, interval in stamped.items():
+    for name, interval in _poll_stamped(source, channels).items():
         c = channels.get(name)
         if c is None or interval is None or not c.integrable or c.timing != Timing.EXACT:
             continue
@@ -229,6 +226,14 @@ def _check_poll_rate(source: PowerSource, channels: Mapping[str, Channel]) -> No
                 f"channel {name!r} updates every {c.resolution_s:g} s and is polled every {interval:g} s: its stamps "
                 "are the polls', up to an update late, and its ticks alias; poll faster than it updates (ideally "
                 "4 polls per update: the base then stamps each change between two polls)")
+
+
+def _poll_stamped(source: PollingSource, channels: Mapping[str, Channel]) -> dict[str, float | None]:
+    """The poll interval of each channel whose readings the polling base stamps at the poll."""
+    stamped = dict(source._poll_stamped)
+    if not stamped and source.sampler_process is not None and type(source).tasks is PollingSource.tasks:
+        stamped = {name: source.poll_interval_s() for name in channels}  # the one default poller, in a child
+    return stamped
 
 
 def _delivers(name: str, channel: Channel, t: np.ndarray, run_s: float) -> None:

@@ -165,7 +165,7 @@ def _share(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole and math.isfinite(part) and math.isfinite(whole) else math.nan
 
 
-def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -> str:  # noqa: C901 (names each cause the run's settings and the residual's signs allow, in report order)
+def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -> str:
     """What a residual of the per-layer sum against the whole model comes from.
 
     The launch gaps are measured when ``ctx.gaps_note`` is empty and are then not part of the
@@ -176,13 +176,32 @@ def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -
     if not math.isfinite(latency_pct):
         return "not known: a phase has no figures (it failed, or was not measured)"
     has_energy = math.isfinite(energy_pct)
-    spread = ctx.spread_pct if math.isfinite(ctx.spread_pct) else 0.0
-    floor = max(NOISE_FLOOR_PCT, 2.0 * spread)
+    floor = _noise_floor_pct(ctx)
     if abs(latency_pct) <= floor and (not has_energy or abs(energy_pct) <= floor):
         return (
             f"within the noise (|diff| <= {floor:.3g} %: the larger of {NOISE_FLOOR_PCT:g} % and twice "
             "the trials' spread)"
         )
+    # each cause the run's settings and the residual's signs allow, in report order
+    causes = _how_it_ran(ctx)
+    if abs(latency_pct) > floor:
+        causes += _faster_alone(ctx) if latency_pct < 0 else _slower_alone(ctx)
+    if has_energy:
+        causes += _power_differs(latency_pct, energy_pct, floor)
+    else:
+        causes.append("no energy measured")
+    return "; ".join(causes) or "within the noise"
+
+
+def _noise_floor_pct(ctx: ClosureContext) -> float:
+    """The residual not attributed: the larger of ``NOISE_FLOOR_PCT`` and twice the trials'
+    spread (no spread when it is not known). Units: %."""
+    spread = ctx.spread_pct if math.isfinite(ctx.spread_pct) else 0.0
+    return max(NOISE_FLOOR_PCT, 2.0 * spread)
+
+
+def _how_it_ran(ctx: ClosureContext) -> list[str]:
+    """What the profiled graph measured, and what ran eagerly where the rest ran as graphs."""
     causes = [ctx.measured] if ctx.measured else []
     if ctx.whole_eager:
         causes.append(
@@ -191,46 +210,56 @@ def residual_cause(latency_pct: float, energy_pct: float, ctx: ClosureContext) -
         )
     if ctx.eager_units:
         causes.append(f"{ctx.eager_units} unit(s) ran eagerly, with launch overhead instead of graph gaps")
-    if abs(latency_pct) > floor:
-        if latency_pct < 0:
-            if ctx.gaps_note and not ctx.measured:
-                causes.append(f"launch gaps between different kernels, not measured ({ctx.gaps_note})")
-            cache = []
-            if ctx.activations == "reuse":
-                cache.append(
-                    "each unit re-reads its own inputs, which stay in L1/L2 (activations=rotate reads copies)"
-                )
-            if ctx.l2 == "warm":
-                cache.append("its weights stay in the L2 (l2=rotate reads copies from memory)")
-            causes.append(
-                "kernels ran faster alone than in the model"
-                + (": " + "; ".join(cache) if cache else " (clocks)")
-            )
-        else:
-            fits = ctx.l2 == "rotate" and 0 < ctx.weights_bytes < ctx.l2_bytes
-            if fits:
-                causes.append(
-                    f"the model's weights ({ctx.weights_bytes / 1e6:.3g} MB) fit in the L2 "
-                    f"({ctx.l2_bytes / 1e6:.3g} MB): partly L2-resident in the model, read from "
-                    "memory by rotated copies (l2=warm bounds it from below)"
-                )
-            if ctx.activations == "rotate":
-                causes.append(
-                    "rotated input copies come from memory, where in the model a layer reads what "
-                    "the one before just wrote"
-                )
-            if not fits and ctx.activations != "rotate" and not ctx.eager_units:
-                causes.append("kernels ran slower alone than in the model (clocks, power cap)")
-    if has_energy:
-        power_pct = _pct(1 + energy_pct / 100.0, 1 + latency_pct / 100.0)
-        if abs(power_pct) > floor:
-            side = "higher" if power_pct > 0 else "lower"
-            causes.append(
-                f"units alone drew {abs(power_pct):.3g} % {side} power than the model (clocks, power cap)"
-            )
-    else:
-        causes.append("no energy measured")
-    return "; ".join(causes) or "within the noise"
+    return causes
+
+
+def _faster_alone(ctx: ClosureContext) -> list[str]:
+    """Why the units' sum can be shorter than the model: gaps not measured, and caches that a
+    unit alone keeps warm (or, with neither setting, clocks)."""
+    causes = []
+    if ctx.gaps_note and not ctx.measured:
+        causes.append(f"launch gaps between different kernels, not measured ({ctx.gaps_note})")
+    cache = []
+    if ctx.activations == "reuse":
+        cache.append(
+            "each unit re-reads its own inputs, which stay in L1/L2 (activations=rotate reads copies)"
+        )
+    if ctx.l2 == "warm":
+        cache.append("its weights stay in the L2 (l2=rotate reads copies from memory)")
+    causes.append(
+        "kernels ran faster alone than in the model" + (": " + "; ".join(cache) if cache else " (clocks)")
+    )
+    return causes
+
+
+def _slower_alone(ctx: ClosureContext) -> list[str]:
+    """Why the units' sum can be longer than the model: rotated copies read from memory what the
+    model finds in the L2 (or, with neither, clocks and the power cap)."""
+    causes = []
+    fits = ctx.l2 == "rotate" and 0 < ctx.weights_bytes < ctx.l2_bytes
+    if fits:
+        causes.append(
+            f"the model's weights ({ctx.weights_bytes / 1e6:.3g} MB) fit in the L2 "
+            f"({ctx.l2_bytes / 1e6:.3g} MB): partly L2-resident in the model, read from "
+            "memory by rotated copies (l2=warm bounds it from below)"
+        )
+    if ctx.activations == "rotate":
+        causes.append(
+            "rotated input copies come from memory, where in the model a layer reads what "
+            "the one before just wrote"
+        )
+    if not fits and ctx.activations != "rotate" and not ctx.eager_units:
+        causes.append("kernels ran slower alone than in the model (clocks, power cap)")
+    return causes
+
+
+def _power_differs(latency_pct: float, energy_pct: float, floor_pct: float) -> list[str]:
+    """The units' power alone against the model's, when it differs by more than the floor."""
+    power_pct = _pct(1 + energy_pct / 100.0, 1 + latency_pct / 100.0)
+    if not abs(power_pct) > floor_pct:  # NaN (no power to compare) included
+        return []
+    side = "higher" if power_pct > 0 else "lower"
+    return [f"units alone drew {abs(power_pct):.3g} % {side} power than the model (clocks, power cap)"]
 
 
 def measured_split(sum_t: float, whole: WholeFigures, gap_calls: int, gap_s: float, ops: int) -> str:
@@ -256,6 +285,30 @@ def measured_split(sum_t: float, whole: WholeFigures, gap_calls: int, gap_s: flo
     return text
 
 
+@dataclass(frozen=True)
+class _UnitsTally:
+    """What the units add up to per forward of the whole model. Units: s, J.
+
+    Args:
+        gap_calls: calls of single-kernel units (the ones that leave out a launch gap).
+        ops: kernel-launching ops.
+    """
+
+    latency_s: float
+    energy_j: float
+    gap_calls: int
+    ops: int
+
+    @classmethod
+    def of(cls, units: Sequence[UnitFigures]) -> _UnitsTally:
+        return cls(
+            latency_s=sum(u.calls * u.latency_s for u in units),
+            energy_j=sum(u.calls * u.energy_j for u in units),
+            gap_calls=sum(u.calls for u in units if u.repeats_one_kernel),
+            ops=sum(u.calls * u.kernels for u in units),
+        )
+
+
 def close(
     units: Sequence[UnitFigures],
     whole: WholeFigures,
@@ -267,62 +320,25 @@ def close(
     whole model's graph was profiled (and ``add_gaps``), and the closure table's rows (term,
     figures, cause). A profiled graph also splits the residual into what it measured
     (``measured_split``), gaps added or not."""
-    sum_t = sum(u.calls * u.latency_s for u in units)
-    sum_e = sum(u.calls * u.energy_j for u in units)
+    tally = _UnitsTally.of(units)
+    sum_t, sum_e = tally.latency_s, tally.energy_j
     g = gap_per_kernel_s(whole)
     profiled = math.isfinite(g)
     measured = profiled and add_gaps
-    gap_calls = sum(u.calls for u in units if u.repeats_one_kernel)
-    if measured:
-        gaps_t = sum(u.calls * unit_gap_s(u, g) for u in units)
-        gaps_e = sum(u.calls * unit_gap_s(u, g) * u.power_w for u in units if u.repeats_one_kernel)
-    else:
-        gaps_t = gaps_e = math.nan
+    gaps_t, gaps_e = _gap_terms(units, g) if measured else (math.nan, math.nan)
+    added_t, added_e = (gaps_t, gaps_e) if measured else (0.0, 0.0)
     lat_pct, en_pct = _pct(sum_t, whole.latency_s), _pct(sum_e, whole.energy_j)
-    if measured:
-        c_lat, c_en = _pct(sum_t + gaps_t, whole.latency_s), _pct(sum_e + gaps_e, whole.energy_j)
-    else:
-        c_lat, c_en = lat_pct, en_pct
-    ops = sum(u.calls * u.kernels for u in units)
-    if measured:
-        ctx = replace(ctx, gaps_note="")
-    elif not ctx.gaps_note:
-        ctx = replace(ctx, gaps_note="kernel_gaps=true measures them")
-    if profiled:
-        ctx = replace(ctx, measured=measured_split(sum_t, whole, gap_calls, g, ops))
-    cause = residual_cause(c_lat, c_en, ctx)
+    c_lat, c_en = _pct(sum_t + added_t, whole.latency_s), _pct(sum_e + added_e, whole.energy_j)
+    split = measured_split(sum_t, whole, tally.gap_calls, g, tally.ops) if profiled else None
+    cause = residual_cause(c_lat, c_en, _residual_context(ctx, measured, split))
     rows: list[dict[str, Any]] = [
-        {
-            "term": "whole model",
-            "latency_s": whole.latency_s,
-            "latency_pct": 0.0,
-            "energy_j": whole.energy_j,
-            "energy_pct": 0.0,
-            "cause": f"the reference: {reference}",
-        },
-        {
-            "term": "sum of units",
-            "latency_s": sum_t,
-            "latency_pct": lat_pct,
-            "energy_j": sum_e,
-            "energy_pct": en_pct,
-            "cause": "each unit measured on its own"
-            + (" (a CUDA graph of its calls)" if any(u.graph for u in units) else " (eagerly)")
-            + ", times its calls in the forward",
-        },
+        _whole_row(whole, reference),
+        _sum_row(units, sum_t, sum_e, lat_pct, en_pct),
     ]
     if measured:
-        rows.append(_gap_row(whole, gaps_t, gaps_e, gap_calls, g, ops))
-    rows.append(
-        {
-            "term": "residual",
-            "latency_s": sum_t + (gaps_t if measured else 0.0) - whole.latency_s,
-            "latency_pct": c_lat,
-            "energy_j": sum_e + (gaps_e if measured else 0.0) - whole.energy_j,
-            "energy_pct": c_en,
-            "cause": cause,
-        }
-    )
+        rows.append(_gap_row(whole, gaps_t, gaps_e, tally.gap_calls, g, tally.ops))
+    residual_t, residual_e = sum_t + added_t - whole.latency_s, sum_e + added_e - whole.energy_j
+    rows.append(_residual_row(residual_t, residual_e, c_lat, c_en, cause))
     return Closure(
         sum_latency_s=sum_t,
         sum_energy_j=sum_e,
@@ -331,7 +347,7 @@ def close(
         latency_diff_pct=lat_pct,
         energy_diff_pct=en_pct,
         gap_per_kernel_s=g,
-        gap_calls=gap_calls,
+        gap_calls=tally.gap_calls,
         gaps_latency_s=gaps_t,
         gaps_energy_j=gaps_e,
         corrected_latency_diff_pct=c_lat,
@@ -339,6 +355,65 @@ def close(
         residual_cause=cause,
         rows=tuple(rows),
     )
+
+
+def _gap_terms(units: Sequence[UnitFigures], gap_s: float) -> tuple[float, float]:
+    """The launch gaps the single-kernel unit calls leave out, per forward, each at its unit's
+    own power. Units: s, J."""
+    gaps_t = sum(u.calls * unit_gap_s(u, gap_s) for u in units)
+    gaps_e = sum(u.calls * unit_gap_s(u, gap_s) * u.power_w for u in units if u.repeats_one_kernel)
+    return gaps_t, gaps_e
+
+
+def _residual_context(ctx: ClosureContext, measured: bool, split: str | None) -> ClosureContext:
+    """The context the residual's cause is read from: the gaps measured (no note), or why they
+    were not; and the split the profiled graph measured (``None``: not profiled)."""
+    if measured:
+        ctx = replace(ctx, gaps_note="")
+    elif not ctx.gaps_note:
+        ctx = replace(ctx, gaps_note="kernel_gaps=true measures them")
+    if split is not None:
+        ctx = replace(ctx, measured=split)
+    return ctx
+
+
+def _whole_row(whole: WholeFigures, reference: str) -> dict[str, Any]:
+    return {
+        "term": "whole model",
+        "latency_s": whole.latency_s,
+        "latency_pct": 0.0,
+        "energy_j": whole.energy_j,
+        "energy_pct": 0.0,
+        "cause": f"the reference: {reference}",
+    }
+
+
+def _sum_row(
+    units: Sequence[UnitFigures], sum_t: float, sum_e: float, lat_pct: float, en_pct: float
+) -> dict[str, Any]:
+    return {
+        "term": "sum of units",
+        "latency_s": sum_t,
+        "latency_pct": lat_pct,
+        "energy_j": sum_e,
+        "energy_pct": en_pct,
+        "cause": "each unit measured on its own"
+        + (" (a CUDA graph of its calls)" if any(u.graph for u in units) else " (eagerly)")
+        + ", times its calls in the forward",
+    }
+
+
+def _residual_row(
+    latency_s: float, energy_j: float, lat_pct: float, en_pct: float, cause: str
+) -> dict[str, Any]:
+    return {
+        "term": "residual",
+        "latency_s": latency_s,
+        "latency_pct": lat_pct,
+        "energy_j": energy_j,
+        "energy_pct": en_pct,
+        "cause": cause,
+    }
 
 
 def _gap_row(whole: WholeFigures, gaps_t: float, gaps_e: float, gap_calls: int, g: float, ops: int) -> dict:

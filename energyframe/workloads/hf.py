@@ -214,8 +214,7 @@ class HFModel(GenericModel):
     ACCEPTS_OVERRIDES = True
 
     def __init__(self, name: str | None = None, /, **options: Any) -> None:
-        declared = {o.name for o in self.OPTIONS}
-        given = {k: v for k, v in options.items() if k in declared or k == "name"}
+        given, overrides = self._declared_and_config(options)
         super().__init__(name, **given)
         o = self.options
         weights = o["weights"]
@@ -225,8 +224,26 @@ class HFModel(GenericModel):
                 f"{self.name} needs option 'arch' (or weights=DIR, a checkpoint with its config)"
             )
         self.tp = o["tp"]
+        self._check_execution(options)
+        self.checkpoint = Path(weights) if checkpoint else None
+        self.model_class, config_class = self._classes()
+        if o["image_size"] is not None and hasattr(config_class(), "image_size"):
+            overrides.setdefault("image_size", o["image_size"])  # a ViT's position embeddings
+        self.overrides = config_overrides(config_class, overrides, f"workload {self.name!r}")
+
+    @classmethod
+    def _declared_and_config(cls, options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The options the workload declares (and its name), and the rest: the config's keys."""
+        declared = {o.name for o in cls.OPTIONS}
+        given = {k: v for k, v in options.items() if k in declared or k == "name"}
+        return given, {k: v for k, v in options.items() if k not in given}
+
+    def _check_execution(self, given: Mapping[str, Any]) -> None:
+        """The split path's checks with tp=N; without, refuse what only it can run, and a graph
+        of transformers' generate."""
+        o = self.options
         if self.tp is not None:
-            self._check_tp(options)
+            self._check_tp(given)
         elif o["mode"] == "both":
             raise OptionError(f"{self.name}: mode=both measures a split model (tp=N); without tp give prefill or decode")
         elif o["mode"] == "decode" and o["execution"] == "graph":
@@ -235,12 +252,6 @@ class HFModel(GenericModel):
                 "generate, which checks its stopping criteria on the host (use execution=eager or compile, "
                 "or tp=1: decode steps on fixed buffers, each one graph)"
             )
-        self.checkpoint = Path(weights) if checkpoint else None
-        self.model_class, config_class = self._classes()
-        overrides = {k: v for k, v in options.items() if k not in given}
-        if o["image_size"] is not None and hasattr(config_class(), "image_size"):
-            overrides.setdefault("image_size", o["image_size"])  # a ViT's position embeddings
-        self.overrides = config_overrides(config_class, overrides, f"workload {self.name!r}")
 
     def _check_tp(self, given: Mapping[str, Any]) -> None:
         """tp=N: the split path's execution (graph unless eager is asked for) and its ranks."""
@@ -314,25 +325,9 @@ class HFModel(GenericModel):
             super().load_weights(path)
 
     def _inputs(self, model, config, device, dtype) -> tuple[tuple, dict]:
-        import torch
-
         o = self.options
         kind = getattr(model, "main_input_name", TEXT)
-        if kind == TEXT:
-            ids = torch.randint(0, int(config.vocab_size), (o["batch"], o["seq_len"]), device=device)
-            kwargs: dict[str, Any] = {}
-            if getattr(config, "is_encoder_decoder", False):
-                kwargs["decoder_input_ids"] = ids
-        elif kind == IMAGES:
-            size = o["image_size"] or int(getattr(config, "image_size", 224))
-            channels = int(getattr(config, "num_channels", 3))
-            ids = torch.randn(o["batch"], channels, size, size, device=device, dtype=dtype)
-            kwargs = {}
-        else:
-            raise WorkloadError(
-                f"{self.label()} takes {kind}, which hf: does not make up (it makes input_ids and "
-                "pixel_values); give the model and its inputs with torch:factory= or ef.Model"
-            )
+        ids, kwargs = self._made_up_input(kind, config, device, dtype)
         parameters = inspect.signature(model.forward).parameters
         if o["mode"] == "prefill" and "use_cache" in parameters:
             kwargs["use_cache"] = False
@@ -340,6 +335,31 @@ class HFModel(GenericModel):
             kwargs["attention_mask"] = causal_mask(o["batch"], o["seq_len"], device)
         self.input_kind = kind
         return (ids,), kwargs
+
+    def _made_up_input(self, kind: str, config, device, dtype) -> tuple[Any, dict[str, Any]]:
+        """Random token ids (also the decoder's, for an encoder-decoder) or random images, as the
+        model's main input names them.
+
+        Raises:
+            WorkloadError: the model takes another kind of input.
+        """
+        import torch
+
+        o = self.options
+        if kind == TEXT:
+            ids = torch.randint(0, int(config.vocab_size), (o["batch"], o["seq_len"]), device=device)
+            kwargs: dict[str, Any] = {}
+            if getattr(config, "is_encoder_decoder", False):
+                kwargs["decoder_input_ids"] = ids
+            return ids, kwargs
+        if kind == IMAGES:
+            size = o["image_size"] or int(getattr(config, "image_size", 224))
+            channels = int(getattr(config, "num_channels", 3))
+            return torch.randn(o["batch"], channels, size, size, device=device, dtype=dtype), {}
+        raise WorkloadError(
+            f"{self.label()} takes {kind}, which hf: does not make up (it makes input_ids and "
+            "pixel_values); give the model and its inputs with torch:factory= or ef.Model"
+        )
 
     def work(self) -> Mapping[str, float]:
         o = self.options

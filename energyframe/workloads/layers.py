@@ -248,21 +248,32 @@ def _plain_tree(module, torch) -> bool:
     """Whether every module under ``module`` keeps its tensors as parameters and buffers only
     and copies the default way."""
     default = getattr(torch.nn.Module, "__deepcopy__", None)
-    for m in module.modules():
-        if getattr(type(m), "__deepcopy__", None) is not default:
-            return False
-        if any(v is not None and type(v) is not torch.nn.Parameter for v in m._parameters.values()):
-            return False
-        if any(v is not None and type(v) is not torch.Tensor for v in m._buffers.values()):
-            return False
-        for key, value in vars(m).items():
-            if key in ("_parameters", "_buffers", "_modules"):
-                continue
-            if isinstance(value, torch.Tensor) or (
-                isinstance(value, (list, tuple, dict)) and _holds_tensor(value, torch)
-            ):
-                return False
-    return True
+    return all(_plain_module(m, torch, default) for m in module.modules())
+
+
+def _plain_module(m, torch, default_deepcopy) -> bool:
+    """Whether one module copies the default way, holds exact ``Parameter``s and ``Tensor``s as
+    its parameters and buffers, and no tensor in any other attribute."""
+    if getattr(type(m), "__deepcopy__", None) is not default_deepcopy:
+        return False
+    if any(v is not None and type(v) is not torch.nn.Parameter for v in m._parameters.values()):
+        return False
+    if any(v is not None and type(v) is not torch.Tensor for v in m._buffers.values()):
+        return False
+    return not _tensor_attribute(m, torch)
+
+
+def _tensor_attribute(m, torch) -> bool:
+    """Whether an attribute of the module other than its parameters, buffers and submodules
+    holds a tensor (itself, or as an item of a list, tuple or dict)."""
+    for key, value in vars(m).items():
+        if key in ("_parameters", "_buffers", "_modules"):
+            continue
+        if isinstance(value, torch.Tensor) or (
+            isinstance(value, (list, tuple, dict)) and _holds_tensor(value, torch)
+        ):
+            return True
+    return False
 
 
 def _holds_tensor(value, torch) -> bool:
@@ -486,8 +497,14 @@ def _tensors(value: Any) -> list:
         return [t for v in value for t in _tensors(v)]
     if isinstance(value, dict):
         return [t for v in value.values() for t in _tensors(v)]
+    return _output_tensors(value)
+
+
+def _output_tensors(value: Any) -> list:
+    """The tensors of a model's output object: its logits, its last hidden state, and what its
+    ``to_tuple()`` holds (none for any other value)."""
     out = []
-    for attribute in ("logits", "last_hidden_state"):  # a model's output object
+    for attribute in ("logits", "last_hidden_state"):
         v = getattr(value, attribute, None)
         if v is not None:
             out += _tensors(v)

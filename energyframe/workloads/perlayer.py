@@ -161,6 +161,37 @@ def _memory_low(device) -> bool:
     return free_b < max(AHEAD_RESERVE_BYTES, AHEAD_RESERVE_FRACTION * total_b)
 
 
+def _own_and_passed(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The options per-layer declares, and the rest, which are the model's."""
+    names = {o.name for o in OWN_OPTIONS}
+    own = {k: v for k, v in options.items() if k in names}
+    passed = {k: v for k, v in options.items() if k not in own}
+    return own, passed
+
+
+def _not_taken(cls: type[ModelWorkload], passed: Mapping[str, Any], allowed: Sequence[str]) -> list[str]:
+    """The options passed that the model does not take from per-layer: those it declares but
+    that are not passed on, and, unless it takes undeclared keys (a transformers config's, which
+    it checks itself), those it does not declare."""
+    declared = {o.name for o in cls.OPTIONS}
+    return [k for k in passed if k not in allowed and (k in declared or not cls.ACCEPTS_OVERRIDES)]
+
+
+def _energy_spreads_pct(result, pairs, whole_summary) -> list[float]:
+    """The trials' energy spread (CV, %) of the median unit and of the whole model, where known."""
+    from .pipeline import stage_figures
+
+    cvs = []
+    for _, name in pairs:
+        summary = stage_figures(result, name)[1]
+        if summary is not None and math.isfinite(summary.energy_per_iter_j.cv):
+            cvs.append(100 * summary.energy_per_iter_j.cv)
+    spreads = [sorted(cvs)[len(cvs) // 2]] if cvs else []
+    if whole_summary is not None and math.isfinite(whole_summary.energy_per_iter_j.cv):
+        spreads.append(100 * whole_summary.energy_per_iter_j.cv)
+    return spreads
+
+
 class PerLayerWorkload(Workload):
     """A named model measured unit by unit (leaf modules or blocks, and the ops between them).
 
@@ -180,8 +211,7 @@ class PerLayerWorkload(Workload):
     def __init__(self, name: str | None = None, /, model: Any = None, **options: Any) -> None:
         from .models import ModelWorkload
 
-        own = {k: v for k, v in options.items() if k in {o.name for o in OWN_OPTIONS}}
-        passed = {k: v for k, v in options.items() if k not in own}
+        own, passed = _own_and_passed(options)
         if isinstance(model, ModelWorkload):
             if passed:
                 raise OptionError(
@@ -193,10 +223,7 @@ class PerLayerWorkload(Workload):
             if model is not None:
                 own["model"] = model
             super().__init__(name or PER_LAYER, **own)
-            model_name = self.options["model"]
-            cls = _model_class(model_name)
-            self._check_passed(model_name, cls, passed)
-            self.model = cls(model_name, **passed)  # positional: a model may take a 'name' option
+            self.model = self._named_model(passed)
         if self.model.options.get("tp") is not None:
             raise OptionError(
                 f"{PER_LAYER}:model={self.options['model']}: tp= measures a split model's prefill and decode; "
@@ -212,12 +239,17 @@ class PerLayerWorkload(Workload):
         self._gaps_note = ""
         self._spans: dict[str, float] = {}
 
+    def _named_model(self, passed: Mapping[str, Any]) -> ModelWorkload:
+        """The model this wrapper's ``model`` option names, made with the options passed to it."""
+        model_name = self.options["model"]
+        cls = _model_class(model_name)
+        self._check_passed(model_name, cls, passed)
+        return cls(model_name, **passed)  # positional: a model may take a 'name' option
+
     @staticmethod
     def _check_passed(model_name: str, cls: type[ModelWorkload], passed: Mapping[str, Any]) -> None:
         allowed = sorted(o.name for o in cls.OPTIONS if o.name not in NOT_PASSED)
-        declared = {o.name for o in cls.OPTIONS}
-        # a model that takes undeclared keys (a transformers config's) checks those itself
-        unknown = [k for k in passed if k not in allowed and (k in declared or not cls.ACCEPTS_OVERRIDES)]
+        unknown = _not_taken(cls, passed, allowed)
         if unknown:
             own = ", ".join(o.name for o in OWN_OPTIONS)
             raise OptionError(
@@ -456,41 +488,10 @@ class PerLayerWorkload(Workload):
         if self.decomposition is None:
             return ()
         model = self.model
-        stages, pairs, in_forward = [], [], []
-        window_s = self.options["window_s"]
-        for unit in self.decomposition.units:
-            in_forward.append(unit.measured_calls)
-            plan = self._plans.get(id(unit))
-            info = {
-                "type": unit.type_name,
-                "inputs": unit.inputs(),
-                "weight_copies": plan.copies if plan else 1,
-                "input_copies": plan.input_copies if plan else 1,
-                "kernels": unit.kernels,
-                "execution": self._execution(plan),
-                "capture_s": plan.capture_s if plan else math.nan,
-            }
-            if window_s is not None:
-                info["steps_per_window"] = plan.steps if plan and plan.steps is not None else math.nan
-            stage = Stage(plan.name if plan else unit.path, None, unit.count, info)
-            stages.append(stage)
-            pairs.append((stage, stage.name))
-        pipeline = Pipeline(name=model.pipeline_name())
-        choice = self.granularity_choice
-        extra: dict[str, Any] = {
-            "granularity": self.decomposition.granularity,
-            "granularity_choice": choice.reason if choice else self.decomposition.granularity,
-            "blocks": model.blocks_note(),
-            "unique_units": len(self.decomposition.units),
-            "deduplicated_calls": self.decomposition.deduplicated,
-            "l2": self.options["l2"],
-            "activations": self.options["activations"],
-            "window_s": window_s if window_s is not None else math.nan,
-            "prepare": self.options["prepare"],
-        }
-        closure = None
-        if self.options["validate"]:
-            closure = self._closure(result, pairs, in_forward)
+        pairs, in_forward = self._stages()
+        extra = self._run_columns()
+        closure = self._closure(result, pairs, in_forward) if self.options["validate"] else None
+        if closure is not None:
             extra.update(
                 whole_latency_s=closure.whole_latency_s,
                 whole_energy_j=closure.whole_energy_j,
@@ -499,24 +500,88 @@ class PerLayerWorkload(Workload):
                 validated_against=model.whole_note(),
                 **closure.summary(),
             )
-        tables = pipeline.pipeline_tables(result, pairs, extra)
+        tables = Pipeline(name=model.pipeline_name()).pipeline_tables(result, pairs, extra)
         rows = [dict(row) for row in tables[0].rows]
         if closure is not None and self.options["kernel_gaps"] and math.isfinite(closure.gap_per_kernel_s):
-            from .closure import unit_gap_s
+            self._add_gaps(rows, self._unit_figures(result, pairs, in_forward), closure.gap_per_kernel_s)
+        tables[0] = self._layers_table(rows)
+        if closure is not None:
+            tables.append(
+                DerivedTable(
+                    "closure",
+                    f"{model.pipeline_name()}: per-layer sum against {model.whole_note()}, per forward",
+                    list(closure.rows),
+                    note=f"granularity: {extra['granularity_choice']}; pct: of the whole model (sum "
+                    "and residual: difference; launch gaps: share); every residual with its cause",
+                )
+            )
+        return tables
 
-            for row, unit in zip(rows, self._unit_figures(result, pairs, in_forward)):
-                gap = unit_gap_s(unit, closure.gap_per_kernel_s)
-                row["gap_s"] = gap
-                row["latency_with_gap_s"] = row["latency_s"] + gap
-                row["energy_with_gap_j"] = row["energy_j"] + gap * unit.power_w
+    def _stages(self) -> tuple[list[tuple[Stage, str]], list[int]]:
+        """Each unit as a stage with its name, and each unit's calls in the forward."""
+        assert self.decomposition is not None  # set by setup
+        stages = [self._stage(unit) for unit in self.decomposition.units]
+        return [(stage, stage.name) for stage in stages], [u.measured_calls for u in self.decomposition.units]
+
+    def _stage(self, unit) -> Stage:
+        """A unit as a stage of the layers table, with how it was measured."""
+        plan = self._plans.get(id(unit))
+        info = {
+            "type": unit.type_name,
+            "inputs": unit.inputs(),
+            "weight_copies": plan.copies if plan else 1,
+            "input_copies": plan.input_copies if plan else 1,
+            "kernels": unit.kernels,
+            "execution": self._execution(plan),
+            "capture_s": plan.capture_s if plan else math.nan,
+        }
+        if self.options["window_s"] is not None:
+            info["steps_per_window"] = plan.steps if plan and plan.steps is not None else math.nan
+        return Stage(plan.name if plan else unit.path, None, unit.count, info)
+
+    def _granularity_reason(self) -> str:
+        assert self.decomposition is not None  # set by setup
+        choice = self.granularity_choice
+        return choice.reason if choice else self.decomposition.granularity
+
+    def _run_columns(self) -> dict[str, Any]:
+        """The summary's columns of how the units were chosen and measured."""
+        assert self.decomposition is not None  # set by setup
+        window_s = self.options["window_s"]
+        return {
+            "granularity": self.decomposition.granularity,
+            "granularity_choice": self._granularity_reason(),
+            "blocks": self.model.blocks_note(),
+            "unique_units": len(self.decomposition.units),
+            "deduplicated_calls": self.decomposition.deduplicated,
+            "l2": self.options["l2"],
+            "activations": self.options["activations"],
+            "window_s": window_s if window_s is not None else math.nan,
+            "prepare": self.options["prepare"],
+        }
+
+    @staticmethod
+    def _add_gaps(rows: list[dict[str, Any]], units: Sequence[Any], gap_per_kernel_s: float) -> None:
+        """Each layer row with its launch gap, and its latency and energy with the gap added (at
+        the unit's own power)."""
+        from .closure import unit_gap_s
+
+        for row, unit in zip(rows, units):
+            gap = unit_gap_s(unit, gap_per_kernel_s)
+            row["gap_s"] = gap
+            row["latency_with_gap_s"] = row["latency_s"] + gap
+            row["energy_with_gap_j"] = row["energy_j"] + gap * unit.power_w
+
+    def _layers_table(self, rows: list[dict[str, Any]]) -> DerivedTable:
+        assert self.decomposition is not None  # set by setup
         notes = [
-            f"granularity: {choice.reason if choice else self.decomposition.granularity}",
+            f"granularity: {self._granularity_reason()}",
             f"{self.decomposition.deduplicated} of {self.decomposition.calls} calls were identical to "
             "another and measured once (count); layers.csv has every column",
         ]
-        tables[0] = DerivedTable(
+        return DerivedTable(
             "layers",
-            f"{model.pipeline_name()}: per layer, per call",
+            f"{self.model.pipeline_name()}: per layer, per call",
             rows,
             note="; ".join(notes),
             display=(
@@ -531,17 +596,6 @@ class PerLayerWorkload(Workload):
                 "share_of_latency_pct",
             ),
         )
-        if closure is not None:
-            tables.append(
-                DerivedTable(
-                    "closure",
-                    f"{model.pipeline_name()}: per-layer sum against {model.whole_note()}, per forward",
-                    list(closure.rows),
-                    note=f"granularity: {extra['granularity_choice']}; pct: of the whole model (sum "
-                    "and residual: difference; launch gaps: share); every residual with its cause",
-                )
-            )
-        return tables
 
     def _unit_figures(self, result, pairs, in_forward) -> list:
         """Each unit's per-call figures for the closure (``closure.UnitFigures``)."""
@@ -563,19 +617,8 @@ class PerLayerWorkload(Workload):
 
         units = self._unit_figures(result, pairs, in_forward)
         whole_fig, whole_summary = stage_figures(result, WHOLE_MODEL)
-        kernels = busy = span = math.nan
-        gk = self._whole_kernels
-        if gk is not None and self._whole is not None:
-            per = self._whole.captured.unroll
-            kernels, busy, span = gk.kernels / per, gk.busy_s / per, gk.span_s / per
-        cvs = []
-        for _, name in pairs:
-            summary = stage_figures(result, name)[1]
-            if summary is not None and math.isfinite(summary.energy_per_iter_j.cv):
-                cvs.append(100 * summary.energy_per_iter_j.cv)
-        spreads = [sorted(cvs)[len(cvs) // 2]] if cvs else []
-        if whole_summary is not None and math.isfinite(whole_summary.energy_per_iter_j.cv):
-            spreads.append(100 * whole_summary.energy_per_iter_j.cv)
+        kernels, busy, span = self._whole_graph_per_forward()
+        spreads = _energy_spreads_pct(result, pairs, whole_summary)
         gaps_note = self._gaps_note
         if not self.options["kernel_gaps"]:
             gaps_note = "kernel_gaps=true measures them"
@@ -591,18 +634,31 @@ class PerLayerWorkload(Workload):
             gaps_note=gaps_note,
             spread_pct=max(spreads) if spreads else math.nan,
         )
-        if whole is not None and whole.captured.on_gpu:
-            how = whole.captured.fallback or "one CUDA graph"
-        else:
-            how = "eagerly, on the CPU"
-        reference = f"the forward, {self.model.options['whole_unroll']} per replay, {how}"
         return close(
             units,
             WholeFigures(whole_fig.latency_s, whole_fig.energy_j, kernels, busy, span),
             ctx,
-            reference,
+            self._whole_reference(),
             add_gaps=self.options["kernel_gaps"],
         )
+
+    def _whole_graph_per_forward(self) -> tuple[float, float, float]:
+        """The profiled whole graph's kernels, busy time and span per forward (a replay runs
+        ``unroll`` forwards). Units: s; NaN where it was not profiled."""
+        gk = self._whole_kernels
+        if gk is None or self._whole is None:
+            return math.nan, math.nan, math.nan
+        per = self._whole.captured.unroll
+        return gk.kernels / per, gk.busy_s / per, gk.span_s / per
+
+    def _whole_reference(self) -> str:
+        """How the whole model, the closure's reference, ran."""
+        whole = self._whole
+        if whole is not None and whole.captured.on_gpu:
+            how = whole.captured.fallback or "one CUDA graph"
+        else:
+            how = "eagerly, on the CPU"
+        return f"the forward, {self.model.options['whole_unroll']} per replay, {how}"
 
     def _weights_bytes(self) -> int:
         net = getattr(self.model, "model", None)

@@ -60,18 +60,22 @@ def pipeline_totals(stages: Sequence[StageFigures], idle_power_w: float) -> dict
 
 def stage_figures(result, phase: str, count: int = 1, channel: str | None = None) -> tuple[StageFigures, Any]:
     """Median per-call figures of a phase on ``channel`` (the first primary channel by default)."""
-    rows = [s for s in result.summaries if s.phase == phase]
-    if channel is not None:
-        rows = [s for s in rows if s.channel == channel]
-    else:
-        primary = set(result.meta.get("primary_channels", []))
-        rows = [s for s in rows if not s.channel or s.channel in primary] or rows
+    rows = _on_channel([s for s in result.summaries if s.phase == phase], channel, result)
     if not rows:
         return StageFigures(phase, count, math.nan, math.nan), None
     s = rows[0]
     return StageFigures(
         phase, count, s.time_per_iter_s.median, s.energy_per_iter_j.median, s.mean_power_w.median
     ), s
+
+
+def _on_channel(rows: list, channel: str | None, result) -> list:
+    """A phase's summaries on ``channel``; by default those without a channel (timing only) or
+    on a primary channel, or all of them where none is."""
+    if channel is not None:
+        return [s for s in rows if s.channel == channel]
+    primary = set(result.meta.get("primary_channels", []))
+    return [s for s in rows if not s.channel or s.channel in primary] or rows
 
 
 def idle_power(result, channel: str | None = None) -> float:

@@ -67,6 +67,14 @@ def _get(root: Any, path: str) -> Any:
 def not_llama_shaped(model: Any) -> str | None:
     """Why ``model`` is not a Llama-shaped causal LM this module can split ("" parts missing, an
     activation or attention it does not run), or None when it is."""
+    missing = _missing_parts(model)
+    if missing is not None:
+        return missing
+    return _unsupported_config(model.config)
+
+
+def _missing_parts(model: Any) -> str | None:
+    """Which of a Llama's modules the model, or its decoder layers, lack (None: it has them all)."""
     missing = [p for p in MODEL_PARTS if _get(model, p) is None]
     if missing:
         return f"it has no {', '.join(missing)}"
@@ -76,7 +84,11 @@ def not_llama_shaped(model: Any) -> str | None:
     missing = sorted({p for layer in layers for p in LAYER_PARTS if _get(layer, p) is None})
     if missing:
         return f"its decoder layers have no {', '.join(missing)} (a mixture of experts, or another block)"
-    config = model.config
+    return None
+
+
+def _unsupported_config(config: Any) -> str | None:
+    """What the config asks for that the split model does not run (None: nothing)."""
     act = str(getattr(config, "hidden_act", "silu"))
     if act not in SILU:
         return f"its MLP's activation is {act}, not SiLU"

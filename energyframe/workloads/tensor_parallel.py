@@ -331,24 +331,38 @@ def tokens_table(result, device, tp: int, w: Any, distributed: Any) -> list[dict
         tokens = (summaries[0].work or {}).get("tokens") if summaries else None
         if not tokens:
             continue
-        by_channel = {s.channel: s for s in summaries}
-        mine = by_channel.get(own) or next((by_channel[c] for c in primary if c in by_channel), summaries[0])
-        gpus = [by_channel[c] for c in primary if c in by_channel and c.startswith("gpu")]
-        row = {
-            "phase": phase,
-            "tp": tp,
-            "rank": w.rank,
-            "world_size": w.world_size,
-            "tokens_per_iteration": tokens,
-            "latency_per_token_s": mine.time_per_iter_s.median / tokens,
-            "energy_per_token_j": mine.energy_per_iter_j.median / tokens,
-            "channel": mine.channel,
-            "energy_per_token_j_all_gpus": (
-                sum(s.energy_per_iter_j.median for s in gpus) / tokens if gpus else math.nan
-            ),
-            "gpus_measured": len(gpus),
-        }
-        for s in gpus:
-            row[f"energy_per_token_j_{s.channel}"] = s.energy_per_iter_j.median / tokens
-        rows.append(row)
+        rows.append(_token_row(phase, summaries, tokens, own=own, primary=primary, tp=tp, w=w))
     return rows
+
+
+def _token_row(
+    phase: str, summaries: list, tokens: float, *, own: str | None, primary: list[str], tp: int, w: Any
+) -> dict:
+    """One phase per token: on this rank's GPU (its own channel, else the first primary one,
+    else the first summary's), and on each GPU the run measured and summed over them."""
+    by_channel = {s.channel: s for s in summaries}
+    mine = _rank_gpu(by_channel, own, primary) or summaries[0]
+    gpus = [by_channel[c] for c in primary if c in by_channel and c.startswith("gpu")]
+    row = {
+        "phase": phase,
+        "tp": tp,
+        "rank": w.rank,
+        "world_size": w.world_size,
+        "tokens_per_iteration": tokens,
+        "latency_per_token_s": mine.time_per_iter_s.median / tokens,
+        "energy_per_token_j": mine.energy_per_iter_j.median / tokens,
+        "channel": mine.channel,
+        "energy_per_token_j_all_gpus": (
+            sum(s.energy_per_iter_j.median for s in gpus) / tokens if gpus else math.nan
+        ),
+        "gpus_measured": len(gpus),
+    }
+    for s in gpus:
+        row[f"energy_per_token_j_{s.channel}"] = s.energy_per_iter_j.median / tokens
+    return row
+
+
+def _rank_gpu(by_channel: dict, own: str | None, primary: list[str]) -> Any:
+    """The summary on this rank's GPU's channel, else on the first primary channel there is
+    (None when neither has one)."""
+    return by_channel.get(own) or next((by_channel[c] for c in primary if c in by_channel), None)

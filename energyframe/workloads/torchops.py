@@ -132,20 +132,35 @@ def stand_in(
     stride = tuple(int(s) for s in stride)
     n = storage_elements(shape, stride)
     device = torch.device(device)
-    if device.type == "meta":
-        base = torch.empty(n, dtype=dtype, device=device)
-    elif dtype.is_floating_point or dtype.is_complex:
-        if dtype.itemsize == 1:  # float8: randn cannot make it directly
-            base = torch.randn(n, device=device).to(dtype)
-        else:
-            base = torch.randn(n, dtype=dtype, device=device)
-    elif dtype == torch.bool:
-        base = _mask(n, shape, stride, true_count, device)
-    elif low is not None and high is not None and high > low:
-        base = torch.randint(int(low), int(high), (n,), dtype=dtype, device=device)
-    else:
-        base = torch.zeros(n, dtype=dtype, device=device)
+    base = _storage(n, dtype, device, shape, stride, low=low, high=high, true_count=true_count)
     return torch.as_strided(base, shape, stride)
+
+
+def _storage(
+    n: int,
+    dtype,
+    device,
+    shape: tuple[int, ...],
+    stride: tuple[int, ...],
+    *,
+    low: int | None,
+    high: int | None,
+    true_count: int | None,
+):
+    """The ``n`` values of a stand-in's storage (``stand_in`` says which, by dtype)."""
+    import torch
+
+    if device.type == "meta":
+        return torch.empty(n, dtype=dtype, device=device)
+    if dtype.is_floating_point or dtype.is_complex:
+        if dtype.itemsize == 1:  # float8: randn cannot make it directly
+            return torch.randn(n, device=device).to(dtype)
+        return torch.randn(n, dtype=dtype, device=device)
+    if dtype == torch.bool:
+        return _mask(n, shape, stride, true_count, device)
+    if low is not None and high is not None and high > low:
+        return torch.randint(int(low), int(high), (n,), dtype=dtype, device=device)
+    return torch.zeros(n, dtype=dtype, device=device)
 
 
 def _mask(n: int, shape, stride, true_count: int | None, device):
