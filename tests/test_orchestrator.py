@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import signal
+import time
 
 import pandas as pd
 import pytest
@@ -206,18 +207,20 @@ def test_workload_failure_is_reported_and_teardown_runs(tmp_path):
 
 
 def test_channel_going_silent_is_flagged_not_guessed():
-    # the source goes quiet 0.6 s after it opens; 12 windows of at least 0.1 s each put the last
-    # one after that on any machine (6 could end right at it, and read a last sample: flaky)
-    source = SignalSource(name="gpu", silent_after_s=0.6)
-    result = ef.run(
-        ListWorkload([busy_phase()]),
-        power=[source],
-        reporters=[],
-        settings=RunSettings(trials=12, min_window_s=0.1, warmup_s=0.0),
-    )
-    late = result.windows[(result.windows["channel"] == "gpu")].iloc[-1]
+    # the source goes quiet as the last two windows open (an event, not a time, so that a loaded
+    # machine moves nothing): those windows are uncovered, never read from the last sample
+    source = SignalSource(name="gpu")
+    with ef.measure(power=[source], sync=None) as m:
+        for trial in range(8):
+            if trial == 6:
+                source.options["silent_after_s"] = 0.0  # from its next poll on
+            with m.window("busy"):
+                time.sleep(0.1)
+    windows = m.result.windows[m.result.windows["channel"] == "gpu"]
+    assert windows["energy_j"].iloc[:5].notna().all()  # before the silence: read as usual
+    late = windows.iloc[-1]
     assert "uncovered" in late["flags"] and math.isnan(late["energy_j"])
-    assert any("delivered no sample after the last window" in w for w in result.warnings)
+    assert any("delivered no sample after the last window" in w for w in m.result.warnings)
 
 
 def test_runs_sets_a_floor_on_the_timed_iterations(step_clock):

@@ -69,6 +69,10 @@ def measure_for(ports, seconds, **options):
 def test_one_meter_at_constant_power_at_its_real_pace():
     with WattsUpEmulator(constant(200.0), faults=Faults(garbage_on_open=b"\x00\x13#d,-,18,99")) as meter:
         result = measure_for(meter.port, 3.0)
+        for _ in range(200):  # the emulator reads the port on a thread of its own: up to 10 s of looks
+            if meter.commands and meter.commands[-1] == "#L,R,0;":
+                break
+            time.sleep(0.05)
         commands = list(meter.commands)
     (row,) = result.windows.itertuples()
     assert row.channel == "wall" and row.mean_power_w == pytest.approx(200.0)
