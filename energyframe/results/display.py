@@ -245,12 +245,19 @@ def cell(column: str, value) -> str:
     return f"{value:.4g}"
 
 
-def derived_table(table) -> Table:
-    """A workload's DerivedTable; a one-row table is shown as name/value pairs."""
+def derived_columns(table) -> list[str]:
+    """A ``DerivedTable``'s columns: those it declares for display, else every column in the
+    order the rows first name them."""
     columns: list[str] = list(table.display)
     if not columns:
         for row in table.rows:
             columns += [c for c in row if c not in columns]
+    return columns
+
+
+def derived_table(table) -> Table:
+    """A workload's DerivedTable; a one-row table is shown as name/value pairs."""
+    columns = derived_columns(table)
     caption = cell_text(table.note) if table.note else None
     title = cell_text(table.title) if table.title else None
     if len(table.rows) == 1:
