@@ -43,8 +43,6 @@ MAX_METERS = 64
 )
 def wattsup_emulator(profile, meters, lag, drift, noise, seconds) -> None:
     """Emulate WattsUp? meters on pseudo-terminals (prints their ports)."""
-    import time
-
     from ..power.wattsup_emulator import WattsUpEmulator, parse_profile
 
     try:
@@ -58,9 +56,7 @@ def wattsup_emulator(profile, meters, lag, drift, noise, seconds) -> None:
         ports = ",".join(e.port for e in emulators)
         click.echo(f"emulating {meters} WattsUp? meter(s) on {ports}")
         click.echo(f"measure with: energyframe run --power wattsup:ports={ports} ...", err=True)
-        end = time.monotonic() + seconds if seconds is not None else None
-        while end is None or time.monotonic() < end:
-            time.sleep(0.2)
+        _serve_for(seconds)
     except KeyboardInterrupt:
         pass
     except OSError as e:  # the system ran out of pseudo-terminals
@@ -69,6 +65,15 @@ def wattsup_emulator(profile, meters, lag, drift, noise, seconds) -> None:
         for emulator in emulators:
             emulator.stop()
         click.echo(f"sent {sum(em.records_sent for em in emulators)} records", err=True)
+
+
+def _serve_for(seconds: float | None) -> None:
+    """Let the meters' threads serve for ``seconds`` (``None``: until Ctrl-C)."""
+    import time
+
+    end = time.monotonic() + seconds if seconds is not None else None
+    while end is None or time.monotonic() < end:
+        time.sleep(0.2)
 
 
 def register_commands(cli: click.Group) -> None:

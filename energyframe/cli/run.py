@@ -91,9 +91,18 @@ def reporter_specs(given: tuple[str, ...], quiet: bool, grid_g_per_kwh: float | 
     if not quiet and not has_console:
         specs.insert(0, "console")
     if grid_g_per_kwh is not None:
-        specs = [f"{s},grid_g_per_kwh={grid_g_per_kwh:g}" if s.startswith("console:") else
-                 f"console:grid_g_per_kwh={grid_g_per_kwh:g}" if s == "console" else s for s in specs]
+        specs = [_with_grid(s, grid_g_per_kwh) for s in specs]
     return specs
+
+
+def _with_grid(spec: str, grid_g_per_kwh: float) -> str:
+    """A console reporter's spec with the grid's carbon intensity as its option; any other
+    reporter's as it is. Units: g/kWh."""
+    if spec.startswith("console:"):
+        return f"{spec},grid_g_per_kwh={grid_g_per_kwh:g}"
+    if spec == "console":
+        return f"console:grid_g_per_kwh={grid_g_per_kwh:g}"
+    return spec
 
 
 @click.command(context_settings={**CONTEXT, "ignore_unknown_options": False})
@@ -184,26 +193,15 @@ def run(
     from ..live.prometheus import serving
     from ..ranks.world import export_launcher_env
     from ..results.store import default_run_dir
-    from ..workloads.command import CommandWorkload
 
     world = export_launcher_env()
     rank = world.rank
     if rank != 0:  # every rank runs this command; only rank 0 speaks, other ranks only fail
         logging.getLogger("energyframe").setLevel(logging.ERROR)
 
-    if command and workload:
-        raise UsageError("give either --workload or a command after --, not both")
-    if not command and not workload:
-        raise UsageError("nothing to measure: give --workload SPEC or a command after --")
-    if validate and not per_layer:
-        raise UsageError("--validate compares a per-layer run with the whole model: add --per-layer")
+    _check_what_to_measure(command, workload, per_layer, validate)
     _check_settings(settings)
-    if per_layer:
-        from ..workloads.perlayer import per_layer_spec
-
-        workload = per_layer_spec(workload, validate)
-    the_workload: str | CommandWorkload = CommandWorkload(name="command", argv=list(command)) if command else str(workload)
-    name = "command" if command else run_name(str(workload))
+    the_workload, name = _what_to_measure(command, workload, per_layer, validate)
     # rank 0 names the run directory and tells the other ranks
     run_dir = out or (default_run_dir(name) if rank == 0 else None)
     with serving(prometheus_port, world.rank, world.local_rank, prometheus_address) as listeners:
@@ -224,6 +222,33 @@ def run(
     code = result.run_meta.exit_code
     if code:
         sys.exit(code)
+
+
+def _check_what_to_measure(command: tuple[str, ...], workload: str | None, per_layer: bool, validate: bool) -> None:
+    """Refuse a workload and a command together, neither, or ``--validate`` without
+    ``--per-layer`` (exit 2, before anything starts)."""
+    if command and workload:
+        raise UsageError("give either --workload or a command after --, not both")
+    if not command and not workload:
+        raise UsageError("nothing to measure: give --workload SPEC or a command after --")
+    if validate and not per_layer:
+        raise UsageError("--validate compares a per-layer run with the whole model: add --per-layer")
+
+
+def _what_to_measure(
+    command: tuple[str, ...], workload: str | None, per_layer: bool, validate: bool
+) -> tuple[Any, str]:
+    """The workload (its spec, its per-layer spec, or the command after ``--``) and what the
+    run directory is named after."""
+    from ..workloads.command import CommandWorkload
+
+    if per_layer:  # a command has no layers: per_layer_spec refuses it
+        from ..workloads.perlayer import per_layer_spec
+
+        workload = per_layer_spec(workload, validate)
+    if command:
+        return CommandWorkload(name="command", argv=list(command)), "command"
+    return str(workload), run_name(str(workload))
 
 
 def _check_settings(settings: dict[str, Any]) -> None:

@@ -21,10 +21,9 @@ PIPE_WIDTH = 1000
 def runs(folder: Path, as_csv: bool) -> None:
     """List the runs saved under FOLDER (default: runs/)."""
     from rich.console import Console
-    from rich.table import Table
 
     from ..offline.runs import load_runs
-    from ..results.display import cell_text, printable, si
+    from ..results.display import printable
 
     table = load_runs(folder)
     if as_csv:
@@ -33,22 +32,52 @@ def runs(folder: Path, as_csv: bool) -> None:
     if table.empty:
         click.echo(f"no runs under {printable(folder)}")
         return
-    shown = Table(title=cell_text(f"runs under {folder}"), title_justify="left")
-    for column in ("run", "status", "workload", "device", "phase", "channel", "trials", "time/iter", "energy/iter"):
-        justify = "right" if column in ("trials", "time/iter", "energy/iter") else "left"
-        shown.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
-    for row in table.itertuples(index=False):
-        status = row.status if row.status == "complete" else f"{row.status}: {_text(row.reason, '')}"
-        shown.add_row(
-            cell_text(row.run),
-            cell_text(status),
-            *(cell_text(_text(value)) for value in (row.workload, row.device, row.phase, row.channel)),
-            "-" if _missing(row.trials) else str(int(row.trials)),
-            "-" if _missing(row.time_per_iter_s) else si(row.time_per_iter_s, "s"),
-            "-" if _missing(row.energy_per_iter_j) else si(row.energy_per_iter_j, "J"),
-        )
     console = Console()
-    Console(width=console.width if console.is_terminal else PIPE_WIDTH).print(shown)
+    Console(width=console.width if console.is_terminal else PIPE_WIDTH).print(_runs_table(table, folder))
+
+
+#: the columns of the table, and which of them hold figures (right-aligned)
+COLUMNS = (
+    ("run", False),
+    ("status", False),
+    ("workload", False),
+    ("device", False),
+    ("phase", False),
+    ("channel", False),
+    ("trials", True),
+    ("time/iter", True),
+    ("energy/iter", True),
+)
+
+
+def _runs_table(table, folder: Path):
+    """``load_runs``'s table for people: a row per run, phase and channel."""
+    from rich.table import Table
+
+    from ..results.display import cell_text
+
+    shown = Table(title=cell_text(f"runs under {folder}"), title_justify="left")
+    for column, figure in COLUMNS:
+        shown.add_column(column, justify="right" if figure else "left", overflow="fold")
+    for row in table.itertuples(index=False):
+        shown.add_row(*_row_cells(row))
+    return shown
+
+
+def _row_cells(row) -> list[str]:
+    """One row's cells: its status with the reason when it is not complete, ``-`` for what the
+    run did not record."""
+    from ..results.display import cell_text, si
+
+    status = row.status if row.status == "complete" else f"{row.status}: {_text(row.reason, '')}"
+    return [
+        cell_text(row.run),
+        cell_text(status),
+        *(cell_text(_text(value)) for value in (row.workload, row.device, row.phase, row.channel)),
+        "-" if _missing(row.trials) else str(int(row.trials)),
+        "-" if _missing(row.time_per_iter_s) else si(row.time_per_iter_s, "s"),
+        "-" if _missing(row.energy_per_iter_j) else si(row.energy_per_iter_j, "J"),
+    ]
 
 
 def _missing(value) -> bool:

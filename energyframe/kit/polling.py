@@ -408,14 +408,7 @@ class PollingSource(PowerSource):
         time and what its schedule did. ``cpu_s``, ``wall_s``: the whole sampler process's (in
         process mode); by default the loops' threads' CPU time over the time they ran."""
         end = self._poll_stopped_s if self._poll_stopped_s is not None else time.monotonic()
-        loops: dict[str, Any] = {}
-        for task in self._poll_tasks:
-            stats = self._poll_stats.get(task.name, LoopStats())
-            entry = stats.to_json()
-            schedule = getattr(task, "schedule", None)
-            if schedule is not None:
-                entry.update(schedule.stats())
-            loops[task.name] = entry
+        loops = self._loop_costs()
         if cpu_s is None:
             cpu_s = sum(s.cpu_s for s in self._poll_stats.values())
         if wall_s is None:
@@ -428,6 +421,19 @@ class PollingSource(PowerSource):
             # each tick's stamp lies within half its bracket of the change
             "tick_brackets_s": {name: _quantiles(b) for name, b in list(self._poll_brackets.items()) if b},
         }
+
+    def _loop_costs(self) -> dict[str, Any]:
+        """Per loop, by name: its polls, the time inside them, its thread's CPU time, and what
+        its schedule did (a loop that has one)."""
+        loops: dict[str, Any] = {}
+        for task in self._poll_tasks:
+            stats = self._poll_stats.get(task.name, LoopStats())
+            entry = stats.to_json()
+            schedule = getattr(task, "schedule", None)
+            if schedule is not None:
+                entry.update(schedule.stats())
+            loops[task.name] = entry
+        return loops
 
     # -- acquisition where it runs (this process, or the child) ---------------------------------
     def _open_here(self) -> list[Channel]:
@@ -531,51 +537,62 @@ class PollingSource(PowerSource):
         """Samples from one poll read at ``at`` (the previous one at ``prev_at``; ``interval_s``:
         the poller's pause; ``None`` for a stream)."""
         if not isinstance(readings, Mapping):
-            stamped = [Sample(*s) for s in readings]
-            for s in stamped:
-                if s.channel not in self._poll_channels:
-                    raise PowerSourceError(self._undeclared(s.channel))
-            return stamped
+            return self._declared_samples(readings)
         out: list[Sample] = []
         offset = None
         for name, value in readings.items():
             channel = self._poll_channels.get(name)
             if channel is None:
                 raise PowerSourceError(self._undeclared(name))
-            t, before = at, prev_at
-            if channel.clock == ClockBase.WALL:
-                if offset is None:
-                    offset = time.time() - time.monotonic()
-                t += offset
-                before = None if before is None else before + offset
-            self._poll_stamped[name] = interval_s
-            policy = _resolve(self._poll_policy[name], channel, interval_s)
-            if policy is Dedup.KEEP:
-                out.append(Sample(name, t, float(value)))
-            else:
-                out.extend(self._changes(channel, policy, float(value), t, before))
+            if channel.clock == ClockBase.WALL and offset is None:
+                offset = time.time() - time.monotonic()
+            t, before = _on_channel_clock(channel, at, prev_at, offset)
+            out.extend(self._samples_of(channel, value, t, before, interval_s))
         return out
+
+    def _declared_samples(self, readings: Readings) -> list[Sample]:
+        """Readings the source stamped itself, as samples; each must be of a declared channel.
+
+        Raises:
+            PowerSourceError: a sample of a channel ``open()`` did not declare.
+        """
+        stamped = [Sample(*s) for s in readings]
+        for s in stamped:
+            if s.channel not in self._poll_channels:
+                raise PowerSourceError(self._undeclared(s.channel))
+        return stamped
+
+    def _samples_of(
+        self, channel: Channel, value: Any, t: float, before: float | None, interval_s: float | None
+    ) -> list[Sample]:
+        """One reading of ``channel``, read at ``t`` (the previous poll at ``before``), as the
+        samples its dedup policy keeps."""
+        name = channel.name
+        self._poll_stamped[name] = interval_s
+        policy = _resolve(self._poll_policy[name], channel, interval_s)
+        if policy is Dedup.KEEP:
+            return [Sample(name, t, float(value))]
+        return self._changes(channel, policy, float(value), t, before)
 
     def _changes(
         self, channel: Channel, policy: Dedup, value: float, t: float, before: float | None
     ) -> list[Sample]:
         """CHANGES and TICKS: the samples one reading of ``channel`` adds."""
-        name, period = channel.name, channel.resolution_s
-        seen = self._poll_last.get(name)
+        seen = self._poll_last.get(channel.name)
         if seen is None:
             first = policy is Dedup.CHANGES
-            self._poll_last[name] = _Seen(value, t, t if first else None)
-            return [Sample(name, t, value)] if first else []
+            self._poll_last[channel.name] = _Seen(value, t, t if first else None)
+            return [Sample(channel.name, t, value)] if first else []
         if value == seen.value:
-            # unchanged for a while: say so, or it looks like a gap. Stamped one period back: the
-            # update behind this reading is up to a period old, and the one after that instant
-            # surely showed the same value, so a change right after cannot bend the line
-            alive = t - period
-            due = seen.sampled_s is None or alive - seen.sampled_s >= KEEPALIVE_PERIODS * period
-            if policy is Dedup.CHANGES and due and alive > seen.since_s:
-                seen.sampled_s = alive
-                return [Sample(name, alive, value)]
-            return []
+            return _still(channel, policy, seen, value, t)
+        return self._changed(channel, policy, seen, value, t, before)
+
+    def _changed(
+        self, channel: Channel, policy: Dedup, seen: _Seen, value: float, t: float, before: float | None
+    ) -> list[Sample]:
+        """A new value: stamped between the previous poll and this one, after a sample of the
+        old value where it was held long after its last sample (CHANGES)."""
+        name, period = channel.name, channel.resolution_s
         # the change happened between the previous poll and this one
         changed = (before + t) / 2 if before is not None else t
         if policy is Dedup.TICKS and before is not None:
@@ -632,6 +649,30 @@ class PollingSource(PowerSource):
             kill_group(proc)
         for proc in self._poll_children:
             reap(proc)
+
+
+def _on_channel_clock(
+    channel: Channel, at: float, prev_at: float | None, offset: float | None
+) -> tuple[float, float | None]:
+    """A poll's read time and the previous one's (monotonic) on ``channel``'s clock: moved by
+    ``offset`` (wall minus monotonic) for a wall-clock channel."""
+    if channel.clock != ClockBase.WALL or offset is None:
+        return at, prev_at
+    return at + offset, None if prev_at is None else prev_at + offset
+
+
+def _still(channel: Channel, policy: Dedup, seen: _Seen, value: float, t: float) -> list[Sample]:
+    """An unchanged reading: with CHANGES, say every ``KEEPALIVE_PERIODS`` that the value still
+    holds, or it looks like a gap. Stamped one period back: the update behind this reading is up
+    to a period old, and the one after that instant surely showed the same value, so a change
+    right after cannot bend the line."""
+    period = channel.resolution_s
+    alive = t - period
+    due = seen.sampled_s is None or alive - seen.sampled_s >= KEEPALIVE_PERIODS * period
+    if policy is Dedup.CHANGES and due and alive > seen.since_s:
+        seen.sampled_s = alive
+        return [Sample(channel.name, alive, value)]
+    return []
 
 
 def _quantiles(values: list[float]) -> dict[str, Any]:

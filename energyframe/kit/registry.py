@@ -151,20 +151,34 @@ def load(kind: str, name: str) -> type[Plugin]:
     if not eps:
         raise PluginNotFoundError(unknown_message(kind, short))
     if wanted:
-        picked = [ep for ep in eps if _normalized(_distribution(ep)) == _normalized(wanted)]
-        if not picked:
-            listing = ", ".join(sorted(qualified(short, ep) for ep in eps))
-            raise PluginNotFoundError(
-                f"no package {wanted!r} registers {LABELS[kind]} {short!r}; registered: {listing}"
-            )
-        eps = picked
-    if len(registered) == 1:
-        cls = _driver(kind, short)
-    else:
-        cls = _load_entry_point(kind, eps[0] if len(eps) == 1 else _chosen(kind, short, eps))
+        eps = _of_distribution(kind, short, eps, wanted)
+    cls = _imported(kind, short, registered, eps)
     if not (isinstance(cls, type) and issubclass(cls, BASES[kind])):
         raise PluginLoadError(f"{LABELS[kind]} {short!r} ({eps[0].value}) is not a {BASES[kind].__name__} subclass")
     return cls
+
+
+def _of_distribution(kind: str, name: str, eps: list[md.EntryPoint], wanted: str) -> list[md.EntryPoint]:
+    """The entry points of ``name`` that the distribution ``wanted`` registers (``name@wanted``).
+
+    Raises:
+        PluginNotFoundError: it registers none; the message lists who does.
+    """
+    picked = [ep for ep in eps if _normalized(_distribution(ep)) == _normalized(wanted)]
+    if not picked:
+        listing = ", ".join(sorted(qualified(name, ep) for ep in eps))
+        raise PluginNotFoundError(
+            f"no package {wanted!r} registers {LABELS[kind]} {name!r}; registered: {listing}"
+        )
+    return picked
+
+
+def _imported(kind: str, name: str, registered: list[md.EntryPoint], eps: list[md.EntryPoint]) -> Any:
+    """The plugin's class: through stevedore when one entry point has the name, else the one
+    entry point picked or chosen among several (``_chosen``)."""
+    if len(registered) == 1:
+        return _driver(kind, name)
+    return _load_entry_point(kind, eps[0] if len(eps) == 1 else _chosen(kind, name, eps))
 
 
 def _driver(kind: str, name: str) -> Any:
@@ -322,26 +336,32 @@ def auto_power_sources() -> tuple[list[PowerSource], list[str]]:
     best: dict[str, tuple[int, str, type[PowerSource]]] = {}
     notes = []
     for entry in entries(POWER):
-        cls = entry.cls
-        if cls is None or entry.error or not issubclass(cls, PowerSource):
-            notes.append(f"{entry.name}: failed to load ({entry.error})")
+        note, available = _detected(entry)
+        notes.append(note)
+        if available is None or available.AUTO_PRIORITY is None:
             continue
-        if getattr(cls, "AUTO_PRIORITY", None) is None:
-            notes.append(f"{entry.name}: never auto-detected (needs options, e.g. a port or a file)")
-            continue
-        try:
-            found = cls.detect()
-        except Exception as e:  # detection must never break a run
-            notes.append(f"{entry.name}: detection failed ({type(e).__name__}: {e})")
-            continue
-        notes.append(f"{entry.name}: {'available' if found.available else 'not available'} ({found.reason})")
-        priority = cls.AUTO_PRIORITY
-        if found.available and priority is not None:
-            scope = cls.AUTO_SCOPE.value
-            if scope not in best or priority > best[scope][0]:
-                best[scope] = (priority, entry.name, cls)
+        priority, scope = available.AUTO_PRIORITY, available.AUTO_SCOPE.value
+        if scope not in best or priority > best[scope][0]:
+            best[scope] = (priority, entry.name, available)
     sources = [cls(name=name) for _, name, cls in sorted(best.values(), key=lambda b: b[1])]
     return sources, notes
+
+
+def _detected(entry: PluginEntry) -> tuple[str, type[PowerSource] | None]:
+    """What asking one installed power plugin found: a note, and its class when it is available
+    here (``None`` where it failed to load, is never auto-detected, its detection raised, or it
+    found nothing)."""
+    cls = entry.cls
+    if cls is None or entry.error or not issubclass(cls, PowerSource):
+        return f"{entry.name}: failed to load ({entry.error})", None
+    if getattr(cls, "AUTO_PRIORITY", None) is None:
+        return f"{entry.name}: never auto-detected (needs options, e.g. a port or a file)", None
+    try:
+        found = cls.detect()
+    except Exception as e:  # detection must never break a run
+        return f"{entry.name}: detection failed ({type(e).__name__}: {e})", None
+    note = f"{entry.name}: {'available' if found.available else 'not available'} ({found.reason})"
+    return note, cls if found.available else None
 
 
 def resolve_power(power: str | Sequence[PowerArg]) -> tuple[list[PowerSource], list[str]]:
@@ -354,16 +374,7 @@ def resolve_power(power: str | Sequence[PowerArg]) -> tuple[list[PowerSource], l
             ``None`` or an empty list (timing only is said one way: ``"none"``).
     """
     if power == "auto":
-        sources, notes = auto_power_sources()
-        chosen = ", ".join(s.name for s in sources) or "none (timing only)"
-        notes = [f"power sources auto-detected: {chosen}", *notes]
-        if sources:
-            log.info(notes[0])
-        else:  # a notebook shows warnings without any logging set-up: say why nothing was found
-            log.warning("no power source found, measuring time only: %s", "; ".join(notes[1:]) or "none installed")
-        for note in notes[1:]:
-            log.debug("  %s", note)
-        return sources, notes
+        return _auto_detected()
     if isinstance(power, str) and power.strip().lower() == "none":
         return [], []
     if power is None or (not isinstance(power, (str, Spec, PowerSource)) and len(power) == 0):
@@ -374,6 +385,21 @@ def resolve_power(power: str | Sequence[PowerArg]) -> tuple[list[PowerSource], l
     sources = [s for s in create_all(POWER, list(power)) if isinstance(s, PowerSource)]
     check_exclusive(sources)
     return sources, []
+
+
+def _auto_detected() -> tuple[list[PowerSource], list[str]]:
+    """``power="auto"``: the detected sources, and notes that say what was found (logged: the
+    reason nothing was, as a warning a notebook shows)."""
+    sources, notes = auto_power_sources()
+    chosen = ", ".join(s.name for s in sources) or "none (timing only)"
+    notes = [f"power sources auto-detected: {chosen}", *notes]
+    if sources:
+        log.info(notes[0])
+    else:  # a notebook shows warnings without any logging set-up: say why nothing was found
+        log.warning("no power source found, measuring time only: %s", "; ".join(notes[1:]) or "none installed")
+    for note in notes[1:]:
+        log.debug("  %s", note)
+    return sources, notes
 
 
 def check_exclusive(sources: Sequence[PowerSource]) -> None:

@@ -126,6 +126,21 @@ class LineReader:
         return self.path.exists() and self.path.stat().st_size > self._offset
 
     def parse(self) -> list[Sample]:
+        """The samples of the lines the child appended since the last call; its other lines
+        (channels, warnings, an error, a signal, the end) kept on this reader."""
+        samples = []
+        for line in self._new_lines():
+            kind, _, rest = line.partition(",")
+            if kind == "S":
+                index, t, value = rest.split(",")
+                samples.append(Sample(self.channels[int(index)].name, float(t), float(value)))
+            else:
+                self._keep(kind, rest)
+        return samples
+
+    def _new_lines(self) -> list[str]:
+        """The whole lines appended since the last call (at most ``MAX_CHUNK_BYTES``); an
+        incomplete last line waits for the rest."""
         with open(self.path) as f:
             f.seek(self._offset)
             chunk = f.read(MAX_CHUNK_BYTES)
@@ -133,28 +148,27 @@ class LineReader:
         if not chunk:
             return []
         lines = (self._partial + chunk).split("\n")
-        self._partial = lines.pop()  # an incomplete last line waits for the rest
-        samples = []
-        for line in lines:
-            kind, _, rest = line.partition(",")
-            if kind == "S":
-                index, t, value = rest.split(",")
-                samples.append(Sample(self.channels[int(index)].name, float(t), float(value)))
-            elif kind == "C":
-                header = json.loads(rest)
-                self.channels = [Channel.from_json(c) for c in header["channels"]]
-                self.info = header["info"]
-            elif kind == "W":
-                self.warnings.append(rest)
-            elif kind == "E":
-                self.error = rest
-            elif kind == "T":
-                self.signal = rest
-            elif kind == "Q":
-                self.done = True
-                if rest:
-                    self.info = json.loads(rest)
-        return samples
+        self._partial = lines.pop()
+        return lines
+
+    def _keep(self, kind: str, rest: str) -> None:
+        """A line that is not a sample: the channels and the source's description (``C``), a
+        warning (``W``), an error (``E``), the signal that ended the child (``T``), the end with
+        the final description (``Q``)."""
+        if kind == "C":
+            header = json.loads(rest)
+            self.channels = [Channel.from_json(c) for c in header["channels"]]
+            self.info = header["info"]
+        elif kind == "W":
+            self.warnings.append(rest)
+        elif kind == "E":
+            self.error = rest
+        elif kind == "T":
+            self.signal = rest
+        elif kind == "Q":
+            self.done = True
+            if rest:
+                self.info = json.loads(rest)
 
 
 def _one_line(message: str) -> str:
@@ -374,39 +388,14 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when sampling ends
-    try:
-        source = _rebuild(config)
-    except Exception as e:
-        out.error(f"the sampler process could not rebuild {config['source']}: {e!r}")
+    source = _opened_source(config, out)
+    if source is None:
         return 1
-    raw_dir = Path(config["raw_dir"]) if config.get("raw_dir") else None
-    source.context = SourceContext(raw_dir=raw_dir, warn=out.warning)
-    source.prepared = dict(config.get("prepared") or {})
-    try:
-        channels = source._open_here()
-    except PowerSourceError as e:
-        out.error(str(e))
-        return 1
-    except Exception as e:
-        out.error(f"power source {source.name!r} could not start: {e!r}")
-        return 1
-    out.channels(channels, source.describe())
     opened_cpu_s, opened_s = time.process_time(), time.monotonic()
     start_wall_s = process_age_s()
     source._run_here(out.samples)
-    while not stop.is_set() and not source.stopping:
-        stop.wait(FLUSH_INTERVAL_S)
-        source._watch()
-        out.flush()
-        if os.getppid() != parent:  # the parent died: do not sample forever
-            break
-    source._stop_here()
-    with source._poll_lock:
-        pending, source._poll_pending = source._poll_pending, []
-    if pending:
-        out.samples(pending)
-    if source._poll_error is not None:
-        out.error(source._poll_error)
+    _sample_until_stopped(source, out, stop, parent)
+    if not _stopped_cleanly(source, out):
         return 1
     if received:
         out.signalled(received[0])
@@ -416,6 +405,54 @@ def main(argv: list[str] | None = None) -> int:
     cost.update(start_cpu_s=round(opened_cpu_s, 6), start_wall_s=start_wall_s)
     out.done({**source.describe(), "acquisition": cost})
     return 0
+
+
+def _opened_source(config: Mapping[str, Any], out: LineWriter) -> Any:
+    """The source the parent described, rebuilt here and opened, its channels written; ``None``
+    (the error written) when it cannot be rebuilt or opened."""
+    try:
+        source = _rebuild(config)
+    except Exception as e:
+        out.error(f"the sampler process could not rebuild {config['source']}: {e!r}")
+        return None
+    raw_dir = Path(config["raw_dir"]) if config.get("raw_dir") else None
+    source.context = SourceContext(raw_dir=raw_dir, warn=out.warning)
+    source.prepared = dict(config.get("prepared") or {})
+    try:
+        channels = source._open_here()
+    except PowerSourceError as e:
+        out.error(str(e))
+        return None
+    except Exception as e:
+        out.error(f"power source {source.name!r} could not start: {e!r}")
+        return None
+    out.channels(channels, source.describe())
+    return source
+
+
+def _sample_until_stopped(source: Any, out: LineWriter, stop: threading.Event, parent: int) -> None:
+    """Flush the samples every ``FLUSH_INTERVAL_S`` and watch the loops, until the parent says
+    stop, the source stops, or the parent dies (a child must not sample forever)."""
+    while not stop.is_set() and not source.stopping:
+        stop.wait(FLUSH_INTERVAL_S)
+        source._watch()
+        out.flush()
+        if os.getppid() != parent:  # the parent died: do not sample forever
+            break
+
+
+def _stopped_cleanly(source: Any, out: LineWriter) -> bool:
+    """Stop the source's loops and write what they still held; ``False`` (the error written)
+    when a loop had failed."""
+    source._stop_here()
+    with source._poll_lock:
+        pending, source._poll_pending = source._poll_pending, []
+    if pending:
+        out.samples(pending)
+    if source._poll_error is not None:
+        out.error(source._poll_error)
+        return False
+    return True
 
 
 def process_age_s() -> float | None:

@@ -239,11 +239,9 @@ class TickSchedule(Schedule):
         ticks = list(self._fit)
         fitted = fit_grid(ticks, self.grid[0] if self.grid is not None else None)
         following = self.grid is not None
-        if fitted is not None and not following:
-            outside = sum(abs(_residual(t, fitted[0], fitted[1])) > LOCK_WITHIN_S for t in ticks)
-            if outside > 1:
-                return
-        if fitted is None or fitted[0] < MIN_PERIOD_S or fitted[2] > LOCK_SD_S:
+        if fitted is not None and not following and _ticks_off(ticks, fitted) > 1:
+            return  # a few ticks that line up by chance: wait for more
+        if fitted is None or _not_followed(fitted):
             if following:  # the ticks no longer lie on a grid
                 self.losses += 1
                 self._fit.clear()
@@ -340,15 +338,41 @@ def fit_grid(ticks_s: list[float], period_s: float | None = None) -> tuple[float
     ref = period_s or statistics.median(gaps)
     if not ref > 0:
         return None
-    index = [0]
-    for g in gaps:
-        index.append(index[-1] + max(1, round(g / ref)))
-    period = statistics.median(
-        (ticks_s[j] - ticks_s[i]) / (index[j] - index[i]) for j in range(len(ticks_s)) for i in range(j)
-    )
+    index = _grid_indices(gaps, ref)
+    period = _median_slope(ticks_s, index)
     last = index[-1]
     point = statistics.median(t + period * (last - i) for t, i in zip(ticks_s, index))
     residuals = [t - (point - period * (last - i)) for t, i in zip(ticks_s, index)]
+    return period, point, _robust_spread(residuals)
+
+
+def _grid_indices(gaps_s: list[float], period_s: float) -> list[int]:
+    """Each tick's number on the grid, the first's 0: a gap counts the periods it spans (one at
+    least)."""
+    index = [0]
+    for g in gaps_s:
+        index.append(index[-1] + max(1, round(g / period_s)))
+    return index
+
+
+def _median_slope(ticks_s: list[float], index: list[int]) -> float:
+    """Theil-Sen's period: the median over all pairs of ticks of their distance per period."""
+    return statistics.median(
+        (ticks_s[j] - ticks_s[i]) / (index[j] - index[i]) for j in range(len(ticks_s)) for i in range(j)
+    )
+
+
+def _robust_spread(residuals: list[float]) -> float:
+    """The standard deviation a normal spread would have, from the median absolute deviation."""
     centre = statistics.median(residuals)
-    spread = 1.4826 * statistics.median(abs(r - centre) for r in residuals)
-    return period, point, spread
+    return 1.4826 * statistics.median(abs(r - centre) for r in residuals)
+
+
+def _ticks_off(ticks_s: list[float], grid: tuple[float, float, float]) -> int:
+    """How many ticks lie further than ``LOCK_WITHIN_S`` from ``grid``."""
+    return sum(abs(_residual(t, grid[0], grid[1])) > LOCK_WITHIN_S for t in ticks_s)
+
+
+def _not_followed(grid: tuple[float, float, float]) -> bool:
+    """A grid too fine to be worth following, or ticks spread too widely about it to lie on it."""
+    return grid[0] < MIN_PERIOD_S or grid[2] > LOCK_SD_S

@@ -140,27 +140,10 @@ class NvidiaSmiPowerSource(PollingSource):
         return Detection(True, f"{len(gpus)} GPU(s)")
 
     # -- start ---------------------------------------------------------------------------------
-    def open(self) -> Sequence[Channel]:  # noqa: C901 (the ordered start steps: executable, fields, GPUs, logs, process, header)
-        exe = shutil.which(self.options["executable"])
-        if exe is None:
-            raise PowerSourceError(
-                f"{self.options['executable']!r} is not on PATH (is the NVIDIA driver installed?)"
-            )
-        try:
-            known = supported_fields(exe)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise PowerSourceError(f"could not run {exe} --help-query-gpu: {e}") from e
-        power = [f for f in POWER_FIELDS if f in known]
-        if not power:
-            raise PowerSourceError(f"{exe} offers none of the power fields {', '.join(POWER_FIELDS)}")
-        self._power_field = power[0]
-        fields = ["timestamp", "index", "uuid", *power, *[f for f in STATE_FIELDS if f in known]]
-        chosen = list(self.options["gpus"] or [])
-        if not chosen and self.context.devices:  # the rank's GPU, under a launcher
-            chosen, notes = rank_gpus(self.context.devices, cuda_visible_devices())
-            for note in notes:
-                self.warn(note)
-        select_gpus = ["-i", ",".join(chosen)] if chosen else []
+    def open(self) -> Sequence[Channel]:
+        exe = self._executable()
+        fields = self._query_fields(exe)
+        select_gpus = self._gpu_selection()
         self._gpus = self._list_gpus(exe, select_gpus)
         cmd = [
             exe,
@@ -170,11 +153,75 @@ class NvidiaSmiPowerSource(PollingSource):
             str(self.options["interval_ms"]),
             *select_gpus,
         ]
+        self._open_logs()
+        self._start_child(exe, cmd)
+        header = self._read_header()
+        self._write_log(header)
+        self._read_columns(header, fields)
+        self._make_channels()
+        self._info = {"command": cmd, "power_field": self._power_field, "fields": fields, "gpus": self._gpus}
+        if self._power_field != "power.draw.instant":
+            self.warn(
+                f"this nvidia-smi has no power.draw.instant; using {self._power_field}, which on Ampere and newer "
+                "is a 1-s average that lags changes of load"
+            )
+        return list(self._by_column.values())
+
+    def _executable(self) -> str:
+        """The path of the ``executable`` option's program.
+
+        Raises:
+            PowerSourceError: it is not on PATH.
+        """
+        exe = shutil.which(self.options["executable"])
+        if exe is None:
+            raise PowerSourceError(
+                f"{self.options['executable']!r} is not on PATH (is the NVIDIA driver installed?)"
+            )
+        return exe
+
+    def _query_fields(self, exe: str) -> list[str]:
+        """The fields to ask for: the time, the GPU, every power field this nvidia-smi knows (the
+        first of ``POWER_FIELDS`` is the one read) and the state fields it knows.
+
+        Raises:
+            PowerSourceError: nvidia-smi does not run, or knows none of the power fields.
+        """
+        try:
+            known = supported_fields(exe)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise PowerSourceError(f"could not run {exe} --help-query-gpu: {e}") from e
+        power = [f for f in POWER_FIELDS if f in known]
+        if not power:
+            raise PowerSourceError(f"{exe} offers none of the power fields {', '.join(POWER_FIELDS)}")
+        self._power_field = power[0]
+        return ["timestamp", "index", "uuid", *power, *[f for f in STATE_FIELDS if f in known]]
+
+    def _gpu_selection(self) -> list[str]:
+        """nvidia-smi's ``-i`` for the ``gpus`` option or, under a launcher, the rank's GPU
+        (nothing: every GPU)."""
+        chosen = list(self.options["gpus"] or [])
+        if not chosen and self.context.devices:  # the rank's GPU, under a launcher
+            chosen, notes = rank_gpus(self.context.devices, cuda_visible_devices())
+            for note in notes:
+                self.warn(note)
+        return ["-i", ",".join(chosen)] if chosen else []
+
+    def _open_logs(self) -> None:
+        """The raw CSV logs to copy nvidia-smi's output into: the run's raw folder's and the
+        ``log`` option's."""
         raw_dir = self.context.raw_dir
         for path in (raw_dir / "nvidia-smi.csv" if raw_dir else None, self.options["log"]):
             if path is not None:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
                 self._logs.append(open(path, "w"))
+
+    def _start_child(self, exe: str, cmd: list[str]) -> None:
+        """Start the long-lived nvidia-smi, and the thread that reads its standard error.
+
+        Raises:
+            PowerSourceError: it could not be started.
+        """
         try:
             self._proc = self.spawn(
                 cmd,
@@ -188,14 +235,29 @@ class NvidiaSmiPowerSource(PollingSource):
             raise PowerSourceError(f"could not start {exe}: {e}") from e
         self._stderr_reader = threading.Thread(target=self._drain_stderr, name="energyframe-nvidia-smi-stderr", daemon=True)
         self._stderr_reader.start()
-        header = self._read_header()
-        self._write_log(header)
+
+    def _read_columns(self, header: str, fields: list[str]) -> None:
+        """The columns nvidia-smi's header names, and the unit of each power column.
+
+        Raises:
+            PowerSourceError: a power unit energyframe does not know, or no column for the time,
+                the GPU or the power field (``_check_columns``).
+        """
         self._columns = [header_name(h) for h in header.split(",")]
         self._units = {header_name(h): header_unit(h) for h in header.split(",") if header_name(h) in POWER_FIELDS}
         for field_name, unit in self._units.items():
             why = check_power_header(field_name, unit)
             if why:
                 raise PowerSourceError(f"{why} (it printed {header.strip()!r})")
+        self._check_columns(header, fields)
+
+    def _check_columns(self, header: str, fields: list[str]) -> None:
+        """Refuse a header without the time, the GPU or the power field; say which other fields
+        asked for it lacks.
+
+        Raises:
+            PowerSourceError: one of the three is missing.
+        """
         missing = [f for f in ("timestamp", "index", self._power_field) if f not in self._columns]
         if missing:
             raise PowerSourceError(
@@ -208,14 +270,6 @@ class NvidiaSmiPowerSource(PollingSource):
                 f"nvidia-smi's header has no column for {', '.join(absent)} (it printed {header.strip()!r}); "
                 "those readings are not recorded"
             )
-        self._make_channels()
-        self._info = {"command": cmd, "power_field": self._power_field, "fields": fields, "gpus": self._gpus}
-        if self._power_field != "power.draw.instant":
-            self.warn(
-                f"this nvidia-smi has no power.draw.instant; using {self._power_field}, which on Ampere and newer "
-                "is a 1-s average that lags changes of load"
-            )
-        return list(self._by_column.values())
 
     def _read_header(self) -> str:
         proc = self._proc

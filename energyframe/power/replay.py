@@ -107,38 +107,13 @@ class ReplayPowerSource(PowerSource):
         self._file: Path = self.options["file"]
         self._wall_minus_monotonic = 0.0
 
-    def start(self, context: SourceContext) -> Sequence[Channel]:  # noqa: C901 (the ordered start steps: read the file, choose channels, refuse gaps, build tracks)
-        from ..offline.logs import POWER_CSV, SAMPLES, read_log
-
+    def start(self, context: SourceContext) -> Sequence[Channel]:
         path = self._file = rank_path(self.options["file"], context)
-        if not path.exists():
-            raise PowerSourceError(f"replay file {str(path)!r} does not exist")
-        try:
-            log = read_log(path, tz=self.options["tz"], name=self.name)
-        except UsageError as e:
-            raise PowerSourceError(str(e)) from e
-        except Exception as e:
-            raise PowerSourceError(f"cannot read replay file {str(path)!r}: {e}") from e
+        log = _read_replay_log(path, self.options["tz"], self.name)
         for warning in log.warnings:
             context.warn(f"replay: {warning}")
-        names = list(log.channels)
-        wanted = self.options["channels"]
-        if wanted:
-            unknown = set(wanted) - set(names)
-            if unknown:
-                raise PowerSourceError(f"{path} has no channel(s) {sorted(unknown)}; it has {sorted(names)}")
-            names = [n for n in names if n in wanted]
-        if log.kind in (SAMPLES, POWER_CSV):
-            # a file made for replaying has a number in every row; a logger's [N/A] is skipped
-            for name in names:
-                if log.missing[name].size or (log.kind == POWER_CSV and log.skipped_lines):
-                    raise PowerSourceError(
-                        f"channel {name!r} of the replay file has missing or non-numeric values"
-                    )
-                if not np.all(np.isfinite(log.series[name].values)):
-                    raise PowerSourceError(
-                        f"channel {name!r} of the replay file has missing or non-numeric values"
-                    )
+        names = _chosen_channels(log, self.options["channels"], path)
+        _refuse_missing_values(log, names)
         _refuse_steps(log, names, path)
         absolute = self.options["align"] == "absolute"
         self._tracks = [self._track(log.channels[n], log.series[n], absolute) for n in names]
@@ -148,14 +123,18 @@ class ReplayPowerSource(PowerSource):
         if not self._tracks:
             raise PowerSourceError(f"replay file {str(path)!r} holds no energy or power samples to replay")
         self._refuse_what_never_plays(path, absolute)
-        first = min(float(t.times_s[0]) for t in self._tracks)
         if not absolute:
-            for track in self._tracks:
-                track.times_s = track.times_s - first
-                track.marks = {r: m - first for r, m in track.marks.items()}
-            self._origin_s = time.monotonic()
+            self._play_from_now()
         self._wall_minus_monotonic = time.time() - time.monotonic()
         return [t.channel for t in self._tracks]
+
+    def _play_from_now(self) -> None:
+        """Shift every track (and its marks) so that the recording's first sample is now."""
+        first = min(float(t.times_s[0]) for t in self._tracks)
+        for track in self._tracks:
+            track.times_s = track.times_s - first
+            track.marks = {r: m - first for r, m in track.marks.items()}
+        self._origin_s = time.monotonic()
 
     def _refuse_what_never_plays(self, path: Path, absolute: bool) -> None:
         """A recording that would leave every window uncovered is refused with its cause.
@@ -170,43 +149,59 @@ class ReplayPowerSource(PowerSource):
                     f"replay file {str(path)!r} has a single sample of {single[0]!r}: loop=true needs two or more "
                     "to know how long the recording lasts"
                 )
-        if not absolute:
-            return
+        if absolute:
+            self._refuse_another_time(path)
+
+    def _refuse_another_time(self, path: Path) -> None:
+        """With ``align=absolute``, refuse a recording that ends ``FAR_S`` before now or starts
+        ``FAR_S`` after it (another day's, another time zone's).
+
+        Raises:
+            PowerSourceError: naming its span, how far from now it lies, and what to do.
+        """
         first = min(float(t.times_s[0]) for t in self._tracks)
         last = max(float(t.times_s[-1]) for t in self._tracks)
         now = time.time()
-        if last < now - FAR_S or first > now + FAR_S:
-            when = "ended" if last < now else "starts"
-            apart = now - last if last < now else first - now
-            raise PowerSourceError(
-                f"replay file {str(path)!r} with align=absolute spans {_local(first)} to {_local(last)}, which "
-                f"{when} {_duration(apart)} {'before' if last < now else 'after'} now ({_local(now)}): no sample "
-                "would fall in the run. Use align=start to play it from now, or tz= if its times are another "
-                "zone's"
-            )
+        if not (last < now - FAR_S or first > now + FAR_S):
+            return
+        ended = last < now
+        when = "ended" if ended else "starts"
+        apart = now - last if ended else first - now
+        raise PowerSourceError(
+            f"replay file {str(path)!r} with align=absolute spans {_local(first)} to {_local(last)}, which "
+            f"{when} {_duration(apart)} {'before' if ended else 'after'} now ({_local(now)}): no sample "
+            "would fall in the run. Use align=start to play it from now, or tz= if its times are another "
+            "zone's"
+        )
 
     def _track(self, recorded: Channel, series, absolute: bool) -> _Track:
         times, values = series.times_s, series.values
         spacing = float(np.median(np.diff(times))) if times.size > 1 else 0.0
-        description = f"replayed from {self._file}" + (
-            f": {recorded.description}" if recorded.description else ""
-        )
-        timing = Timing(self.options["timing"]) if self.options["timing"] else recorded.timing
-        channel = dataclasses.replace(
-            recorded.renamed(lambda name: self.options["prefix"] + name),
-            scope=Scope(self.options["scope"]) if self.options["scope"] else recorded.scope,
-            resolution_s=recorded.resolution_s or spacing,
-            clock=ClockBase.WALL if absolute else ClockBase.MONOTONIC,
-            description=description,
-            timing=timing,
-            averaging_s=recorded.averaging_s or (spacing if timing != Timing.EXACT else 0.0),
-        )
+        channel = self._replayed(recorded, spacing, absolute)
         duration = float(times[-1] - times[0]) if times.size else 0.0
         period = duration + spacing
         increment = 0.0
         if recorded.quantity == Quantity.ENERGY and duration > 0:
             increment = float(values[-1] - values[0]) * period / duration
         return _Track(channel, times, values, period, increment)
+
+    def _replayed(self, recorded: Channel, spacing_s: float, absolute: bool) -> Channel:
+        """The channel as replayed: renamed with the prefix, the scope and timing the options
+        give (else as recorded), its resolution and averaging from the rows' spacing where the
+        recording does not say them, on the wall clock with ``align=absolute``."""
+        description = f"replayed from {self._file}" + (
+            f": {recorded.description}" if recorded.description else ""
+        )
+        timing = Timing(self.options["timing"]) if self.options["timing"] else recorded.timing
+        return dataclasses.replace(
+            recorded.renamed(lambda name: self.options["prefix"] + name),
+            scope=Scope(self.options["scope"]) if self.options["scope"] else recorded.scope,
+            resolution_s=recorded.resolution_s or spacing_s,
+            clock=ClockBase.WALL if absolute else ClockBase.MONOTONIC,
+            description=description,
+            timing=timing,
+            averaging_s=recorded.averaging_s or (spacing_s if timing != Timing.EXACT else 0.0),
+        )
 
     def _now(self) -> float:
         """The recording's current time: Unix seconds, or seconds since the source started."""
@@ -270,6 +265,56 @@ def _near(times: np.ndarray, lo: float, hi: float, period_s: float) -> bool:
         if i < times.size and times[i] <= hi - k * period_s:
             return True
     return False
+
+
+def _read_replay_log(path: Path, tz: str, name: str):
+    """The power log at ``path`` (``offline.logs.read_log``).
+
+    Raises:
+        PowerSourceError: the file is missing, or cannot be read as a power log.
+    """
+    from ..offline.logs import read_log
+
+    if not path.exists():
+        raise PowerSourceError(f"replay file {str(path)!r} does not exist")
+    try:
+        return read_log(path, tz=tz, name=name)
+    except UsageError as e:
+        raise PowerSourceError(str(e)) from e
+    except Exception as e:
+        raise PowerSourceError(f"cannot read replay file {str(path)!r}: {e}") from e
+
+
+def _chosen_channels(log, wanted: Sequence[str] | None, path: Path) -> list[str]:
+    """The log's channels to replay, in its order: all, or those of the ``channels`` option.
+
+    Raises:
+        PowerSourceError: the option names a channel the log lacks.
+    """
+    names = list(log.channels)
+    if not wanted:
+        return names
+    unknown = set(wanted) - set(names)
+    if unknown:
+        raise PowerSourceError(f"{path} has no channel(s) {sorted(unknown)}; it has {sorted(names)}")
+    return [n for n in names if n in wanted]
+
+
+def _refuse_missing_values(log, names: Sequence[str]) -> None:
+    """A file made for replaying (samples.parquet, a ``time_s`` CSV) has a number in every row;
+    a logger's ``[N/A]`` (WattsUp?, nvidia-smi logs) is skipped.
+
+    Raises:
+        PowerSourceError: a channel of such a file with a missing or non-numeric value.
+    """
+    from ..offline.logs import POWER_CSV, SAMPLES
+
+    if log.kind not in (SAMPLES, POWER_CSV):
+        return
+    for name in names:
+        skipped = log.missing[name].size or (log.kind == POWER_CSV and log.skipped_lines)
+        if skipped or not np.all(np.isfinite(log.series[name].values)):
+            raise PowerSourceError(f"channel {name!r} of the replay file has missing or non-numeric values")
 
 
 def _refuse_steps(log, names: Sequence[str], path: Path) -> None:

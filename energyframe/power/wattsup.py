@@ -270,18 +270,23 @@ class WattsUpPowerSource(PollingSource):
                         yield batch
                 elif packet.cmd == "h":
                     meter.header = packet.fields
-            reader = meter.reader
-            if reader.garbage_bytes:
-                self._warn_once(
-                    f"garbage{meter.index}",
-                    f"the meter on {meter.port} sent bytes that are not packets (skipped)",
-                )
-            if reader.bad_packets:
-                meter.bad_sample = reader.bad_packets[-1]
-                self._warn_once(
-                    f"bad{meter.index}",
-                    f"the meter on {meter.port} sent a packet that does not parse: {meter.bad_sample!r} (skipped)",
-                )
+            self._warn_of_junk(meter)
+
+    def _warn_of_junk(self, meter: _Meter) -> None:
+        """Say once per meter that it sent bytes that are not packets, and once that it sent a
+        packet that does not parse (kept as the example a silence's message shows)."""
+        reader = meter.reader
+        if reader.garbage_bytes:
+            self._warn_once(
+                f"garbage{meter.index}",
+                f"the meter on {meter.port} sent bytes that are not packets (skipped)",
+            )
+        if reader.bad_packets:
+            meter.bad_sample = reader.bad_packets[-1]
+            self._warn_once(
+                f"bad{meter.index}",
+                f"the meter on {meter.port} sent a packet that does not parse: {meter.bad_sample!r} (skipped)",
+            )
 
     def _record(self, meter: _Meter, packet: proto.Packet, now: float) -> list[Sample]:
         try:

@@ -209,7 +209,9 @@ class WattsUpEmulator:
         return float(np.sum((p[1:] + p[:-1]) * np.diff(t)) / 2)  # the trapezoidal rule
 
     # -- the meter ---------------------------------------------------------------------------
-    def _serve(self) -> None:  # noqa: C901 (the emulated meter's one event loop: sample the profile, answer commands, send records)
+    def _serve(self) -> None:
+        """The emulated meter's one event loop: sample the profile, answer commands, send
+        records; it ends when the emulator stops or its port closes."""
         master = self._master
         assert master is not None  # opened by start before this thread
         reader = proto.PacketReader()
@@ -217,32 +219,46 @@ class WattsUpEmulator:
         sampler_next = time.monotonic()
         while not self._stop.is_set():
             now = time.monotonic()
-            if now >= sampler_next:  # keep a fine history of the profile for interval averages
-                with self._lock:
-                    self._history.append((now, float(self.profile(now))))
-                    if len(self._history) > 100_000:
-                        self._history = self._history[-50_000:]
-                sampler_next = now + self.interval_s / self.time_scale / self.samples_per_interval
-            try:
-                import select
-
-                ready, _, _ = select.select([master], [], [], 0.005)
-            except (OSError, ValueError):
+            sampler_next = self._sample_profile(now, sampler_next)
+            data = self._received(master)
+            if data is None:
                 return
-            if ready:
-                try:
-                    data = os.read(master, 4096)
-                except BlockingIOError:
-                    data = b""
-                except OSError:
-                    return
-                for packet in reader.feed(data):
-                    next_record = self._answer(packet, next_record)
+            for packet in reader.feed(data):
+                next_record = self._answer(packet, next_record)
             if self._logging_since is not None and next_record is not None and now >= next_record:
                 if not self._send_record(now):
                     return
                 if not self._after(self.faults.flood_after_s, now):
                     next_record += self._log_interval_s
+
+    def _sample_profile(self, now: float, due: float) -> float:
+        """Keep a fine history of the profile for interval averages: sample it when ``due`` has
+        come; returns when it is due next."""
+        if now < due:
+            return due
+        with self._lock:
+            self._history.append((now, float(self.profile(now))))
+            if len(self._history) > 100_000:
+                self._history = self._history[-50_000:]
+        return now + self.interval_s / self.time_scale / self.samples_per_interval
+
+    @staticmethod
+    def _received(master: int) -> bytes | None:
+        """What the reader sent within 5 ms (``b""``: nothing); ``None`` once the port is closed."""
+        import select
+
+        try:
+            ready, _, _ = select.select([master], [], [], 0.005)
+        except (OSError, ValueError):
+            return None
+        if not ready:
+            return b""
+        try:
+            return os.read(master, 4096)
+        except BlockingIOError:
+            return b""
+        except OSError:
+            return None
 
     def _write(self, data: bytes) -> None:
         assert self._master is not None  # written to only while serving
@@ -252,24 +268,35 @@ class WattsUpEmulator:
             pass
 
     def _answer(self, packet: proto.Packet, next_record: float | None) -> float | None:
+        """Answer one command; returns when the next record is due (``None``: not logging)."""
         self.commands.append(packet.encode().decode())
-        if packet.cmd == "H" and packet.sub == "R":
-            self._write(proto.Packet("h", "-", proto.FIELDS).encode())
-        elif packet.cmd == "V" and packet.sub == "R":
-            self._write(proto.Packet("v", "-", ("WattsUp-emulator", "energyframe", "1")).encode())
-        elif packet.cmd == "R" and packet.sub == "W":
-            pass  # memory cleared
-        elif packet.cmd == "L" and packet.sub == "W":
-            interval = float(packet.fields[2]) if len(packet.fields) >= 3 and packet.fields[2] else 1.0
-            self._log_interval_s = interval * self.interval_s / self.time_scale
-            self._logging_since = time.monotonic()
-            return self._logging_since + self._log_interval_s
-        elif packet.cmd == "L" and packet.sub == "R":
-            self._logging_since = None
-            interval = int(round(self._log_interval_s * self.time_scale))
-            self._write(proto.Packet("l", "-", ("0", str(interval))).encode())
-            return None
+        command = _COMMANDS.get((packet.cmd, packet.sub))
+        return command(self, packet, next_record) if command is not None else next_record
+
+    def _send_header(self, packet: proto.Packet, next_record: float | None) -> float | None:
+        self._write(proto.Packet("h", "-", proto.FIELDS).encode())
         return next_record
+
+    def _send_version(self, packet: proto.Packet, next_record: float | None) -> float | None:
+        self._write(proto.Packet("v", "-", ("WattsUp-emulator", "energyframe", "1")).encode())
+        return next_record
+
+    def _clear_memory(self, packet: proto.Packet, next_record: float | None) -> float | None:
+        return next_record  # nothing is kept in memory
+
+    def _start_logging(self, packet: proto.Packet, next_record: float | None) -> float | None:
+        """Log at the interval the command gives (in the meter's seconds; 1 s without one)."""
+        interval = float(packet.fields[2]) if len(packet.fields) >= 3 and packet.fields[2] else 1.0
+        self._log_interval_s = interval * self.interval_s / self.time_scale
+        self._logging_since = time.monotonic()
+        return self._logging_since + self._log_interval_s
+
+    def _stop_logging(self, packet: proto.Packet, next_record: float | None) -> float | None:
+        """Stop logging, and say the interval it logged at."""
+        self._logging_since = None
+        interval = int(round(self._log_interval_s * self.time_scale))
+        self._write(proto.Packet("l", "-", ("0", str(interval))).encode())
+        return None
 
     def _average_power(self, start_s: float, end_s: float) -> float:
         with self._lock:
@@ -285,7 +312,8 @@ class WattsUpEmulator:
         return (now - self._logging_since) * self.time_scale >= meter_s
 
     def _send_record(self, now: float) -> bool:
-        elapsed = now - (self._logging_since or now)
+        """Send the record due at ``now``, or what the faults send instead; ``False`` once the
+        port is closed."""
         f = self.faults
         if self._after(f.disconnect_after_s, now):
             assert self._master is not None  # open while serving
@@ -302,6 +330,14 @@ class WattsUpEmulator:
         if self._after(f.bad_record_after_s, now):
             self._write(b"#d,-,18,12x4,_,_;")
             return True
+        self._write(proto.format_record(self._record(now)))
+        self.records_sent += 1
+        return True
+
+    def _record(self, now: float) -> dict[str, float]:
+        """The record due at ``now``: the profile's average over the interval it reports (late by
+        the lag and the drift), with noise, in the meter's resolution, negated by that fault."""
+        elapsed = now - (self._logging_since or now)
         start, end = record_window(
             now, elapsed, self._log_interval_s, self.lag_s / self.time_scale, self.drift
         )
@@ -309,13 +345,20 @@ class WattsUpEmulator:
         if self.noise_w:
             watts += self._rng.gauss(0.0, self.noise_w)
         watts = max(0.0, round(watts / self.quantum_w) * self.quantum_w)
-        if self._after(f.negative_after_s, now):
+        if self._after(self.faults.negative_after_s, now):
             watts = -watts
         amps = abs(watts) / VOLTS
-        record = {"W": watts, "V": VOLTS, "A": amps, "WH": 0.0, "PF": 100.0, "Hz": 60.0, "VA": abs(watts)}
-        self._write(proto.format_record(record))
-        self.records_sent += 1
-        return True
+        return {"W": watts, "V": VOLTS, "A": amps, "WH": 0.0, "PF": 100.0, "Hz": 60.0, "VA": abs(watts)}
+
+
+#: the commands the emulated meter answers, by (command, subcommand)
+_COMMANDS: dict[tuple[str, str], Callable[[WattsUpEmulator, proto.Packet, float | None], float | None]] = {
+    ("H", "R"): WattsUpEmulator._send_header,
+    ("V", "R"): WattsUpEmulator._send_version,
+    ("R", "W"): WattsUpEmulator._clear_memory,
+    ("L", "W"): WattsUpEmulator._start_logging,
+    ("L", "R"): WattsUpEmulator._stop_logging,
+}
 
 
 def _watts(text: str, what: str) -> float:

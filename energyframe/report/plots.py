@@ -64,52 +64,83 @@ def origin_s(result: RunResult) -> float:
 
 def trace_lines(result: RunResult, all_channels: bool = True, show_raw: bool = False) -> list[TraceLine]:
     """Every power or energy channel of ``result`` as power over time since ``origin_s``."""
-    samples = result.samples
     meta = result.run_meta
     t0 = origin_s(result)
     lines = []
     for name, info in meta.channels.items():
         if not info.integrable or (not all_channels and not info.primary):
             continue
-        rows = samples[samples["channel"] == name].sort_values("time_s")
-        if len(rows) < 2:
+        readings = _readings(result.samples, name)
+        if readings is None:
             continue
-        t = rows["time_s"].to_numpy(float)
-        v = rows["value"].to_numpy(float)
+        t, v = readings
         label = name
-        record = meta.time_maps.get(name)
-        shift = None
-        if record is not None:  # a time map written as null (NaN) moves nothing
-            shift = {"lag_s": record.lag_s or 0.0, "drift": record.drift or 0.0, "reference_s": record.reference_s or 0.0}
-        moved = bool(shift and (shift["lag_s"] or shift["drift"]))
-        if moved and show_raw:
+        shift = _TimeShift.of(meta.time_maps.get(name))
+        if shift.moves and show_raw:
             # a record reports the interval that ended when it arrived
             lines.append(TraceLine(name, f"{name} as recorded", t - t0, v, "steps-pre", dashed=True))
-        if moved and shift is not None and meta.clock is not None:
-            clock = meta.clock.to_json()
-            mono = t - clock["anchor_wall_s"] + clock["anchor_monotonic_s"]
-            mono = mono - shift["lag_s"] - shift.get("drift", 0.0) * (mono - shift.get("reference_s", 0.0))
-            t = mono + clock["anchor_wall_s"] - clock["anchor_monotonic_s"]
-            label += (
-                f" (moved {-shift['lag_s']:+.2f} s"
-                + (f", drift {shift['drift'] * 100:+.3f} %" if shift.get("drift") else "")
-                + ")"
-            )
-        if info.quantity == Quantity.ENERGY:
-            dt = np.diff(t)
-            ok = dt > 0
-            power = np.diff(v)[ok] / dt[ok]
-            lines.append(
-                TraceLine(name, f"{label} (counter, between ticks)", t[1:][ok] - t0, power, "steps-pre")
-            )
-        else:
-            resolution = info.resolution_s
-            # a moved meter sample sits in the middle of the interval it reports
-            style = (
-                "steps-mid" if moved and resolution >= 0.5 else "steps-post" if resolution >= 0.05 else "line"
-            )
-            lines.append(TraceLine(name, label, t - t0, v, style))
+        if shift.moves and meta.clock is not None:
+            t = shift.moved(t, meta.clock.to_json())
+            label += shift.label()
+        lines.append(_power_line(name, label, info, t, v, t0, shift.moves))
     return lines
+
+
+def _readings(samples, channel: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """A channel's sample times (Unix s) and values in time order; ``None`` with fewer than two,
+    too few to draw."""
+    rows = samples[samples["channel"] == channel].sort_values("time_s")
+    if len(rows) < 2:
+        return None
+    return rows["time_s"].to_numpy(float), rows["value"].to_numpy(float)
+
+
+@dataclass(frozen=True)
+class _TimeShift:
+    """Where alignment moved a channel on the monotonic clock: by ``lag_s``, and by ``drift``
+    times the time since ``reference_s``. Units: s."""
+
+    lag_s: float = 0.0
+    drift: float = 0.0
+    reference_s: float = 0.0
+
+    @classmethod
+    def of(cls, record) -> _TimeShift:
+        """The shift of a channel's time map; none (or a field written as null) moves nothing."""
+        if record is None:
+            return cls()
+        return cls(record.lag_s or 0.0, record.drift or 0.0, record.reference_s or 0.0)
+
+    @property
+    def moves(self) -> bool:
+        return bool(self.lag_s or self.drift)
+
+    def moved(self, times_s: np.ndarray, clock: dict) -> np.ndarray:
+        """Wall times ``times_s`` where the shift puts them, through the run's clock anchor."""
+        mono = times_s - clock["anchor_wall_s"] + clock["anchor_monotonic_s"]
+        mono = mono - self.lag_s - self.drift * (mono - self.reference_s)
+        return mono + clock["anchor_wall_s"] - clock["anchor_monotonic_s"]
+
+    def label(self) -> str:
+        """What the legend adds to the channel's name: how far it was moved."""
+        drift = f", drift {self.drift * 100:+.3f} %" if self.drift else ""
+        return f" (moved {-self.lag_s:+.2f} s{drift})"
+
+
+def _power_line(
+    name: str, label: str, info, times_s: np.ndarray, values: np.ndarray, t0: float, moved: bool
+) -> TraceLine:
+    """One channel's line on the axis that starts at ``t0``: an energy counter as the power
+    between its ticks, a power channel as its readings, stepped as its resolution says."""
+    if info.quantity == Quantity.ENERGY:
+        dt = np.diff(times_s)
+        ok = dt > 0
+        power = np.diff(values)[ok] / dt[ok]
+        return TraceLine(name, f"{label} (counter, between ticks)", times_s[1:][ok] - t0, power, "steps-pre")
+    resolution = info.resolution_s
+    # a moved meter sample sits in the middle of the interval it reports
+    style = "steps-mid" if moved and resolution >= 0.5 else "steps-post" if resolution >= 0.05 else "line"
+    return TraceLine(name, label, times_s - t0, values, style)
 
 
 def missing_power(result: RunResult) -> str | None:
@@ -155,34 +186,12 @@ def power_trace(
     plt = pyplot("the power-trace plot")
     _check_format(Path(path))
 
-    windows = result.windows
-    if windows.empty or not {"start_s", "end_s"} <= set(windows.columns):
-        windows = windows.iloc[0:0]
-    else:
-        windows = windows.drop_duplicates(["phase", "trial"])
     t0 = origin_s(result)
     fig, ax = plt.subplots(figsize=(12, 5))
-    phases = list(dict.fromkeys(windows["phase"])) if len(windows) else []
-    for i, phase in enumerate(phases):
-        colour = PALETTE[i % len(PALETTE)]
-        for j, row in enumerate(windows[windows["phase"] == phase].itertuples()):
-            ax.axvspan(
-                row.start_s - t0,
-                row.end_s - t0,
-                color=colour,
-                alpha=0.12,
-                lw=0,
-                label=phase if j == 0 else None,
-            )
+    phases = _shade_windows(ax, _window_spans(result), t0)
     lines = trace_lines(result, all_channels=all_channels, show_raw=show_raw)
     for line in lines:
-        if line.dashed:
-            ax.plot(line.times_s, line.power_w, lw=0.9, ls="--", drawstyle="steps-pre", label=line.label)
-        elif line.style == "steps-pre":
-            ax.step(line.times_s, line.power_w, where="pre", lw=1.2, label=line.label)
-        else:
-            style = "default" if line.style == "line" else line.style
-            ax.plot(line.times_s, line.power_w, lw=1.0, drawstyle=style, label=line.label)
+        _draw_line(ax, line)
     drawn = len(lines)
     ax.set_xlabel("time since the run started (s)")
     note = missing_power(result) if not drawn else None
@@ -202,3 +211,41 @@ def power_trace(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _window_spans(result: RunResult):
+    """One row per window (phase and trial, whatever its channel), none when the run recorded no
+    window edges."""
+    windows = result.windows
+    if windows.empty or not {"start_s", "end_s"} <= set(windows.columns):
+        return windows.iloc[0:0]
+    return windows.drop_duplicates(["phase", "trial"])
+
+
+def _shade_windows(ax, windows, t0: float) -> list[str]:
+    """Shade each window in its phase's colour, one legend entry per phase; returns the phases."""
+    phases = list(dict.fromkeys(windows["phase"])) if len(windows) else []
+    for i, phase in enumerate(phases):
+        colour = PALETTE[i % len(PALETTE)]
+        for j, row in enumerate(windows[windows["phase"] == phase].itertuples()):
+            ax.axvspan(
+                row.start_s - t0,
+                row.end_s - t0,
+                color=colour,
+                alpha=0.12,
+                lw=0,
+                label=phase if j == 0 else None,
+            )
+    return phases
+
+
+def _draw_line(ax, line: TraceLine) -> None:
+    """One channel in its style: a moved channel where it was recorded dashed, a counter's
+    power as steps that end at each tick."""
+    if line.dashed:
+        ax.plot(line.times_s, line.power_w, lw=0.9, ls="--", drawstyle="steps-pre", label=line.label)
+    elif line.style == "steps-pre":
+        ax.step(line.times_s, line.power_w, where="pre", lw=1.2, label=line.label)
+    else:
+        style = "default" if line.style == "line" else line.style
+        ax.plot(line.times_s, line.power_w, lw=1.0, drawstyle=style, label=line.label)

@@ -55,7 +55,6 @@ class MlflowReporter(Reporter):
 
     def report(self, result: RunResult, run_dir: Path | None) -> None:
         mlflow = extras.require("mlflow", "reporter 'mlflow'", ReporterError)
-        from mlflow.entities import Metric, Param
 
         active = mlflow.active_run()
         uri, artifacts_at = self._where(mlflow, active, run_dir)
@@ -67,17 +66,9 @@ class MlflowReporter(Reporter):
         given = self.options["run_id"] or (active.info.run_id if active is not None else None)
         created = given is None
         run_id = self._new_run(client, data, artifacts_at) if given is None else str(given)
-        now_ms = int(time.time() * 1000)
-        metrics = [Metric(k, v, now_ms, 0) for k, v in data.metrics.items()]
-        for point in data.windows:
-            stamp = int(point.time_s * 1000)
-            metrics += [Metric(k, v, stamp, point.step) for k, v in point.values.items()]
-        params = [Param(k, v) for k, v in data.params.items()]
-        _log_batches(client, run_id, metrics, params)
+        _log_batches(client, run_id, _metrics(data), _params(data))
         if self.options["artifacts"] and run_dir is not None:
-            for path in run_files(run_dir):
-                folder = "/".join((ARTIFACT_PATH, *path.parent.parts))
-                client.log_artifact(run_id, str(run_dir / path), artifact_path=folder)
+            _upload(client, run_id, run_dir)
         if created:
             client.set_terminated(run_id, "FINISHED" if result.complete else "FAILED")
         log.info("mlflow: logged to run %s at %s", run_id, uri)
@@ -104,6 +95,33 @@ class MlflowReporter(Reporter):
             experiment_id = experiment.experiment_id
         run = client.create_run(experiment_id, run_name=self.options["run_name"] or data.name)
         return str(run.info.run_id)
+
+
+def _metrics(data: Tracked) -> list[Any]:
+    """The run's metrics as MLflow's: the phases' stamped now at step 0, each window's at its
+    start and stepped by its trial."""
+    from mlflow.entities import Metric
+
+    now_ms = int(time.time() * 1000)
+    metrics = [Metric(k, v, now_ms, 0) for k, v in data.metrics.items()]
+    for point in data.windows:
+        stamp = int(point.time_s * 1000)
+        metrics += [Metric(k, v, stamp, point.step) for k, v in point.values.items()]
+    return metrics
+
+
+def _params(data: Tracked) -> list[Any]:
+    from mlflow.entities import Param
+
+    return [Param(k, v) for k, v in data.params.items()]
+
+
+def _upload(client: Any, run_id: str, run_dir: Path) -> None:
+    """The run directory's files as the MLflow run's artifacts, under ``ARTIFACT_PATH`` in the
+    folders they have in the run directory."""
+    for path in run_files(run_dir):
+        folder = "/".join((ARTIFACT_PATH, *path.parent.parts))
+        client.log_artifact(run_id, str(run_dir / path), artifact_path=folder)
 
 
 def _log_batches(client: Any, run_id: str, metrics: Sequence[Any], params: Sequence[Any]) -> None:

@@ -83,6 +83,17 @@ def tracked(result: RunResult, run_dir: Path | None) -> Tracked:
 
 
 def params(result: RunResult, run_dir: Path | None) -> dict[str, str]:
+    """What the run was, as a tracker's params: names made safe, values cut to
+    ``MAX_PARAM_CHARS``."""
+    out = {**_run_params(result), **_option_params(result)}
+    out.update({f"version.{k}": str(v) for k, v in result.run_meta.versions.items() if v})
+    if run_dir is not None:
+        out["run_dir"] = str(run_dir)
+    return {metric_name(k): v[:MAX_PARAM_CHARS] for k, v in out.items()}
+
+
+def _run_params(result: RunResult) -> dict[str, str]:
+    """The run's status (with its reason), workload, power sources and primary channels."""
     meta = result.run_meta
     out = {
         "status": result.status,
@@ -92,14 +103,19 @@ def params(result: RunResult, run_dir: Path | None) -> dict[str, str]:
     }
     if result.reason:
         out["reason"] = result.reason
+    return out
+
+
+def _option_params(result: RunResult) -> dict[str, str]:
+    """The workload's options (``workload.KEY``) and each power source's
+    (``power.SOURCE.KEY``)."""
+    meta = result.run_meta
+    out = {}
     if meta.workload is not None:
         out.update({f"workload.{k}": str(v) for k, v in meta.workload.options.items()})
     for s in meta.sources:
         out.update({f"power.{s.name}.{k}": str(v) for k, v in s.options.items()})
-    out.update({f"version.{k}": str(v) for k, v in meta.versions.items() if v})
-    if run_dir is not None:
-        out["run_dir"] = str(run_dir)
-    return {metric_name(k): v[:MAX_PARAM_CHARS] for k, v in out.items()}
+    return out
 
 
 def _finite(value: float | None) -> bool:

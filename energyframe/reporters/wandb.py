@@ -19,7 +19,7 @@ from ..kit import extras
 from ..options import Option
 from ..plugin import Reporter
 from ..results.result import RunResult
-from .tracking import run_files, tracked
+from .tracking import Tracked, run_files, tracked
 
 log = logging.getLogger("energyframe")
 
@@ -51,35 +51,51 @@ class WandbReporter(Reporter):
         run = wandb.run
         created = run is None
         if created:
-            folder = self.options["dir"] or os.environ.get("WANDB_DIR") or run_dir
-            if folder is None:
-                log.warning("wandb: not logged: the run was not saved and no dir was given")
+            run = self._new_run(wandb, data, run_dir)
+            if run is None:
                 return
-            try:
-                run = wandb.init(
-                    project=self.options["project"],
-                    entity=self.options["entity"],
-                    dir=str(folder),
-                    mode=self.options["mode"],
-                    name=self.options["run_name"] or data.name,
-                    config=dict(data.params),
-                    settings=wandb.Settings(silent=True),
-                )
-            except Exception as e:  # no API key online, a server that does not answer
-                raise ReporterError(f"wandb could not start a run: {type(e).__name__}: {e}") from e
         else:
             run.config.update(dict(data.params), allow_val_change=True)
         try:
-            for point in data.windows:
-                run.log({**point.values, "window/trial": point.step})
-            for key, value in data.metrics.items():
-                run.summary[key] = value
-            if self.options["artifact"] and run_dir is not None:
-                artifact = wandb.Artifact(ARTIFACT_CHARS.sub("_", f"energyframe-{data.name}"), type="energyframe-run")
-                for path in run_files(run_dir):
-                    artifact.add_file(str(run_dir / path), name=path.as_posix())
-                run.log_artifact(artifact)
+            self._log(wandb, run, data, run_dir)
         finally:
             if created:
                 run.finish(exit_code=0 if result.complete else 1)
         log.info("wandb: logged to run %s", run.id)
+
+    def _new_run(self, wandb: Any, data: Tracked, run_dir: Path | None) -> Any:
+        """A W&B run of ``project`` with the run's params as its config, its files in ``dir``
+        (``None``, and a warning, when there is nowhere to keep them).
+
+        Raises:
+            ReporterError: W&B could not start the run (no API key online, no server).
+        """
+        folder = self.options["dir"] or os.environ.get("WANDB_DIR") or run_dir
+        if folder is None:
+            log.warning("wandb: not logged: the run was not saved and no dir was given")
+            return None
+        try:
+            return wandb.init(
+                project=self.options["project"],
+                entity=self.options["entity"],
+                dir=str(folder),
+                mode=self.options["mode"],
+                name=self.options["run_name"] or data.name,
+                config=dict(data.params),
+                settings=wandb.Settings(silent=True),
+            )
+        except Exception as e:  # no API key online, a server that does not answer
+            raise ReporterError(f"wandb could not start a run: {type(e).__name__}: {e}") from e
+
+    def _log(self, wandb: Any, run: Any, data: Tracked, run_dir: Path | None) -> None:
+        """A logged row per window, the phases' figures in the run's summary, and the run
+        directory as an artifact."""
+        for point in data.windows:
+            run.log({**point.values, "window/trial": point.step})
+        for key, value in data.metrics.items():
+            run.summary[key] = value
+        if self.options["artifact"] and run_dir is not None:
+            artifact = wandb.Artifact(ARTIFACT_CHARS.sub("_", f"energyframe-{data.name}"), type="energyframe-run")
+            for path in run_files(run_dir):
+                artifact.add_file(str(run_dir / path), name=path.as_posix())
+            run.log_artifact(artifact)

@@ -13,6 +13,7 @@ import io
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.markup import escape
@@ -132,6 +133,16 @@ def _with_spread(value: str, spread: Spread) -> str:
     return value if spread_text == "-" else f"{value} ±{spread_text}"
 
 
+#: columns of text (left-aligned); the others hold figures
+_TEXT_COLUMNS = ("phase", "channel", "flags")
+
+
+def _add_columns(table: Table, names: Sequence[str]) -> None:
+    """Text columns left-aligned, figures right-aligned; a long cell folds."""
+    for name in names:
+        table.add_column(name, justify="left" if name in _TEXT_COLUMNS else "right", overflow="fold")
+
+
 def summary_table(summaries: Sequence[PhaseSummary], title: str | None = None, wide: bool = True) -> Table:
     """The table ``energyframe run``, ``show`` and ``RunResult.table()`` print.
 
@@ -142,32 +153,56 @@ def summary_table(summaries: Sequence[PhaseSummary], title: str | None = None, w
     table = Table(title=cell_text(title) if title is not None else None, show_lines=False, header_style="bold")
     dynamic = any(s.dynamic_energy_per_iter_j for s in summaries)
     if wide:
-        columns = ["phase", "channel", "trials", "iters", "time/iter", "IQR", "energy/iter", "±95%", "IQR",
-                   "power", "dyn. energy/iter", "flags"]
+        _add_columns(table, ["phase", "channel", "trials", "iters", "time/iter", "IQR", "energy/iter", "±95%",
+                             "IQR", "power", "dyn. energy/iter", "flags"])
     else:
-        columns = ["phase", "channel", "trials", "time/iter ±IQR", "energy/iter ±95%", "power"]
-        columns += ["dyn. energy/iter"] if dynamic else []
-        columns += ["flags"]
-    for name in columns:
-        table.add_column(name, justify="left" if name in ("phase", "channel", "flags") else "right",
-                         overflow="fold")
+        _add_columns(table, ["phase", "channel", "trials", "time/iter ±IQR", "energy/iter ±95%", "power",
+                             *(["dyn. energy/iter"] if dynamic else []), "flags"])
     for s in summaries:
-        time_s, energy_j = si(s.time_per_iter_s.median, "s"), si(s.energy_per_iter_j.median, "J")
-        dyn = si(s.dynamic_energy_per_iter_j.median, "J") if s.dynamic_energy_per_iter_j else "-"
-        bound = s.energy_bound_pct if s.channel else math.nan
-        phase, channel, flags = cell_text(s.phase), cell_text(s.channel or "(timing only)"), cell_text(", ".join(s.flags))
-        if wide:
-            cells = [phase, channel, trials_cell(s), str(s.iterations), time_s,
-                     relative_iqr(s.time_per_iter_s), energy_j, bound_text(bound) or "-",
-                     relative_iqr(s.energy_per_iter_j), si(s.mean_power_w.median, "W"), dyn, flags]
-        else:
-            cells = [phase, channel, trials_cell(s),
-                     _with_spread(time_s, s.time_per_iter_s), with_bound(energy_j, bound),
-                     si(s.mean_power_w.median, "W")]
-            cells += [dyn] if dynamic else []
-            cells += [flags]
-        table.add_row(*cells)
+        shown = _SummaryText.of(s)
+        table.add_row(*(shown.wide_row(s) if wide else shown.narrow_row(s, dynamic)))
     return table
+
+
+@dataclass(frozen=True)
+class _SummaryText:
+    """One phase summary's texts that the wide and the narrow table both show."""
+
+    phase: str
+    channel: str
+    flags: str
+    time: str
+    energy: str
+    dynamic: str
+    power: str
+    bound_pct: float
+
+    @classmethod
+    def of(cls, s: PhaseSummary) -> _SummaryText:
+        dyn = s.dynamic_energy_per_iter_j
+        return cls(
+            phase=cell_text(s.phase),
+            channel=cell_text(s.channel or "(timing only)"),
+            flags=cell_text(", ".join(s.flags)),
+            time=si(s.time_per_iter_s.median, "s"),
+            energy=si(s.energy_per_iter_j.median, "J"),
+            dynamic=si(dyn.median, "J") if dyn else "-",
+            power=si(s.mean_power_w.median, "W"),
+            bound_pct=s.energy_bound_pct if s.channel else math.nan,  # timing only: no energy
+        )
+
+    def wide_row(self, s: PhaseSummary) -> list[str]:
+        """Every figure in a column of its own."""
+        return [self.phase, self.channel, trials_cell(s), str(s.iterations), self.time,
+                relative_iqr(s.time_per_iter_s), self.energy, bound_text(self.bound_pct) or "-",
+                relative_iqr(s.energy_per_iter_j), self.power, self.dynamic, self.flags]
+
+    def narrow_row(self, s: PhaseSummary, dynamic: bool) -> list[str]:
+        """The spread beside the time, the bound beside the energy; the dynamic energy only when
+        a phase has one."""
+        return [self.phase, self.channel, trials_cell(s), _with_spread(self.time, s.time_per_iter_s),
+                with_bound(self.energy, self.bound_pct), self.power,
+                *([self.dynamic] if dynamic else []), self.flags]
 
 
 def precision_lines(summaries: Sequence[PhaseSummary], target_pct: float) -> list[str]:
@@ -191,10 +226,8 @@ def precision_lines(summaries: Sequence[PhaseSummary], target_pct: float) -> lis
 def windows_table(windows, all_channels: bool, primary: Sequence[str]) -> Table:
     """Every window for people: start relative to the first window, SI units, flags."""
     table = Table(header_style="bold")
-    for name in ("phase", "trial", "channel", "start", "duration", "iters", "time/iter", "energy",
-                 "power", "flags"):
-        table.add_column(name, justify="left" if name in ("phase", "channel", "flags") else "right",
-                         overflow="fold")
+    _add_columns(table, ("phase", "trial", "channel", "start", "duration", "iters", "time/iter", "energy",
+                         "power", "flags"))
     if windows.empty:
         return table
     origin = float(windows["start_s"].min())
@@ -202,19 +235,25 @@ def windows_table(windows, all_channels: bool, primary: Sequence[str]) -> Table:
         channel = str(getattr(row, "channel", "") or "")
         if channel and not all_channels and channel not in primary:
             continue
-        table.add_row(
-            cell_text(row.phase),
-            str(row.trial),
-            cell_text(channel or "(timing only)"),
-            f"+{float(row.start_s) - origin:.3f} s",
-            si(float(row.duration_s), "s"),
-            str(row.iterations),
-            si(float(row.time_per_iter_s), "s"),
-            with_bound(si(_float(getattr(row, "energy_j", None)), "J"), _float(getattr(row, "energy_bound_pct", None)) or math.nan),
-            si(_float(getattr(row, "mean_power_w", None)), "W"),
-            cell_text(str(getattr(row, "flags", "") or "").replace(";", ", ")),
-        )
+        table.add_row(*_window_row(row, channel, origin))
     return table
+
+
+def _window_row(row, channel: str, origin_s: float) -> list[str]:
+    """One window's cells: its start after ``origin_s``, its figures in SI units, its flags."""
+    energy = si(_float(getattr(row, "energy_j", None)), "J")
+    return [
+        cell_text(row.phase),
+        str(row.trial),
+        cell_text(channel or "(timing only)"),
+        f"+{float(row.start_s) - origin_s:.3f} s",
+        si(float(row.duration_s), "s"),
+        str(row.iterations),
+        si(float(row.time_per_iter_s), "s"),
+        with_bound(energy, _float(getattr(row, "energy_bound_pct", None)) or math.nan),
+        si(_float(getattr(row, "mean_power_w", None)), "W"),
+        cell_text(str(getattr(row, "flags", "") or "").replace(";", ", ")),
+    ]
 
 
 def _float(value) -> float | None:
@@ -233,39 +272,56 @@ def cell(column: str, value) -> str:
         return "-"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
+    return _number_cell(column, value)
+
+
+def _number_cell(column: str, value: float) -> str:
+    """A number by what its column's name ends with: a rate, a percentage (signed for an error
+    or a difference), a unit (SI prefixed); else an integer whole, a float to four digits."""
     if column.endswith("_per_s"):
         return f"{value:.4g}/s"
     if column.endswith("_pct"):
         return f"{value:+.2f}%" if "error" in column or "diff" in column else f"{value:.2f}%"
-    for suffix, unit in _UNITS.items():
-        if column.endswith(suffix):
-            return si(float(value), unit)
+    unit = next((unit for suffix, unit in _UNITS.items() if column.endswith(suffix)), None)
+    if unit is not None:
+        return si(float(value), unit)
     if isinstance(value, int):
         return str(value)
     return f"{value:.4g}"
 
 
-def derived_table(table) -> Table:
-    """A workload's DerivedTable; a one-row table is shown as name/value pairs."""
+def derived_columns(table) -> list[str]:
+    """A ``DerivedTable``'s columns: those it declares for display, else every column in the
+    order the rows first name them."""
     columns: list[str] = list(table.display)
     if not columns:
         for row in table.rows:
             columns += [c for c in row if c not in columns]
+    return columns
+
+
+def derived_table(table) -> Table:
+    """A workload's DerivedTable; a one-row table is shown as name/value pairs."""
+    columns = derived_columns(table)
     caption = cell_text(table.note) if table.note else None
     title = cell_text(table.title) if table.title else None
     if len(table.rows) == 1:
-        out = Table(title=title, caption=caption, caption_justify="left", show_header=False)
-        out.add_column("figure")
-        out.add_column("value", justify="right")
-        row = table.rows[0]
-        for column in columns:
-            out.add_row(cell_text(column), cell_text(cell(column, row.get(column))))
-        return out
+        return _pairs_table(columns, table.rows[0], title, caption)
     out = Table(title=title, header_style="bold", caption=caption, caption_justify="left")
     for column in columns:
         out.add_column(cell_text(column), overflow="fold")
     for row in table.rows:
         out.add_row(*(cell_text(cell(c, row.get(c))) for c in columns))
+    return out
+
+
+def _pairs_table(columns: Sequence[str], row, title: str | None, caption: str | None) -> Table:
+    """A one-row table turned on its side: a line per column, its name and its value."""
+    out = Table(title=title, caption=caption, caption_justify="left", show_header=False)
+    out.add_column("figure")
+    out.add_column("value", justify="right")
+    for column in columns:
+        out.add_row(cell_text(column), cell_text(cell(column, row.get(column))))
     return out
 
 

@@ -105,12 +105,17 @@ def _summaries_of_the_windows(meta: RunMeta, windows: pd.DataFrame) -> RunMeta:
             differences.append(f"{saved.phase}{f' [{saved.channel}]' if saved.channel else ''}: {difference}")
     if not differences:
         return meta
-    warning = (
-        f"run.json's phase summaries disagree with windows.csv ({'; '.join(differences[:3])}"
-        f"{f'; and {len(differences) - 3} more' if len(differences) > 3 else ''}): the figures shown are "
-        "computed from windows.csv"
+    return meta.with_(phases=tuple(phases), warnings=(*meta.warnings, _disagreement(differences)))
+
+
+def _disagreement(differences: list[str]) -> str:
+    """The warning for summaries that disagree with their windows: the first three named, and
+    how many more."""
+    more = f"; and {len(differences) - 3} more" if len(differences) > 3 else ""
+    return (
+        f"run.json's phase summaries disagree with windows.csv ({'; '.join(differences[:3])}{more}): "
+        "the figures shown are computed from windows.csv"
     )
-    return meta.with_(phases=tuple(phases), warnings=(*meta.warnings, warning))
 
 
 def _difference(saved, fresh) -> str:
@@ -195,15 +200,13 @@ def journal_records(
 
 
 def _journal_rows(path: Path, warn: Callable[[str], None]) -> list[dict]:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise StoreError(f"cannot read {path}: {e.strerror or e}; the windows of this run are lost") from e
-    lines = data.splitlines(keepends=True)
-    if lines and not lines[-1].endswith(b"\n"):
-        lines.pop()  # the process died while writing this row: it is not whole
-    if not lines:
-        raise StoreError(f"{path} is empty; the windows of this run are lost")
+    """Every whole row of the journal as typed values; a row that cannot be a window is left
+    out, said through ``warn``.
+
+    Raises:
+        StoreError: the file cannot be read, is empty, or is not a window journal.
+    """
+    lines = _whole_lines(path)
     header = _fields(lines[0])
     if header is None or any(c not in header for c in JOURNAL_COLUMNS):
         raise StoreError(f"{path} lacks column(s) {JOURNAL_COLUMNS}; it is not a window journal")
@@ -216,6 +219,24 @@ def _journal_rows(path: Path, warn: Callable[[str], None]) -> list[dict]:
         else:
             warn(f"{path.name} row {number} was left out: {row or 'it is not a whole row of the journal'}")
     return out
+
+
+def _whole_lines(path: Path) -> list[bytes]:
+    """The journal's lines, with their line ends, but for a last one torn by a crash.
+
+    Raises:
+        StoreError: the file cannot be read, or holds no whole line.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror or e}; the windows of this run are lost") from e
+    lines = data.splitlines(keepends=True)
+    if lines and not lines[-1].endswith(b"\n"):
+        lines.pop()  # the process died while writing this row: it is not whole
+    if not lines:
+        raise StoreError(f"{path} is empty; the windows of this run are lost")
+    return lines
 
 
 def journal_interrupted(path: Path) -> frozenset[tuple[str, int]]:

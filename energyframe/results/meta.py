@@ -380,19 +380,33 @@ def _phase(value: Any, where: str) -> PhaseSummary:
     for key in ("trials", "iterations"):
         _whole(value.get(key), f"{where}.{key}")
     for key in _SPREADS:
-        spread = value.get(key)
-        if spread is None and key == "dynamic_energy_per_iter_j":
-            continue
-        if not isinstance(spread, Mapping) or not all(
-            v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in spread.values()
-        ):
-            raise MetaError(f"{where}.{key}", spread, "an object of numbers (n, median, q1, q3, ...)")
+        _spread(value.get(key), key, f"{where}.{key}")
     _STRINGS(value.get("flags", []), f"{where}.flags")
     _object(value.get("work", {}), f"{where}.work")
     try:
         return PhaseSummary.from_json(dict(value))
     except (KeyError, TypeError, ValueError) as e:
         raise MetaError(where, value, f"a phase summary ({type(e).__name__}: {e})") from e
+
+
+#: the one spread a phase summary may lack: the dynamic energy, of a run without an idle baseline
+_OPTIONAL_SPREADS = ("dynamic_energy_per_iter_j",)
+
+
+def _spread(value: Any, key: str, where: str) -> None:
+    """Check a phase summary's spread ``key``: an object of numbers (or nulls).
+
+    Raises:
+        MetaError: it is not, or it is missing where it may not be.
+    """
+    if value is None and key in _OPTIONAL_SPREADS:
+        return
+    if not isinstance(value, Mapping) or not all(_number_or_null(v) for v in value.values()):
+        raise MetaError(where, value, "an object of numbers (n, median, q1, q3, ...)")
+
+
+def _number_or_null(value: Any) -> bool:
+    return value is None or isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _derived(value: Any, where: str) -> DerivedTable:
@@ -528,14 +542,18 @@ def with_declared_shapes(channels: Any) -> Any:
     if not isinstance(channels, list) or any(isinstance(c, Mapping) and "shaped_by" in c for c in channels):
         return channels
     names = {c.get("name") for c in channels if isinstance(c, Mapping)}
-    out = []
-    for c in channels:
-        name = c.get("name") if isinstance(c, Mapping) else None
-        if isinstance(name, str) and c.get("quantity") == Quantity.ENERGY.value and f"{name}.{NAMED_SHAPES[0][0]}" in names:
-            shaped = [{"channel": f"{name}.{s}", "reading": r} for s, r in NAMED_SHAPES if f"{name}.{s}" in names]
-            c = {**c, "shaped_by": shaped}
-        out.append(c)
-    return out
+    return [_with_named_shapes(c, names) for c in channels]
+
+
+def _with_named_shapes(channel: Any, names: set) -> Any:
+    """An energy counter ``NAME`` with ``NAME.power_samples`` among ``names``, declaring the
+    channels ``NAMED_SHAPES`` finds beside it; any other channel as it is."""
+    name = channel.get("name") if isinstance(channel, Mapping) else None
+    counter = isinstance(name, str) and channel.get("quantity") == Quantity.ENERGY.value
+    if not (counter and f"{name}.{NAMED_SHAPES[0][0]}" in names):
+        return channel
+    shaped = [{"channel": f"{name}.{s}", "reading": r} for s, r in NAMED_SHAPES if f"{name}.{s}" in names]
+    return {**channel, "shaped_by": shaped}
 
 
 def update_to_2(data: Mapping[str, Any]) -> dict[str, Any]:

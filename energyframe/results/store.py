@@ -281,6 +281,12 @@ def json_safe(value: Any) -> Any:
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
+    return _json_leaf(value)
+
+
+def _json_leaf(value: Any) -> Any:
+    """A value that is not a float or a container, as JSON holds it: text, whole numbers, booleans
+    and null as they are, a numpy scalar as its Python value, a path or anything else as text."""
     if isinstance(value, Path):
         return str(value)
     if hasattr(value, "item") and callable(value.item):  # numpy scalars
@@ -372,16 +378,37 @@ def read_json(path: Path) -> Any:
     deeper than a parser can follow. (Callers check what it holds: ``read_meta`` wants a run
     description.)"""
     path = Path(path)
+    value = _parsed_json(path, _json_bytes(path))
+    if _depth(value) > MAX_JSON_DEPTH:  # every reader after this one may recurse through it
+        raise StoreError(_too_deep(path, f"more than {MAX_JSON_DEPTH}"))
+    return value
+
+
+def _json_bytes(path: Path) -> bytes:
+    """The bytes of a run directory's JSON file.
+
+    Raises:
+        StoreError: the directory is a file, the file is missing, a directory, or unreadable.
+    """
     if path.parent.exists() and not path.parent.is_dir():
         raise StoreError(f"{path.parent} is a file, not a run directory")
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError as e:
         raise StoreError(f"{path.parent} is not a run directory: it has no {path.name}") from e
     except IsADirectoryError as e:
         raise StoreError(f"{path} is a directory, not a JSON file") from e
     except OSError as e:
         raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
+
+
+def _parsed_json(path: Path, data: bytes) -> Any:
+    """``data`` parsed as UTF-8 JSON.
+
+    Raises:
+        StoreError: text in another encoding (a byte-order mark), not text, not JSON, or nested
+            deeper than the parser follows.
+    """
     encoding = next((name for bom, name in _BOMS if data.startswith(bom)), None)
     if encoding is not None:
         raise StoreError(
@@ -389,16 +416,13 @@ def read_json(path: Path) -> Any:
             "without a byte-order mark)"
         )
     try:
-        value = json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise StoreError(f"{path} is not text (binary data at byte {e.start}): the file is damaged") from e
     except json.JSONDecodeError as e:
         raise StoreError(f"{path} is not valid JSON ({e})") from e
     except RecursionError as e:
         raise StoreError(_too_deep(path, f"more than {sys.getrecursionlimit()}")) from e
-    if _depth(value) > MAX_JSON_DEPTH:  # every reader after this one may recurse through it
-        raise StoreError(_too_deep(path, f"more than {MAX_JSON_DEPTH}"))
-    return value
 
 
 #: the deepest nesting a JSON file of a run may have: energyframe writes a few levels; a
@@ -483,6 +507,21 @@ def read_windows(directory: Path) -> pd.DataFrame:
     except OSError as e:
         raise StoreError(f"cannot read {path}: {e.strerror or e}") from e
     _check_window_columns(path, frame, ("phase", "trial"), "of a windows.csv", what_to_do)
+    _numbers_in_numeric_columns(path, frame, what_to_do)
+    # a window without its energy would be summarised as a timing-only one
+    _check_window_columns(path, frame, _FIGURE_COLUMNS, "that every windows.csv holds (each window's figures)", what_to_do)
+    for column in _TEXT_WINDOW_COLUMNS:
+        if column in frame.columns:
+            frame[column] = frame[column].fillna("")
+    return frame
+
+
+def _numbers_in_numeric_columns(path: Path, frame: pd.DataFrame, what_to_do: str) -> None:
+    """Make each numeric column of ``frame`` that pandas read as text numbers, in place.
+
+    Raises:
+        StoreError: a cell of such a column holds text that is not a number.
+    """
     for column in _NUMERIC_WINDOW_COLUMNS:
         if column not in frame.columns or pd.api.types.is_numeric_dtype(frame[column]):
             continue
@@ -494,12 +533,6 @@ def read_windows(directory: Path) -> pd.DataFrame:
                 f"{str(bad.iloc[0])[:40]!r}): the file is damaged; {what_to_do}"
             )
         frame[column] = numbers  # a header with no rows reads as text: no number is wrong there
-    # a window without its energy would be summarised as a timing-only one
-    _check_window_columns(path, frame, _FIGURE_COLUMNS, "that every windows.csv holds (each window's figures)", what_to_do)
-    for column in _TEXT_WINDOW_COLUMNS:
-        if column in frame.columns:
-            frame[column] = frame[column].fillna("")
-    return frame
 
 
 def _check_window_columns(

@@ -174,51 +174,23 @@ def _matches(uuid: str, wanted: str) -> bool:
     return uuid == wanted or (len(wanted) >= 8 and uuid.startswith(wanted))
 
 
-def select_gpus(  # noqa: C901 (a rule per way a GPU is named (index, MIG, UUID) and per origin of the list)
-    nvml, requested: Sequence[str] | None, cuda_visible: str | None
-) -> tuple[list[GPU], list[str]]:
+#: where the list of GPUs came from, as the notes and errors name it
+_FROM_OPTION, _FROM_CUDA, _ALL = "option gpus", "CUDA_VISIBLE_DEVICES", "all GPUs"
+
+
+def select_gpus(nvml, requested: Sequence[str] | None, cuda_visible: str | None) -> tuple[list[GPU], list[str]]:
     """The GPUs to measure: ``requested`` (NVML indices or UUIDs) or, by default, the GPUs CUDA
     sees (``CUDA_VISIBLE_DEVICES`` mapped to NVML by UUID), or all of them. Returns the GPUs and
     notes for the user."""
-    notes: list[str] = []
     count = nvml.nvmlDeviceGetCount()
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
     uuids = [text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
-    if requested:
-        wanted, origin = list(requested), "option gpus"
-    elif cuda_visible is not None:
-        wanted, origin = [w.strip() for w in cuda_visible.split(",")], "CUDA_VISIBLE_DEVICES"
-        if wanted == [""]:
-            raise PowerSourceError(
-                "CUDA_VISIBLE_DEVICES is empty: CUDA sees no GPU; choose GPUs with nvml:gpus=0,1"
-            )
-        if any(w.isdigit() for w in wanted) and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-            notes.append(
-                "CUDA_VISIBLE_DEVICES indices were taken in PCI order (NVML's); set "
-                "CUDA_DEVICE_ORDER=PCI_BUS_ID or give UUIDs to be sure they match CUDA's"
-            )
-    else:
-        wanted, origin = [str(i) for i in range(count)], "all GPUs"
+    wanted, origin, notes = _wanted(requested, cuda_visible, count)
     chosen: list[GPU] = []
     for w in wanted:
-        if w.isdigit():
-            index = int(w)
-            if index >= count:
-                if origin == "CUDA_VISIBLE_DEVICES":
-                    break  # CUDA stops at the first invalid entry too
-                raise PowerSourceError(
-                    f"no GPU with index {index}: NVML sees {count} GPU(s) (0..{count - 1})"
-                )
-        elif w.startswith("MIG-"):
-            index = _mig_parent(nvml, w, uuids)
-            notes.append(f"{w} is a MIG instance: energy and power are for the whole GPU {index}")
-        else:
-            found = [i for i, u in enumerate(uuids) if _matches(u, w)]
-            if len(found) != 1:
-                if origin == "CUDA_VISIBLE_DEVICES":
-                    break
-                raise PowerSourceError(f"no GPU with UUID {w!r}; GPUs here: {', '.join(uuids)}")
-            index = found[0]
+        index = _index_of(nvml, w, uuids, origin, notes)
+        if index is None:
+            break  # CUDA stops at the first invalid entry too
         if any(g.index == index for g in chosen):
             continue
         handle = handles[index]
@@ -227,6 +199,59 @@ def select_gpus(  # noqa: C901 (a rule per way a GPU is named (index, MIG, UUID)
     if not chosen:
         raise PowerSourceError(f"no GPU to measure ({origin}: {wanted})")
     return chosen, notes
+
+
+def _wanted(requested: Sequence[str] | None, cuda_visible: str | None, count: int) -> tuple[list[str], str, list[str]]:
+    """The GPUs asked for as written, where the list came from, and notes for the user: the
+    ``gpus`` option, else ``CUDA_VISIBLE_DEVICES``, else every GPU.
+
+    Raises:
+        PowerSourceError: ``CUDA_VISIBLE_DEVICES`` is set but empty (CUDA sees no GPU).
+    """
+    if requested:
+        return list(requested), _FROM_OPTION, []
+    if cuda_visible is None:
+        return [str(i) for i in range(count)], _ALL, []
+    wanted = [w.strip() for w in cuda_visible.split(",")]
+    if wanted == [""]:
+        raise PowerSourceError(
+            "CUDA_VISIBLE_DEVICES is empty: CUDA sees no GPU; choose GPUs with nvml:gpus=0,1"
+        )
+    notes = []
+    if any(w.isdigit() for w in wanted) and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+        notes.append(
+            "CUDA_VISIBLE_DEVICES indices were taken in PCI order (NVML's); set "
+            "CUDA_DEVICE_ORDER=PCI_BUS_ID or give UUIDs to be sure they match CUDA's"
+        )
+    return wanted, _FROM_CUDA, notes
+
+
+def _index_of(nvml, wanted: str, uuids: list[str], origin: str, notes: list[str]) -> int | None:
+    """The NVML index of the GPU ``wanted`` names: an index, a MIG instance's UUID (its GPU's,
+    said in ``notes``), a UUID or a prefix of one. ``None`` for an entry of
+    ``CUDA_VISIBLE_DEVICES`` that names no GPU (CUDA ignores it and every entry after it).
+
+    Raises:
+        PowerSourceError: the ``gpus`` option names no GPU here, or a MIG instance's GPU is not
+            found.
+    """
+    if wanted.isdigit():
+        index = int(wanted)
+        if index < len(uuids):
+            return index
+        if origin == _FROM_CUDA:
+            return None
+        raise PowerSourceError(f"no GPU with index {index}: NVML sees {len(uuids)} GPU(s) (0..{len(uuids) - 1})")
+    if wanted.startswith("MIG-"):
+        index = _mig_parent(nvml, wanted, uuids)
+        notes.append(f"{wanted} is a MIG instance: energy and power are for the whole GPU {index}")
+        return index
+    found = [i for i, u in enumerate(uuids) if _matches(u, wanted)]
+    if len(found) == 1:
+        return found[0]
+    if origin == _FROM_CUDA:
+        return None
+    raise PowerSourceError(f"no GPU with UUID {wanted!r}; GPUs here: {', '.join(uuids)}")
 
 
 def _mig_parent(nvml, mig_uuid: str, uuids: list[str]) -> int:

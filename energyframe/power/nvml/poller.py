@@ -76,35 +76,43 @@ def clock_event_bits(nvml) -> dict[str, int]:
 def gpu_channels(gpu: GPU, kinds: Sequence[str]) -> list[Channel]:
     """The channels recorded for ``gpu``: the counter (or power, without one) and ``kinds``."""
     base = f"gpu{gpu.index}"
+    out = [_base_channel(gpu, base), *_power_channels(gpu, base, kinds)]
+    if "state" in kinds:
+        out += _state_channels(base)
+    if gpu.has_counter and "samples" in kinds and gpu.has_samples:
+        out[0] = replace(out[0], shaped_by=counter_shapes(base, "instant" in kinds and gpu.has_instant))
+    return [replace(c, accuracy_w=BOARD_ACCURACY_W) if c.integrable else c for c in out]
+
+
+def _base_channel(gpu: GPU, base: str) -> Channel:
+    """The GPU's primary channel: its energy counter, else its instant power, else the 1-s
+    average power every GPU reports."""
     mono = ClockBase.MONOTONIC
-
-    def power(name, period, description, clock=mono, **kw):
-        return Channel(
-            name, Quantity.POWER, Scope.GPU, period, clock, primary=False, description=description, **kw
-        )
-
     if gpu.has_counter:
         description = "NVML total energy counter (field 83), interpolated between its ticks"
-        out = [Channel(base, Quantity.ENERGY, Scope.GPU, COUNTER_PERIOD_S, mono, description=description)]
-    elif gpu.has_instant:
+        return Channel(base, Quantity.ENERGY, Scope.GPU, COUNTER_PERIOD_S, mono, description=description)
+    if gpu.has_instant:
         description = "NVML instant power (field 186; no energy counter on this GPU)"
-        out = [Channel(base, Quantity.POWER, Scope.GPU, INSTANT_PERIOD_S, mono, description=description)]
-    else:
-        out = [
-            Channel(
-                base,
-                Quantity.POWER,
-                Scope.GPU,
-                INSTANT_PERIOD_S,
-                mono,
-                description="NVML power usage (no energy counter or instant power on this GPU): a 1-s average",
-                timing=Timing.PERIOD_END,
-                averaging_s=AVERAGE_WINDOW_S,
-            )
-        ]
+        return Channel(base, Quantity.POWER, Scope.GPU, INSTANT_PERIOD_S, mono, description=description)
+    return Channel(
+        base,
+        Quantity.POWER,
+        Scope.GPU,
+        INSTANT_PERIOD_S,
+        mono,
+        description="NVML power usage (no energy counter or instant power on this GPU): a 1-s average",
+        timing=Timing.PERIOD_END,
+        averaging_s=AVERAGE_WINDOW_S,
+    )
+
+
+def _power_channels(gpu: GPU, base: str, kinds: Sequence[str]) -> list[Channel]:
+    """The secondary power channels of ``kinds`` the GPU has: instant power (beside a counter:
+    without one it is the base), the 1-s average, the driver's sample buffer."""
+    out = []
     if "instant" in kinds and gpu.has_instant and gpu.has_counter:  # without a counter it is the base
         out.append(
-            power(
+            _secondary_power(
                 f"{base}.power_instant",
                 INSTANT_PERIOD_S,
                 "NVML instant power (field 186), changes every ~100 ms",
@@ -112,7 +120,7 @@ def gpu_channels(gpu: GPU, kinds: Sequence[str]) -> list[Channel]:
         )
     if "average" in kinds and gpu.has_average:
         out.append(
-            power(
+            _secondary_power(
                 f"{base}.power_average",
                 INSTANT_PERIOD_S,
                 "NVML 1-s average power (field 185): lags a change of load by ~0.5 s",
@@ -122,35 +130,40 @@ def gpu_channels(gpu: GPU, kinds: Sequence[str]) -> list[Channel]:
         )
     if "samples" in kinds and gpu.has_samples:
         out.append(
-            power(
+            _secondary_power(
                 f"{base}.power_samples",
                 SAMPLE_BUFFER_PERIOD_S,
                 "driver power-sample buffer (nvmlDeviceGetSamples), ~20 ms apart",
                 clock=ClockBase.WALL,
             )
         )
-    if "state" in kinds:
+    return out
+
+
+def _secondary_power(name, period, description, clock=ClockBase.MONOTONIC, **kw) -> Channel:
+    return Channel(name, Quantity.POWER, Scope.GPU, period, clock, primary=False, description=description, **kw)
+
+
+def _state_channels(base: str) -> list[Channel]:
+    """The GPU's clocks, temperature and clock-event reasons."""
+    return [
+        Channel(
+            f"{base}.{suffix}",
+            Quantity.STATE,
+            Scope.GPU,
+            STATE_INTERVAL_S,
+            ClockBase.MONOTONIC,
+            unit=unit,
+            primary=False,
+            description=text,
+        )
         for suffix, unit, text in (
             ("sm_clock", "MHz", "SM clock"),
             ("mem_clock", "MHz", "memory clock"),
             ("temperature", "C", "GPU temperature"),
             ("clock_events", "bits", "clock-event (throttle) reasons, nvml.h bit mask"),
-        ):
-            out.append(
-                Channel(
-                    f"{base}.{suffix}",
-                    Quantity.STATE,
-                    Scope.GPU,
-                    STATE_INTERVAL_S,
-                    mono,
-                    unit=unit,
-                    primary=False,
-                    description=text,
-                )
-            )
-    if gpu.has_counter and "samples" in kinds and gpu.has_samples:
-        out[0] = replace(out[0], shaped_by=counter_shapes(base, "instant" in kinds and gpu.has_instant))
-    return [replace(c, accuracy_w=BOARD_ACCURACY_W) if c.integrable else c for c in out]
+        )
+    ]
 
 
 def counter_shapes(base: str, instant: bool) -> tuple[Shape, ...]:

@@ -202,34 +202,53 @@ class NVMLPowerSource(PollingSource):
 
     # -- per-window annotations (in the measured process) -----------------------------------------
     def annotate(self, channel, start_s, end_s, series) -> WindowAnnotation:
-        import numpy as np  # here, in the measured process: the sampler process starts without it
-
         gpu = channel.name.split(".")[0]
-        columns: dict[str, Any] = {}
+        columns = _state_columns(gpu, start_s, end_s, series)
         flags: list[str] = []
-        for suffix, column, how in (
-            ("sm_clock", "sm_clock_mhz", np.mean),
-            ("mem_clock", "mem_clock_mhz", np.mean),
-            ("temperature", "temperature_c", np.max),
-        ):
-            s = series.get(f"{gpu}.{suffix}")
-            if s is not None:
-                inside = s.between(start_s, end_s)
-                if len(inside):
-                    columns[column] = float(how(inside.values))
         events = series.get(f"{gpu}.clock_events")
         if events is not None:
-            inside = events.between(start_s, end_s)
-            if len(inside):
-                bits = 0
-                for value in inside.values:
-                    bits |= int(value)
+            bits = _any_event_bits(events.between(start_s, end_s))
+            if bits is not None:
                 columns["clock_event_reasons"] = f"0x{bits:x}"
-                if self._bits is None:
-                    self._bits = dict(self.info().get("clock_event_bits", {}))
-                active = [name for name, bit in self._bits.items() if bits & bit]
-                flags += [f"throttled:{name}" for name in active if name in THROTTLING]
+                flags = self._throttling(bits)
         return WindowAnnotation(columns, tuple(flags))
+
+    def _throttling(self, bits: int) -> list[str]:
+        """``throttled:<reason>`` for each reason set in ``bits`` that slows the GPU down."""
+        if self._bits is None:
+            self._bits = dict(self.info().get("clock_event_bits", {}))
+        active = [name for name, bit in self._bits.items() if bits & bit]
+        return [f"throttled:{name}" for name in active if name in THROTTLING]
+
+
+def _state_columns(gpu: str, start_s: float, end_s: float, series) -> dict[str, Any]:
+    """A window's mean SM and memory clocks and its highest temperature, from the readings
+    inside it (a column only where there is one)."""
+    import numpy as np  # here, in the measured process: the sampler process starts without it
+
+    columns: dict[str, Any] = {}
+    for suffix, column, how in (
+        ("sm_clock", "sm_clock_mhz", np.mean),
+        ("mem_clock", "mem_clock_mhz", np.mean),
+        ("temperature", "temperature_c", np.max),
+    ):
+        s = series.get(f"{gpu}.{suffix}")
+        if s is not None:
+            inside = s.between(start_s, end_s)
+            if len(inside):
+                columns[column] = float(how(inside.values))
+    return columns
+
+
+def _any_event_bits(inside) -> int | None:
+    """Every clock-event reason seen during a window: the OR of its readings (``None``: it has
+    none)."""
+    if not len(inside):
+        return None
+    bits = 0
+    for value in inside.values:
+        bits |= int(value)
+    return bits
 
 
 def _order_note(nvml, devices: Sequence[str], chosen: Sequence[str]) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UsageError
-from ...results.display import cell, plain_number, relative_iqr, si, with_bound
+from ...results.display import cell, derived_columns, plain_number, relative_iqr, si, with_bound
 from ...results.meta import RunMeta
 from ...results.rundir import SavedRun
 from ...results.store import json_safe
@@ -75,48 +75,86 @@ def _duration(meta: RunMeta) -> str:
 
 def facts(run: SavedRun) -> list[tuple[str, str]]:
     """The run at a glance: status, work, device, sources, when, where, how."""
+    meta = run.result.run_meta
+    return [
+        *_what_ran(run),
+        *_device_facts(meta),
+        *_when_and_how(meta),
+        *_host_facts(meta),
+        *_setup_facts(meta),
+        *_ending_facts(run),
+    ]
+
+
+def _what_ran(run: SavedRun) -> list[tuple[str, str]]:
+    """Where the run is, its status, the workload with its options, the GPU models."""
     from ...compare.comparability import gpu_models
 
     meta = run.result.run_meta
     workload = meta.workload
     status = run.result.status + (f": {run.result.reason}" if run.result.reason else "")
-    out = [
+    name, options = (workload.name, dict(workload.options)) if workload else ("-", {})
+    return [
         ("run directory", str(run.path)),
         ("status", status),
-        ("workload", f"{workload.name if workload else '-'} {json.dumps(dict(workload.options) if workload else {})}"),
+        ("workload", f"{name} {json.dumps(options)}"),
         ("GPU", ", ".join(gpu_models(meta)) or "-"),
     ]
+
+
+def _device_facts(meta: RunMeta) -> list[tuple[str, str]]:
+    """The driver versions and power limits the sources report, where they report any."""
+    out = []
     drivers = sorted({str(s.info.get("driver_version")) for s in meta.sources} - {"None"})
     if drivers:
         out.append(("driver", ", ".join(drivers)))
     limits = [f"{g['power_limit_w']:g} W" for g in meta.gpus if g.get("power_limit_w") is not None]
     if limits:
         out.append(("power limit", ", ".join(limits)))
-    sources = ", ".join(s.name for s in meta.sources) or "none (timing only)"
-    out += [
-        ("power sources", sources),
+    return out
+
+
+def _when_and_how(meta: RunMeta) -> list[tuple[str, str]]:
+    """The sources and primary channels, start, end and duration, the command line."""
+    return [
+        ("power sources", ", ".join(s.name for s in meta.sources) or "none (timing only)"),
         ("primary channels", ", ".join(meta.primary_channels) or "-"),
         ("started", str(meta.started_at or "-")),
         ("ended", str(meta.ended_at or "-")),
         ("duration", _duration(meta)),
         ("command line", shlex.join(meta.command_line) or "-"),
     ]
+
+
+def _host_facts(meta: RunMeta) -> list[tuple[str, str]]:
+    """The host's name, CPU, logical CPUs and platform, when run.json describes it."""
     host = meta.host
-    if host:
-        out.append(
-            (
-                "host",
-                f"{host.get('hostname', '-')}: {host.get('cpu', '-')}, {host.get('logical_cpus', '-')} logical CPUs, "
-                f"{host.get('platform', '-')}",
-            )
-        )
+    if not host:
+        return []
+    described = (
+        f"{host.get('hostname', '-')}: {host.get('cpu', '-')}, {host.get('logical_cpus', '-')} logical CPUs, "
+        f"{host.get('platform', '-')}"
+    )
+    return [("host", described)]
+
+
+def _setup_facts(meta: RunMeta) -> list[tuple[str, str]]:
+    """The library versions and the settings the run was given."""
+    out = []
     if meta.versions:
         out.append(("versions", ", ".join(f"{k} {v}" for k, v in meta.versions.items() if v)))
     config = [(k, v) for k, v in meta.config.items() if v is not None]
     if config:
         out.append(("config", ", ".join(f"{k}={_plain(v)}" for k, v in config)))
-    if meta.exit_code is not None:
-        out.append(("exit code of the measured command", str(meta.exit_code)))
+    return out
+
+
+def _ending_facts(run: SavedRun) -> list[tuple[str, str]]:
+    """How the run ended: the measured command's exit code, samples recovered from a journal."""
+    out = []
+    exit_code = run.result.run_meta.exit_code
+    if exit_code is not None:
+        out.append(("exit code of the measured command", str(exit_code)))
     origin = run.result.samples_origin
     if origin and origin != "samples.parquet":
         out.append(("samples", f"recovered from {origin} (the run did not finish)"))
@@ -175,10 +213,7 @@ def derived_tables(run: SavedRun) -> list[dict]:
     (``transposed``), each cell keeping its field and exact value."""
     out = []
     for table in run.result.derived:
-        columns: list[str] = list(table.display)
-        if not columns:
-            for row in table.rows:
-                columns += [c for c in row if c not in columns]
+        columns = derived_columns(table)
         rows = [[_cell(cell(c, row.get(c)), row.get(c), c) for c in columns] for row in table.rows]
         out.append(
             {
@@ -221,6 +256,13 @@ def alignment_rows(meta: RunMeta) -> list[tuple[str, str]]:
     return out
 
 
+#: the power trace's caption
+TRACE_CAPTION = (
+    "Power trace: every power channel, windows shaded by phase (drag to zoom, double-click to reset; "
+    "secondary channels are in the legend)"
+)
+
+
 def run_figures(run: SavedRun, max_points: int) -> tuple[list[tuple[str, dict]], list[str]]:
     """The run's plots, and notes on the ones that could not be drawn."""
     from ..plots import missing_power
@@ -230,23 +272,34 @@ def run_figures(run: SavedRun, max_points: int) -> tuple[list[tuple[str, dict]],
     notes: list[str] = []
     if trace is None:
         notes.append(missing_power(run.result) or "no power trace: no channel has samples to draw")
-    items: list[tuple[str, dict | None]] = [
-        (
-            "Power trace: every power channel, windows shaded by phase (drag to zoom, double-click to reset; "
-            "secondary channels are in the legend)",
-            trace,
-        )
-    ]
+    items: list[tuple[str, dict | None]] = [(TRACE_CAPTION, trace), *_derived_figures(run)]
+    workload_items, workload_notes = _workload_figures(run)
+    return f.figures_of(items + workload_items), notes + workload_notes
+
+
+def _derived_figures(run: SavedRun) -> list[tuple[str, dict | None]]:
+    """The figures of the workload's derived tables: bars per layer or stage, the per-layer
+    closure of a summary that has the whole model's latency."""
+    from . import figures as f
+
+    items: list[tuple[str, dict | None]] = []
     for table in run.result.derived:
         if table.name in ("layers", "stages"):
             items.append((table.title, f.layer_bars(table)))
         if table.name == "summary" and table.rows and "whole_latency_s" in table.rows[0]:
             items.append(("Per-layer closure", f.closure(table.rows[0])))
+    return items
+
+
+def _workload_figures(run: SavedRun) -> tuple[list[tuple[str, dict | None]], list[str]]:
+    """The figures the run's workload draws itself, and their notes."""
+    items: list[tuple[str, dict | None]] = []
+    notes: list[str] = []
     for extra in run.workload_figures():
         items.append((extra.title, dict(extra.figure) if extra.figure is not None else None))
         if extra.note:
             notes.append(extra.note)
-    return f.figures_of(items), notes
+    return items, notes
 
 
 def run_context(index: int, run: SavedRun, max_points: int, figure_ids) -> dict:
@@ -294,28 +347,40 @@ def comparison_context(runs: Sequence[SavedRun], figures, alpha, min_change_pct,
     from . import figures as f
 
     comparison = cr.compare_runs(runs, figures=figures, alpha=alpha, min_change_pct=min_change_pct)
-    rows = []
-    for row in comparison.rows:
-        cells = [_cell(cr.row_name(row)), _cell(row.channel or "-"), _cell(cr.figure_label(row))]
-        for i in range(len(comparison.labels)):
-            cells.append(_cell(cr.value_text(row, i), row.values[i], f"run{i}.median"))
-            if i:
-                change = row.changes[i]
-                cells.append(
-                    _cell(cr.change_text(row, i), change.change_pct if change else None, f"run{i}.change_pct")
-                )
-                cells.append(_cell(cr.verdict_text(row, i), None, f"run{i}.verdict"))
-        significant = any(c is not None and c.significant for c in row.changes)
-        rows.append({"cells": cells, "significant": significant, "name": row.name, "figure": row.figure})
     charts = [(f"{fig}: each run", f.compare_bars(comparison, fig)) for fig in figures]
     return {
         "header": cr.header(comparison),
         "columns": cr._columns(comparison),
-        "rows": rows,
+        "rows": [_comparison_row(row, len(comparison.labels)) for row in comparison.rows],
         "warnings": list(comparison.warnings),
         "only_in": [(where, cr.comparison_names(names)) for where, names in comparison.only_in.items()],
         "figures": [(caption, figure_ids(fig)) for caption, fig in f.figures_of(charts)],
     }
+
+
+def _comparison_row(row, runs: int) -> dict:
+    """One row of the comparison table: its name, then each run's median and, after the
+    first run, the change against it and the verdict."""
+    from ...compare import tables as cr
+
+    cells = [_cell(cr.row_name(row)), _cell(row.channel or "-"), _cell(cr.figure_label(row))]
+    for i in range(runs):
+        cells.append(_cell(cr.value_text(row, i), row.values[i], f"run{i}.median"))
+        if i:
+            cells += _change_cells(row, i)
+    significant = any(c is not None and c.significant for c in row.changes)
+    return {"cells": cells, "significant": significant, "name": row.name, "figure": row.figure}
+
+
+def _change_cells(row, i: int) -> list[dict]:
+    """Run ``i``'s change against the first run, and the verdict on it."""
+    from ...compare import tables as cr
+
+    change = row.changes[i]
+    return [
+        _cell(cr.change_text(row, i), change.change_pct if change else None, f"run{i}.change_pct"),
+        _cell(cr.verdict_text(row, i), None, f"run{i}.verdict"),
+    ]
 
 
 def _script_json(data: Any) -> str:

@@ -149,19 +149,29 @@ def _bar_errors(rows, i: int, bounded: bool) -> BarErrors:
     for r in rows:
         s = r.spreads[i]
         m = s.median if s is not None else math.nan
-        bound = r.bounds[i] if bounded and i < len(r.bounds) else None
-        if bounded:
-            width = bound.total_j if bound is not None else math.nan
-            below, above = width, width
-        else:
-            below = m - s.q1 if s is not None else math.nan
-            above = s.q3 - m if s is not None else math.nan
+        below, above = _bound_extent(r, i) if bounded else _quartile_extent(s, m)
         wider = bool(math.isfinite(m) and m >= 0 and math.isfinite(below) and below > m)
         out.medians.append(m)
         out.low.append(m if wider else below)
         out.high.append(above)
         out.wider.append(wider)
     return out
+
+
+def _bound_extent(row, i: int) -> tuple[float, float]:
+    """How far run ``i``'s error bar reaches below and above its median: its 95 % bound either
+    way (NaN where the run records none)."""
+    bound = row.bounds[i] if i < len(row.bounds) else None
+    width = bound.total_j if bound is not None else math.nan
+    return width, width
+
+
+def _quartile_extent(spread, median: float) -> tuple[float, float]:
+    """How far an error bar reaches below and above ``median``: to the first and the third
+    quartile (NaN where the run lacks the row)."""
+    if spread is None:
+        return math.nan, math.nan
+    return median - spread.q1, spread.q3 - median
 
 
 #: the hover text of a bar whose bound is wider than its value
@@ -176,23 +186,42 @@ def compare_bars(comparison, figure: str) -> dict | None:
     if not rows:
         return None
     fig = go.Figure()
-    names = [text(f"{r.name} [{r.channel}]" if r.channel else r.name) for r in rows]
+    names = _bar_names(rows)
     bounded = any(b is not None for r in rows for b in r.bounds)
     cut = 0
     for i, label in enumerate(comparison.labels):
         bars = _bar_errors(rows, i, bounded)
         cut += sum(bars.wider)
-        fig.add_trace(
-            go.Bar(
-                x=names,
-                y=bars.medians,
-                name=text(label),
-                marker_color=PALETTE[i % len(PALETTE)],
-                error_y={"type": "data", "symmetric": False, "array": bars.high, "arrayminus": bars.low},
-                hovertext=[WIDER_NOTE if w else "" for w in bars.wider],
-            )
-        )
-    unit = rows[0].unit
+        fig.add_trace(_run_bars(go, names, bars, label, i))
+    fig.update_layout(
+        barmode="group",
+        title=_bars_title(figure, bounded, cut),
+        yaxis={"title": f"{figure} ({rows[0].unit})", "rangemode": "tozero"},
+        height=HEIGHT,
+        margin={"t": 70 if cut else 50},
+    )
+    return fig.to_plotly_json()
+
+
+def _bar_names(rows) -> list[str]:
+    """Each row as its bars are labelled: the phase, and the channel in brackets."""
+    return [text(f"{r.name} [{r.channel}]" if r.channel else r.name) for r in rows]
+
+
+def _run_bars(go, names: list[str], bars: BarErrors, label: str, i: int):
+    """Run ``i``'s bars, in its colour, with asymmetric error bars and a note on each cut bar."""
+    return go.Bar(
+        x=names,
+        y=bars.medians,
+        name=text(label),
+        marker_color=PALETTE[i % len(PALETTE)],
+        error_y={"type": "data", "symmetric": False, "array": bars.high, "arrayminus": bars.low},
+        hovertext=[WIDER_NOTE if w else "" for w in bars.wider],
+    )
+
+
+def _bars_title(figure: str, bounded: bool, cut: int) -> str:
+    """What the bars and their error bars show, and how many were cut at zero."""
     title = (
         f"{figure} per iteration: median, bars its 95 % bound (a difference inside both is not called real)"
         if bounded
@@ -200,14 +229,7 @@ def compare_bars(comparison, figure: str) -> dict | None:
     )
     if cut:
         title += f"<br>{cut} bar(s) cut at zero: {WIDER_NOTE.split(':')[0]}"
-    fig.update_layout(
-        barmode="group",
-        title=title,
-        yaxis={"title": f"{figure} ({unit})", "rangemode": "tozero"},
-        height=HEIGHT,
-        margin={"t": 70 if cut else 50},
-    )
-    return fig.to_plotly_json()
+    return title
 
 
 def layer_bars(table) -> dict | None:
