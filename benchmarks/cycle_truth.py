@@ -32,7 +32,7 @@ BIN_S = 0.005
 #: weight of the penalty on differences between neighbouring bins, in bin widths. Cycles are
 #: never quite identical, and what the ticks cannot see (patterns that repeat every ~100 ms)
 #: would otherwise pick up their differences; much more blurs a real 40-ms decay (simulated
-#: in tests/test_cycle_truth.py)
+#: in tests/benchmarks/test_cycle_truth.py)
 SMOOTHING = 1.0
 
 

@@ -17,7 +17,7 @@ an edge costs (sync, reads) is reported apart.
 
 Repetitions: the defaults (8 rounds x 12 windows of 0.2 s, per workload and configuration) give
 96 windows per configuration; simulated with a window CV of 1 / 2 / 2.5 % and rounds drifting by
-±5 % (tests/test_sampler_overhead.py), the 95 % interval of a configuration's ratio to none is
+±5 % (tests/benchmarks/test_sampler_overhead.py), the 95 % interval of a configuration's ratio to none is
 ±0.27 / 0.55 / 0.68 % (median of 20), enough to tell 1 %. The table prints the interval got; a
 noisier host needs more ``--rounds`` (the interval shrinks as their square root).
 

@@ -29,5 +29,5 @@ def test_gpu_tests_collect_without_a_gpu():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     collected = [line for line in proc.stdout.splitlines() if "::" in line]
     assert len(collected) >= 10
-    assert any(c.startswith("tests/test_gpu_workloads.py::") for c in collected)
-    assert not any(c.startswith(("tests/test_cli.py::", "tests/test_orchestrator.py::")) for c in collected)
+    assert any(c.startswith("tests/workloads/test_gpu_workloads.py::") for c in collected)
+    assert not any(c.startswith(("tests/cli/test_cli.py::", "tests/lifecycle/test_orchestrator.py::")) for c in collected)

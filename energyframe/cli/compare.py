@@ -16,7 +16,7 @@ FIGURE_CHOICES = ("time", "energy", "power", "dynamic")
 
 
 #: compare.py's DEFAULT_ALPHA and DEFAULT_MIN_CHANGE_PCT, written out so that ``--help`` does not
-#: import numpy (tests/test_compare.py checks that they agree)
+#: import numpy (tests/compare/test_compare.py checks that they agree)
 ALPHA = 0.05
 MIN_CHANGE_PCT = 1.0
 

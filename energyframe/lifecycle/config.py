@@ -130,7 +130,7 @@ SETTINGS = tuple(_FIELDS.values())
 class RunSettings:
     """What the user asked for; ``None`` leaves a field to the workload, then to the default.
 
-    The fields are ``RunConfig``'s (tests/test_config.py checks that they stay the same).
+    The fields are ``RunConfig``'s (tests/lifecycle/test_config.py checks that they stay the same).
     """
 
     trials: int | None = None

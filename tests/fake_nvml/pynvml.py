@@ -1,5 +1,5 @@
 """A fake of nvidia-ml-py's ``pynvml`` module: the functions energyframe calls, with the real
-signatures (tests/test_nvml.py checks them against the real module), driven by a scenario.
+signatures (tests/power/test_nvml.py checks them against the real module), driven by a scenario.
 
 The scenario is a JSON file named by ``FAKE_NVML_SCENARIO`` so that the sampler process (a real
 child process in the tests) reads the same one. Per GPU it describes the power over time, the

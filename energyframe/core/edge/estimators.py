@@ -50,7 +50,7 @@ from .place import EdgePlace
 #: more edges moved the median within what the steady truths themselves vary by (docs/validation.md)
 STEP_SIGMAS = 1.25
 #: under a load without steps, the share of the samples' noise that the interpolation's own error
-#: may hide from |D| (calibrated on the steady simulation, tests/test_edges.py)
+#: may hide from |D| (calibrated on the steady simulation, tests/core/test_edges.py)
 UNSEEN_SHARE = 0.6
 #: a rise moved onto a synchronised start edge is at least this share of the step its tick
 #: interval holds (``Evidence.jump_w``): the step that made the edge ``fused``

@@ -19,7 +19,7 @@ from .place import interval
 #: 20-ms samples' stamp jitter and the offset between them and the counter. Units: s.
 PLACEMENT_SD_S = 0.0001
 #: the share of an interval's unexplained mismatch, per watt of step, that lands at an edge: the
-#: interval's own scale takes the rest back (calibrated on the step simulation, tests/test_edges.py)
+#: interval's own scale takes the rest back (calibrated on the step simulation, tests/core/test_edges.py)
 PLACEMENT_SHARE = 0.6
 #: the fused power is read in bins this long to find a rise (``Evidence.rise_near``). Units: s.
 RISE_BIN_S = 0.001
