@@ -205,19 +205,25 @@ def _analyse(
 def _aligner(
     log: PowerLog, channels: Mapping[str, Channel], ref_s: float, lag_s: float | None, run: _Run | None
 ) -> LogAligner:
-    recorded = {}
-    maps = (log.run_meta or {}).get("time_maps") if log.kind == SAMPLES else None
-    if isinstance(maps, dict):
-        recorded = {
-            n: recorded_map(m, log.run_meta, ref_s, n)
-            for n, m in maps.items()
-            if n in channels and isinstance(m, dict)
-        }
+    recorded = _recorded_maps(log, channels, ref_s)
     reference = None
     needs_one = any(c.timing.value == "unknown" and n not in recorded for n, c in channels.items())
     if run is not None and lag_s is None and needs_one and log.kind != SAMPLES:
         reference = run.reference(ref_s)
     return LogAligner(log.path.name, lag_s, recorded, reference)
+
+
+def _recorded_maps(log: PowerLog, channels: Mapping[str, Channel], ref_s: float) -> dict[str, ChannelTimeMap]:
+    """The time maps a run recorded for its own samples' channels, on the offline timeline
+    (none for any other log)."""
+    maps = (log.run_meta or {}).get("time_maps") if log.kind == SAMPLES else None
+    if not isinstance(maps, dict):
+        return {}
+    return {
+        n: recorded_map(m, log.run_meta, ref_s, n)
+        for n, m in maps.items()
+        if n in channels and isinstance(m, dict)
+    }
 
 
 def _shifted(rejected: Rejected, by_s: float) -> Rejected:
@@ -261,33 +267,44 @@ def _check_covered(done: _Analysed, name: str, windows: Sequence[Window], ref_s:
     """Windows outside the span of the log's primary channel: an error when none is inside it
     (a wrong log, or a time zone), else a warning; those windows get NaN and ``uncovered`` as
     in a live run (a run killed before its last samples were drained)."""
-    raw = done.log.series[name].times_s
-    time_map = done.maps.get(name, ChannelTimeMap())
-    span = (
-        (float(time_map.apply(raw[0] - ref_s)), float(time_map.apply(raw[-1] - ref_s))) if raw.size else None
-    )
-    outside = [
-        w
-        for w in windows
-        if span is None or not (span[0] <= w.start_s - ref_s and span[1] >= w.end_s - ref_s)
-    ]
+    span = _placed_span(done, name, ref_s)
+    outside = [w for w in windows if not _covers(span, w, ref_s)]
     if not outside:
         return []
     lo, hi = (span[0] + ref_s, span[1] + ref_s) if span is not None else (math.nan, math.nan)
     where = done.log.path.name
     if len(outside) == len(windows):
-        window = outside[0]
-        apart = span is None or window.end_s < lo or window.start_s > hi
-        raise UsageError(
-            f"window {window.name} ({iso(window.start_s)} to {iso(window.end_s)}) is not covered by "
-            f"{where} channel {name}, which spans {iso(lo)} to {iso(hi)}"
-            + (" (different time zones? give --tz)" if apart else "")
-        )
+        raise _uncovered(outside[0], f"{where} channel {name}", span is not None, lo, hi)
     names = ", ".join(w.name for w in outside[:3]) + (", ..." if len(outside) > 3 else "")
     return [
         f"{where}: {len(outside)} window(s) ({names}) reach outside channel {name}, "
         f"which spans {iso(lo)} to {iso(hi)}: their energy is NaN, flagged uncovered"
     ]
+
+
+def _uncovered(window: Window, channel: str, has_readings: bool, lo: float, hi: float) -> UsageError:
+    """The error for a log that covers no window, named by the first; a window entirely before or
+    after the channel's span (``lo`` to ``hi``, Unix s) suggests a time zone."""
+    apart = not has_readings or window.end_s < lo or window.start_s > hi
+    return UsageError(
+        f"window {window.name} ({iso(window.start_s)} to {iso(window.end_s)}) is not covered by "
+        f"{channel}, which spans {iso(lo)} to {iso(hi)}"
+        + (" (different time zones? give --tz)" if apart else "")
+    )
+
+
+def _placed_span(done: _Analysed, name: str, ref_s: float) -> tuple[float, float] | None:
+    """The channel's first and last reading, placed, on the offline timeline; None without one. Units: s."""
+    raw = done.log.series[name].times_s
+    if not raw.size:
+        return None
+    time_map = done.maps.get(name, ChannelTimeMap())
+    return float(time_map.apply(raw[0] - ref_s)), float(time_map.apply(raw[-1] - ref_s))
+
+
+def _covers(span: tuple[float, float] | None, window: Window, ref_s: float) -> bool:
+    """Whether the span (on the offline timeline, ``ref_s`` its Unix origin) holds the whole window."""
+    return span is not None and span[0] <= window.start_s - ref_s and span[1] >= window.end_s - ref_s
 
 
 def _near(channel: Channel, times: np.ndarray, start_s: float, end_s: float) -> int:
@@ -407,40 +424,70 @@ def analyze(
     """
     _check_inputs(logs, windows, lag_s)
     run = _Run(Path(align_with)) if align_with is not None else None
-    # the offline timeline: seconds since the first window opened, exact back to Unix seconds
-    ref_s = min(w.start_s for w in windows)
-    clock = ClockModel(ClockPair(ref_s, 0.0, 0.0))
-    records = [
-        WindowRecord(w.phase or w.name, w.trial, w.start_s - ref_s, w.end_s - ref_s, w.runs or 1)
-        for w in windows
-    ]
+    plan = _Plan.of(windows, lag_s, run)
     frames, reports = [], []
     warnings: list[str] = []
     rejected_rows: dict[str, dict[str, dict[str, int]]] = {}
-    names = [log.path.name for log in logs]
-    # how windows.csv and the report name each log: its file name, its path when names repeat
-    labels = [str(log.path) if names.count(log.path.name) > 1 else log.path.name for log in logs]
-    for log, label in zip(logs, labels):
-        warnings += [w for w in log.warnings if w not in warnings]
-        if not any(c.integrable for c in log.channels.values()):
-            raise UsageError(f"{log.path} holds no power or energy channel")
-        done = _analyse(log, records, clock, lag_s, run, warnings)
-        primary = log.primary if log.primary in done.kept else next(iter(done.kept))
-        warnings += _check_covered(done, primary, windows, ref_s)
-        warnings += _rejection_warnings(done, ref_s)
-        counts = {n: _by_flag(r) for n, r in done.rejected.items() if r.count()}
+    for log, label in zip(logs, _labels(logs)):
+        frame, log_reports, counts = _analyse_log(log, label, plan, warnings)
         if counts:
             rejected_rows[label] = counts
-        frame = done.result.windows.copy()
-        frame["log"] = label
         frames.append(frame)
-        reports += _reports(done, primary, windows, records, frame)
+        reports += log_reports
     document = dict(reports[0]) if len(reports) == 1 else {"windows": reports}
     document["rejected_rows"] = rejected_rows
     if warnings:
         document["warnings"] = warnings
     _write(out_path(out), frames, document)
     return document
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What every log is analysed against: the windows, on the offline timeline (seconds since
+    the first window opened, ``ref_s`` in Unix s, exact back to Unix seconds), and how a log is
+    aligned (a stated lag, a run to align against)."""
+
+    windows: Sequence[Window]
+    ref_s: float
+    clock: ClockModel
+    records: list[WindowRecord]
+    lag_s: float | None
+    run: _Run | None
+
+    @classmethod
+    def of(cls, windows: Sequence[Window], lag_s: float | None, run: _Run | None) -> _Plan:
+        ref_s = min(w.start_s for w in windows)
+        records = [
+            WindowRecord(w.phase or w.name, w.trial, w.start_s - ref_s, w.end_s - ref_s, w.runs or 1)
+            for w in windows
+        ]
+        return cls(windows, ref_s, ClockModel(ClockPair(ref_s, 0.0, 0.0)), records, lag_s, run)
+
+
+def _labels(logs: Sequence[PowerLog]) -> list[str]:
+    """How windows.csv and the report name each log: its file name, its path when names repeat."""
+    names = [log.path.name for log in logs]
+    return [str(log.path) if names.count(log.path.name) > 1 else log.path.name for log in logs]
+
+
+def _analyse_log(
+    log: PowerLog, label: str, plan: _Plan, warnings: list[str]
+) -> tuple[pd.DataFrame, list[dict], dict[str, dict[str, int]]]:
+    """One log of the analysis: its windows.csv rows (named ``label``), its entries of the report,
+    and the rows left out of each channel, by flag; ``warnings`` gets the log's own (each once),
+    then what assembling, covering the windows and leaving rows out say."""
+    warnings += [w for w in log.warnings if w not in warnings]
+    if not any(c.integrable for c in log.channels.values()):
+        raise UsageError(f"{log.path} holds no power or energy channel")
+    done = _analyse(log, plan.records, plan.clock, plan.lag_s, plan.run, warnings)
+    primary = log.primary if log.primary in done.kept else next(iter(done.kept))
+    warnings += _check_covered(done, primary, plan.windows, plan.ref_s)
+    warnings += _rejection_warnings(done, plan.ref_s)
+    counts = {n: _by_flag(r) for n, r in done.rejected.items() if r.count()}
+    frame = done.result.windows.copy()
+    frame["log"] = label
+    return frame, _reports(done, primary, plan.windows, plan.records, frame), counts
 
 
 def _reports(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,17 +35,15 @@ class Window:
     trial: int = 0
 
 
+#: the columns of a run's windows.csv that make a window; those after the first are numbers
+RUN_WINDOW_COLUMNS = ["phase", "trial", "start_s", "end_s", "iterations"]
+
+
 def windows_from_run(directory: Path | str) -> list[Window]:
     """A run directory's windows (one per phase and trial) from its windows.csv."""
     from ..results.store import WINDOWS_CSV, WINDOWS_PARTIAL, read_windows
 
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise UsageError(
-            f"run directory {directory} does not exist"
-            if not directory.exists()
-            else f"{directory} is not a directory"
-        )
+    directory = _run_directory(directory)
     path = directory / WINDOWS_CSV
     if not path.exists() and (directory / WINDOWS_PARTIAL).exists():
         return _journal_windows(directory)
@@ -53,34 +52,46 @@ def windows_from_run(directory: Path | str) -> list[Window]:
             f"{directory} has no windows.csv: it is not a run directory, or its run measured nothing"
         )
     frame = read_windows(directory)
-    needed = ["phase", "trial", "start_s", "end_s", "iterations"]
-    missing = [c for c in needed if c not in frame.columns]
+    missing = [c for c in RUN_WINDOW_COLUMNS if c not in frame.columns]
     if missing:
         raise UsageError(f"{path} lacks the column(s) {missing} of a run's windows.csv")
-    frame = frame.drop_duplicates(["phase", "trial"])
-    out = []
-    for row in frame.itertuples():
-        numbers = {
-            c: pd.to_numeric(pd.Series([getattr(row, c)]), errors="coerce").iloc[0] for c in needed[1:]
-        }
-        bad = [c for c, v in numbers.items() if not np.isfinite(v)]
-        if bad:
-            raise UsageError(
-                f"{path} row {row.Index + 2} ({row.phase}) has no number in {bad}: the file is damaged"
-            )
-        out.append(
-            Window(
-                f"{row.phase}#{int(numbers['trial'])}",
-                float(numbers["start_s"]),
-                float(numbers["end_s"]),
-                int(numbers["iterations"]),
-                str(row.phase),
-                int(numbers["trial"]),
-            )
-        )
+    out = [_row_window(path, row) for row in frame.drop_duplicates(["phase", "trial"]).itertuples()]
     if not out:
         raise UsageError(f"{path} holds no window")
     return check_windows(out, f"{path}: its windows' start_s or end_s")
+
+
+def _run_directory(directory: Path | str) -> Path:
+    """``directory``, once it is one."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise UsageError(
+            f"run directory {directory} does not exist"
+            if not directory.exists()
+            else f"{directory} is not a directory"
+        )
+    return directory
+
+
+def _row_window(path: Path, row: Any) -> Window:
+    """One row of a run's windows.csv as a window, named ``phase#trial``."""
+    numbers = {
+        c: pd.to_numeric(pd.Series([getattr(row, c)]), errors="coerce").iloc[0]
+        for c in RUN_WINDOW_COLUMNS[1:]
+    }
+    bad = [c for c, v in numbers.items() if not np.isfinite(v)]
+    if bad:
+        raise UsageError(
+            f"{path} row {row.Index + 2} ({row.phase}) has no number in {bad}: the file is damaged"
+        )
+    return Window(
+        f"{row.phase}#{int(numbers['trial'])}",
+        float(numbers["start_s"]),
+        float(numbers["end_s"]),
+        int(numbers["iterations"]),
+        str(row.phase),
+        int(numbers["trial"]),
+    )
 
 
 def _journal_windows(directory: Path) -> list[Window]:
@@ -114,6 +125,22 @@ def _journal_windows(directory: Path) -> list[Window]:
 def windows_from_timing(path: Path | str, tz: str | None = None) -> list[Window]:
     """The earlier tool's timing JSON: start_timestamp, end_timestamp, num_runs."""
     path = Path(path)
+    data = _timing_object(path)
+    missing = [k for k in ("start_timestamp", "end_timestamp") if k not in data]
+    if missing:
+        raise UsageError(f"{path} lacks {', '.join(missing)} (expected the earlier tool's timing JSON)")
+    runs = data.get("num_runs")
+    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
+        raise UsageError(f"{path}: num_runs should be a whole number of runs, not {runs!r}")
+    try:
+        start, end = parse_time(data["start_timestamp"], tz), parse_time(data["end_timestamp"], tz)
+    except UsageError as e:
+        raise UsageError(f"{path}: {e}") from e
+    return [Window(path.stem, start, end, runs)]
+
+
+def _timing_object(path: Path) -> dict[str, Any]:
+    """The JSON object a timing file holds; each way it can fail to be one, said."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError as e:
@@ -126,17 +153,7 @@ def windows_from_timing(path: Path | str, tz: str | None = None) -> list[Window]
         raise UsageError(
             f"{path} is not the earlier tool's timing JSON (an object), it holds a {type(data).__name__}"
         )
-    missing = [k for k in ("start_timestamp", "end_timestamp") if k not in data]
-    if missing:
-        raise UsageError(f"{path} lacks {', '.join(missing)} (expected the earlier tool's timing JSON)")
-    runs = data.get("num_runs")
-    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
-        raise UsageError(f"{path}: num_runs should be a whole number of runs, not {runs!r}")
-    try:
-        start, end = parse_time(data["start_timestamp"], tz), parse_time(data["end_timestamp"], tz)
-    except UsageError as e:
-        raise UsageError(f"{path}: {e}") from e
-    return [Window(path.stem, start, end, runs)]
+    return data
 
 
 def window_from_text(text: str, tz: str | None = None) -> Window:

@@ -82,21 +82,23 @@ class LogAligner(MeterAligner):
 
     def __call__(self, channels, series, records) -> dict[str, ChannelTimeMap]:
         if self.lag_s is not None:
-            maps = stated_lag(channels, self.lag_s)
-            for name, time_map in maps.items():
-                self.how[name] = f"--lag {self.lag_s:g} s" + half_text(time_map.lag_s - self.lag_s)
-            return maps
+            return self._stated(channels, self.lag_s)
         maps = {n: m for n, m in self.recorded.items() if n in channels}
         self.how.update({n: "the run's own time map" for n in maps})
-        unknown = {
-            n: c for n, c in channels.items() if c.timing == Timing.UNKNOWN and c.integrable and n not in maps
-        }
+        unknown = _unplaced_meters(channels, maps)
         if not unknown:
             return maps
         if self.reference is None or not self.reference.channels:
             maps.update(self._unaligned(unknown))
             return maps
         maps.update(self._aligned(unknown, series, records))
+        return maps
+
+    def _stated(self, channels: Mapping[str, Channel], lag_s: float) -> dict[str, ChannelTimeMap]:
+        """Every channel moved by the lag the user stated (``stated_lag``)."""
+        maps = stated_lag(channels, lag_s)
+        for name, time_map in maps.items():
+            self.how[name] = f"--lag {lag_s:g} s" + half_text(time_map.lag_s - lag_s)
         return maps
 
     def _unaligned(self, unknown: Mapping[str, Channel]) -> dict[str, ChannelTimeMap]:
@@ -131,28 +133,30 @@ class LogAligner(MeterAligner):
         maps = super().__call__(both_channels, both_series, records)
         self.warnings = []  # said here, in an offline analysis's words
         for name, a in self.alignments.items():
-            interval = averaging_period(unknown[name])
-            if a.reference is None:
-                self.how[name] = f"moved by half its {interval:g}-s interval only (not aligned)"
-                self.warnings.append(
-                    f"{self.where}: not aligned with {self.reference.run_name} ({self.reference.run_name} has no "
-                    "GPU or CPU power channel to align against)"
-                )
-            elif a.applied:
-                self.how[name] = (
-                    f"aligned with {a.reference} of {self.reference.run_name}: lag {a.lag_s:+.3f} s + half its "
-                    f"{interval:g}-s interval"
-                )
-            else:
-                self.how[name] = (
-                    f"moved by half its {interval:g}-s interval only (correlation with {a.reference} too low)"
-                )
-                self.warnings.append(
-                    f"{self.where}: not aligned with {self.reference.run_name} (correlation {a.correlation:.2f} "
-                    f"with {a.reference}); its samples are only moved to the middle of their intervals: give "
-                    "--lag S if you know the lag"
-                )
+            self._say(name, a, averaging_period(unknown[name]), self.reference.run_name)
         return {n: m for n, m in maps.items() if n in unknown}
+
+    def _say(self, name: str, a: Alignment, interval_s: float, run_name: str) -> None:
+        """How one wall meter was placed (``how``), and a warning where it was not aligned."""
+        if a.reference is None:
+            self.how[name] = f"moved by half its {interval_s:g}-s interval only (not aligned)"
+            self.warnings.append(
+                f"{self.where}: not aligned with {run_name} ({run_name} has no "
+                "GPU or CPU power channel to align against)"
+            )
+        elif a.applied:
+            self.how[name] = (
+                f"aligned with {a.reference} of {run_name}: lag {a.lag_s:+.3f} s + half its {interval_s:g}-s interval"
+            )
+        else:
+            self.how[name] = (
+                f"moved by half its {interval_s:g}-s interval only (correlation with {a.reference} too low)"
+            )
+            self.warnings.append(
+                f"{self.where}: not aligned with {run_name} (correlation {a.correlation:.2f} "
+                f"with {a.reference}); its samples are only moved to the middle of their intervals: give "
+                "--lag S if you know the lag"
+            )
 
     def alignment_of(self, name: str, time_map: ChannelTimeMap, interval_s: float) -> dict[str, Any] | None:
         """energy_report.json's ``alignment`` of one channel (None when it was not aligned)."""
@@ -173,6 +177,15 @@ class LogAligner(MeterAligner):
             why = self.reference.why_not or f"{self.reference.run_name} has no GPU or CPU power channel"
             return {"applied": False, "reason": why}
         return None
+
+
+def _unplaced_meters(
+    channels: Mapping[str, Channel], maps: Mapping[str, ChannelTimeMap]
+) -> dict[str, Channel]:
+    """The integrable channels of unknown timing (wall meters) that no time map places yet."""
+    return {
+        n: c for n, c in channels.items() if c.timing == Timing.UNKNOWN and c.integrable and n not in maps
+    }
 
 
 def half_text(half: float) -> str:

@@ -79,12 +79,20 @@ def power_reading(text: str, unit: str | None) -> tuple[float | None, str | None
         what = "a hexadecimal value" if _HEX.match(text) else "no decimal number"
         return None, f"{text!r} is {what}, not a power"
     written = match.group(2)
+    why = _unit_problem(text, written, unit)
+    if why is not None:
+        return None, why
+    return float(match.group(1)) * POWER_UNITS[written or unit or "W"], None
+
+
+def _unit_problem(text: str, written: str | None, unit: str | None) -> str | None:
+    """Why a value printed with its own unit (``written``, if any) cannot be read under a header
+    of ``unit``: another unit than the header promises, or one energyframe does not know."""
     if written and unit is not None and written != unit:
-        return None, f"{text!r} is in {written}, but the header promises {unit}"
-    scale = POWER_UNITS.get(written or unit or "W")
-    if scale is None:
-        return None, f"{text!r} is in {written!r}, not a unit of power energyframe knows (W, mW, kW)"
-    return float(match.group(1)) * scale, None
+        return f"{text!r} is in {written}, but the header promises {unit}"
+    if POWER_UNITS.get(written or unit or "W") is None:
+        return f"{text!r} is in {written!r}, not a unit of power energyframe knows (W, mW, kW)"
+    return None
 
 
 def power_readings(texts, unit: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, str | None]:

@@ -14,10 +14,12 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UsageError
 from ..kit import extras, registry
+from ..model import Phase
 from ..options import parse_spec
 from ..plugin import Workload
 from ..workloads import distributed
@@ -44,63 +46,30 @@ def capture(spec: str | Workload, out_dir: Path | str, steps: int = 3, warmup: i
     the trace of one made in Python names no spec, so its replay measures the full model only
     when given it (``full=``)."""
     extras.check("torch", "energyframe trace")
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
-
     w = distributed.world()
     out_dir = trace_dir(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     spec, workload = _traced_workload(spec)
+    raw = out_dir / "trace.json"
     workload.setup()
     try:
-        # the first phase only: a workload that prepares each phase as it is asked for (a
-        # generator) prepares no more than that
-        phase = next(iter(workload.phases()), None)
-        if phase is None:
-            raise UsageError(f"workload {workload.name!r} has no phase to trace")
-        if phase.setup is not None:
-            phase.setup()
-        sync = phase.sync
-        if w.distributed and distributed.joined():
-
-            def sync() -> None:  # every rank's step starts together: their timelines line up
-                phase.sync()
-                distributed.wait_for_ranks()
-
+        phase = _first_phase(workload)
+        sync = _step_sync(phase, w)
         for _ in range(warmup):
             phase.step()
         sync()
         # under torchrun a step that failed on one rank would leave its peers waiting in a
         # collective: the ranks' replays rotate every input instead
-        memory, ran_ops = (None, True) if w.distributed else _traceable(spec if isinstance(spec, str) else workload.name, phase)
+        memory, ran_ops = (
+            (None, True)
+            if w.distributed
+            else _traceable(spec if isinstance(spec, str) else workload.name, phase)
+        )
         sync()
-        activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(ProfilerActivity.CUDA)
-        with profile(activities=activities, record_shapes=True) as prof:
-            for _ in range(steps):
-                with record_function(kineto.STEP_ANNOTATION):
-                    phase.step()
-                    sync()
-        raw = out_dir / "trace.json"
-        prof.export_chrome_trace(str(raw))
+        _profile(phase, steps, sync, raw)
         if phase.teardown is not None:
             phase.teardown()
-        info = {
-            "workload": spec if isinstance(spec, str) else None,
-            "workload_name": workload.name,
-            "phase": phase.name,
-            "iterations_per_step": phase.iterations_per_step,
-            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "rank": w.rank,
-            "local_rank": w.local_rank,
-            "world_size": w.world_size,
-            "trace_dir": str(out_dir),
-            "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "steps": steps,
-            "warmup": warmup,
-        }
+        info = _trace_info(spec, workload, phase, w, out_dir, steps=steps, warmup=warmup)
     finally:
         workload.teardown()
     if memory is not None:
@@ -111,6 +80,78 @@ def capture(spec: str | Workload, out_dir: Path | str, steps: int = 3, warmup: i
         shutil.copyfileobj(src, dst)
     raw.unlink()
     return _summary(out_dir, info, ran_ops)
+
+
+def _first_phase(workload: Workload) -> Phase:
+    """The workload's first phase, set up. Only the first: a workload that prepares each phase
+    as it is asked for (a generator) prepares no more than that."""
+    phase = next(iter(workload.phases()), None)
+    if phase is None:
+        raise UsageError(f"workload {workload.name!r} has no phase to trace")
+    if phase.setup is not None:
+        phase.setup()
+    return phase
+
+
+def _step_sync(phase: Phase, w: distributed.World) -> Callable[[], None]:
+    """What ends a traced step: the phase's sync and, on ranks that joined a process group, a
+    wait for every rank, so that every rank's step starts together and their timelines line up."""
+    if not (w.distributed and distributed.joined()):
+        return phase.sync
+
+    def sync() -> None:
+        phase.sync()
+        distributed.wait_for_ranks()
+
+    return sync
+
+
+def _profile(phase: Phase, steps: int, sync: Callable[[], None], raw: Path) -> None:
+    """``steps`` steps under the profiler, with input shapes, each annotated as a step; the
+    trace exported to ``raw``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities, record_shapes=True) as prof:
+        for _ in range(steps):
+            with record_function(kineto.STEP_ANNOTATION):
+                phase.step()
+                sync()
+    prof.export_chrome_trace(str(raw))
+
+
+def _trace_info(
+    spec: str | Workload,
+    workload: Workload,
+    phase: Phase,
+    w: distributed.World,
+    out_dir: Path,
+    *,
+    steps: int,
+    warmup: int,
+) -> dict:
+    """What trace_meta.json says of the capture: the workload and phase, the process among the
+    ranks, the device and torch, when, and how many steps."""
+    import torch
+
+    return {
+        "workload": spec if isinstance(spec, str) else None,
+        "workload_name": workload.name,
+        "phase": phase.name,
+        "iterations_per_step": phase.iterations_per_step,
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "rank": w.rank,
+        "local_rank": w.local_rank,
+        "world_size": w.world_size,
+        "trace_dir": str(out_dir),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "steps": steps,
+        "warmup": warmup,
+    }
 
 
 def _traced_workload(spec: str | Workload) -> tuple[str | Workload, Workload]:
@@ -135,7 +176,9 @@ def eager_spec(spec: str) -> str:
     graph's replay shows the profiler its kernels but none of its ops, and replay measures the
     graph beside the eager ops anyway (a twin with ``execution=graph``)."""
     parsed = parse_spec(spec)
-    log.info("tracing %s with execution=eager: the profiler sees a CUDA graph's kernels but none of its ops", spec)
+    log.info(
+        "tracing %s with execution=eager: the profiler sees a CUDA graph's kernels but none of its ops", spec
+    )
     return str(dataclasses.replace(parsed, options={**dict(parsed.options), "execution": "eager"}))
 
 
@@ -179,7 +222,9 @@ def _memory_inputs(step) -> tuple[list | None, bool]:
         log.warning("could not record which inputs the model reads from memory (%s: %s)", type(e).__name__, e)
         return None, True
     if signatures is None:
-        log.info("the traced step ran no aten op in this process: which inputs it reads from memory is unknown")
+        log.info(
+            "the traced step ran no aten op in this process: which inputs it reads from memory is unknown"
+        )
         return None, False
     return signatures, True
 
@@ -198,9 +243,17 @@ def summarize_trace(
         from .gantt import timeline
 
         timeline(trace, out_dir / "timeline.png", title=meta.get("workload") or Path(path).name)
-    if info is None and Path(path).resolve() != (out_dir / "trace.json.gz").resolve():
-        target = out_dir / ("trace.json.gz" if str(path).endswith(".gz") else "trace.json")
-        if Path(path).resolve() != target.resolve():
-            shutil.copyfile(path, target)
+    if info is None:
+        _keep_imported(Path(path), out_dir)
     (out_dir / "trace_meta.json").write_text(json.dumps(meta, indent=1))
     return meta
+
+
+def _keep_imported(path: Path, out_dir: Path) -> None:
+    """An imported trace copied beside its summaries, as trace.json.gz or trace.json (as
+    compressed as it came), unless it is already there."""
+    if path.resolve() == (out_dir / "trace.json.gz").resolve():
+        return
+    target = out_dir / ("trace.json.gz" if str(path).endswith(".gz") else "trace.json")
+    if path.resolve() != target.resolve():
+        shutil.copyfile(path, target)

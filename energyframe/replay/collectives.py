@@ -14,6 +14,7 @@ collective's time does not depend on them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,8 +36,21 @@ class Collective:
     call: Callable[[dict], None]
 
 
-def rebuild_collective(record: dict, world_size: int) -> Collective:  # noqa: C901 (checks the record, then its nested builders dispatch over the replayed kinds)
+def rebuild_collective(record: dict, world_size: int) -> Collective:
     """A collective from one collectives.jsonl record. Raises RebuildError with the reason."""
+    shape = _replayed_shape(record, world_size)
+    kind: str = record["kind"]  # one of REPLAYED: checked
+    dtype_name = record.get("dtype") or "float32"
+    return Collective(
+        record,
+        functools.partial(_make_state, kind, shape, dtype_name, world_size),
+        functools.partial(_call, kind),
+    )
+
+
+def _replayed_shape(record: dict, world_size: int) -> list[int]:
+    """The shape of the one tensor the collective is replayed on; RebuildError for a record
+    that cannot be replayed here (its kind, its group, its tensors)."""
     kind, group = record.get("kind"), int(record.get("group_size") or 0)
     if kind not in REPLAYED:
         raise RebuildError(f"{record.get('name')} ({kind}) is not replayed; replayed: {', '.join(REPLAYED)}")
@@ -51,40 +65,43 @@ def rebuild_collective(record: dict, world_size: int) -> Collective:  # noqa: C9
     shape = [int(d) for d in shapes[0]]
     if kind in ("reduce_scatter_tensor", "all_to_all_single") and (not shape or shape[0] % world_size):
         raise RebuildError(f"{kind} of {shape}: the first dimension does not split over {world_size} ranks")
-    dtype_name = record.get("dtype") or "float32"
+    return shape
 
-    def make_state(device) -> dict:
-        import torch
 
-        dtype = getattr(torch, dtype_name)
-        if dtype.is_floating_point:
-            data = torch.randn(shape, device=device, dtype=dtype)
-        else:
-            data = torch.zeros(shape, device=device, dtype=dtype)
-        state = {"input": data}
-        if kind == "all_gather_into_tensor":
-            state["output"] = torch.empty([world_size * shape[0], *shape[1:]], device=device, dtype=dtype)
-        elif kind == "reduce_scatter_tensor":
-            state["output"] = torch.empty([shape[0] // world_size, *shape[1:]], device=device, dtype=dtype)
-        elif kind == "all_to_all_single":
-            state["output"] = torch.empty_like(data)
-        return state
+def _make_state(kind: str, shape: list[int], dtype_name: str, world_size: int, device) -> dict:
+    """The collective's input (random values, zeros for an integer type) and, for a kind that
+    writes another tensor, its output."""
+    import torch
 
-    def call(state: dict) -> None:
-        import torch.distributed as dist
+    dtype = getattr(torch, dtype_name)
+    if dtype.is_floating_point:
+        data = torch.randn(shape, device=device, dtype=dtype)
+    else:
+        data = torch.zeros(shape, device=device, dtype=dtype)
+    state = {"input": data}
+    if kind == "all_gather_into_tensor":
+        state["output"] = torch.empty([world_size * shape[0], *shape[1:]], device=device, dtype=dtype)
+    elif kind == "reduce_scatter_tensor":
+        state["output"] = torch.empty([shape[0] // world_size, *shape[1:]], device=device, dtype=dtype)
+    elif kind == "all_to_all_single":
+        state["output"] = torch.empty_like(data)
+    return state
 
-        if kind == "all_reduce":
-            dist.all_reduce(state["input"])
-        elif kind == "all_gather_into_tensor":
-            dist.all_gather_into_tensor(state["output"], state["input"])
-        elif kind == "reduce_scatter_tensor":
-            dist.reduce_scatter_tensor(state["output"], state["input"])
-        elif kind == "broadcast":
-            dist.broadcast(state["input"], src=0)
-        else:
-            dist.all_to_all_single(state["output"], state["input"])
 
-    return Collective(record, make_state, call)
+def _call(kind: str, state: dict) -> None:
+    """One call of the collective on its tensors."""
+    import torch.distributed as dist
+
+    if kind == "all_reduce":
+        dist.all_reduce(state["input"])
+    elif kind == "all_gather_into_tensor":
+        dist.all_gather_into_tensor(state["output"], state["input"])
+    elif kind == "reduce_scatter_tensor":
+        dist.reduce_scatter_tensor(state["output"], state["input"])
+    elif kind == "broadcast":
+        dist.broadcast(state["input"], src=0)
+    else:
+        dist.all_to_all_single(state["output"], state["input"])
 
 
 def collective_phase(name: str, collective: Collective, device, unroll: int) -> Phase:

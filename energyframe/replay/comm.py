@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .rebuild import DTYPE_NAMES
-from .tracedata import TIER_COMMUNICATION, Op, Trace
+from .tracedata import TIER_COMMUNICATION, Kernel, Op, Trace
 
 #: c10d dispatcher ops: the kind of collective, and the argument holding its (input) tensors
 C10D = {
@@ -122,29 +122,13 @@ def _shapes(dims: Any) -> list[list[int]]:
 
 def describe(op: Op, dtype_hint: str, world_size: int) -> dict:
     """A collective's kind, input shapes, element type and group size."""
-    args = op.args
-    dims = args.get("Input Dims") or []
-    types = args.get("Input type") or []
-    if op.name in C10D:
-        kind, index = C10D[op.name]
-    else:
-        kind, index = FUNCTIONAL[op.name], 0
+    kind, index = _kind_and_input(op)
+    dims = op.args.get("Input Dims") or []
     shapes = _shapes(dims[index]) if index < len(dims) else []
     params: Mapping[str, Any] = next((d.args for d in [op, *descendants(op)] if d.name == PARAM_COMMS), {})
-    dtype = SCALAR_TYPE_NAMES.get(str(params.get("dtype", "")))
-    if dtype is None and index < len(types):
-        dtype = DTYPE_NAMES.get(types[index])
-    parent = op.parent
-    if dtype is None and parent is not None and parent.name in FUNCTIONAL:
-        dtype = DTYPE_NAMES.get((parent.args.get("Input type") or [""])[0])
+    dtype = _element_type(op, index, params) or dtype_hint
     group = params.get("Group size")
-    numel = 0
-    for shape in shapes:
-        n = 1
-        for d in shape:
-            n *= int(d)
-        numel += n
-    dtype = dtype or dtype_hint
+    numel = _numel(shapes)
     return {
         "name": op.name,
         "kind": kind,
@@ -156,21 +140,42 @@ def describe(op: Op, dtype_hint: str, world_size: int) -> dict:
     }
 
 
+def _kind_and_input(op: Op) -> tuple[str, int]:
+    """The collective's kind, and which recorded argument holds its input tensors."""
+    if op.name in C10D:
+        return C10D[op.name]
+    return FUNCTIONAL[op.name], 0
+
+
+def _element_type(op: Op, index: int, params: Mapping[str, Any]) -> str | None:
+    """The element type, from the first that records it: record_param_comms, the op's own input,
+    the functional collective around it. None when none does."""
+    dtype = SCALAR_TYPE_NAMES.get(str(params.get("dtype", "")))
+    types = op.args.get("Input type") or []
+    if dtype is None and index < len(types):
+        dtype = DTYPE_NAMES.get(types[index])
+    parent = op.parent
+    if dtype is None and parent is not None and parent.name in FUNCTIONAL:
+        dtype = DTYPE_NAMES.get((parent.args.get("Input type") or [""])[0])
+    return dtype
+
+
+def _numel(shapes: list[list[int]]) -> int:
+    """The elements of all the tensors, together."""
+    numel = 0
+    for shape in shapes:
+        n = 1
+        for d in shape:
+            n *= int(d)
+        numel += n
+    return numel
+
+
 def unique_collectives(trace: Trace, dtype_hint: str = "float32", world_size: int = 1) -> list[dict]:
     """One record per unique collective: kind, shapes, type, group size, count (per
     iteration), and the GPU time of the kernels launched inside it (NCCL's)."""
     ops = collective_ops(trace)
-    chosen = {id(op) for op in ops}
-    kernels_of: dict[int, list] = defaultdict(list)
-    for k in trace.kernels:
-        op = k.op
-        while op is not None and id(op) not in chosen:
-            op = op.parent
-        if op is None and k.op is not None and k.tier == TIER_COMMUNICATION:
-            # the kernel's op encloses the collective (it launched a kernel of its own)
-            op = next((d for d in descendants(k.op) if id(d) in chosen), None)
-        if op is not None:
-            kernels_of[id(op)].append(k)
+    kernels_of = _kernels_by_collective(trace, ops)
     groups: dict[str, list[tuple[Op, dict]]] = defaultdict(list)
     for op in ops:
         record = describe(op, dtype_hint, world_size)
@@ -194,3 +199,26 @@ def unique_collectives(trace: Trace, dtype_hint: str = "float32", world_size: in
             }
         )
     return sorted(out, key=lambda r: (not r["replayed"], r["key"]))
+
+
+def _kernels_by_collective(trace: Trace, ops: list[Op]) -> dict[int, list[Kernel]]:
+    """The kernels each collective launched (NCCL's and its backend's), by the collective's id()."""
+    chosen = {id(op) for op in ops}
+    kernels_of: dict[int, list[Kernel]] = defaultdict(list)
+    for k in trace.kernels:
+        op = _collective_of(k, chosen)
+        if op is not None:
+            kernels_of[id(op)].append(k)
+    return kernels_of
+
+
+def _collective_of(k: Kernel, chosen: set[int]) -> Op | None:
+    """The collective (of those whose id() is in ``chosen``) that launched the kernel: the one
+    its op runs in, or for a communication kernel the one inside its op."""
+    op = k.op
+    while op is not None and id(op) not in chosen:
+        op = op.parent
+    if op is None and k.op is not None and k.tier == TIER_COMMUNICATION:
+        # the kernel's op encloses the collective (it launched a kernel of its own)
+        op = next((d for d in descendants(k.op) if id(d) in chosen), None)
+    return op

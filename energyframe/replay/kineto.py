@@ -26,6 +26,7 @@ import gzip
 import json
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +53,25 @@ def load_events(path: Path | str) -> list[dict]:
     path = Path(path)
     if not path.exists():
         raise UsageError(f"trace file {path} does not exist")
+    data = _read_json(path)
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise UsageError(f"{path} has no traceEvents list: not a PyTorch profiler (Kineto) trace")
+    for index, event in enumerate(events):
+        if not isinstance(event, dict):
+            raise UsageError(
+                f"{path}: event {index} is {type(event).__name__} {json.dumps(event)[:40]}, not an object: "
+                "not a PyTorch profiler (Kineto) trace"
+            )
+    return events
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON a trace file (gzipped or not) holds; each way it can fail to be one, said."""
     try:
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rt", encoding="utf-8") as f:
-            data = json.load(f)
+            return json.load(f)
     except UnicodeDecodeError as e:
         raise UsageError(
             f"{path} is not UTF-8 text (byte {e.object[e.start : e.start + 1]!r} at offset {e.start}): "
@@ -72,16 +88,6 @@ def load_events(path: Path | str) -> list[dict]:
         raise UsageError(
             f"{path} is not a PyTorch profiler trace ({type(e).__name__}: {str(e)[:120]})"
         ) from e
-    events = data.get("traceEvents") if isinstance(data, dict) else data
-    if not isinstance(events, list):
-        raise UsageError(f"{path} has no traceEvents list: not a PyTorch profiler (Kineto) trace")
-    for index, event in enumerate(events):
-        if not isinstance(event, dict):
-            raise UsageError(
-                f"{path}: event {index} is {type(event).__name__} {json.dumps(event)[:40]}, not an object: "
-                "not a PyTorch profiler (Kineto) trace"
-            )
-    return events
 
 
 def _number(path: Path, index: int, event: dict, key: str, default: float | None = None) -> float:
@@ -118,28 +124,26 @@ def parse(path: Path | str) -> Trace:
         ) from e
 
 
-def _parse(path: Path, events: list[dict]) -> Trace:  # noqa: C901 (one branch per profiler event category)
-    ops: list[Op] = []
-    kernels: list[Kernel] = []
-    runtime_by_corr: dict[int, dict] = {}
-    steps: list[tuple[float, float]] = []
-    for index, e in enumerate(events):
-        if e.get("ph") != "X" or "ts" not in e:
-            continue
+#: the profiler's categories of GPU work: kernels, and the copies and fills it times as kernels
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+#: the categories of the host's calls into CUDA, whose correlation id a kernel records
+RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
+
+
+@dataclass
+class _Events:
+    """The complete events of a trace that linking reads, by kind, in the trace's order."""
+
+    ops: list[Op] = field(default_factory=list)
+    kernels: list[Kernel] = field(default_factory=list)
+    runtime_by_corr: dict[int, dict] = field(default_factory=dict)
+    steps: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, e: dict, args: dict, start: float, end: float) -> None:
+        """One event, by its category (others are not read). Units: µs."""
         cat = e.get("cat", "")
-        args = e.get("args") or {}
-        if not isinstance(args, dict):
-            raise UsageError(f"{path}: event {index} has args {str(args)[:40]!r}, not an object")
-        start = _number(path, index, e, "ts")
-        duration = _number(path, index, e, "dur", 0.0)
-        if duration < 0:  # every time summed from it (busy, idle, per op) would be wrong
-            raise UsageError(
-                f"{path}: event {index} ({str(e.get('name'))[:60]!r}) has dur {duration:g}, a negative "
-                "duration (the profiler records none below 0 µs): not a profiler trace"
-            )
-        end = start + duration
         if cat == "cpu_op":
-            ops.append(
+            self.ops.append(
                 Op(
                     e.get("name", "?"),
                     start,
@@ -149,8 +153,8 @@ def _parse(path: Path, events: list[dict]) -> Trace:  # noqa: C901 (one branch p
                     args.get("External id"),
                 )
             )
-        elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
-            kernels.append(
+        elif cat in GPU_CATEGORIES:
+            self.kernels.append(
                 Kernel(
                     e.get("name", "?"),
                     cat,
@@ -163,31 +167,55 @@ def _parse(path: Path, events: list[dict]) -> Trace:  # noqa: C901 (one branch p
                     args.get("correlation"),
                 )
             )
-        elif cat in ("cuda_runtime", "cuda_driver") and args.get("correlation") is not None:
-            e = {**e, "ts": start}  # checked above: linking reads it as a number
-            runtime_by_corr[args["correlation"]] = e
+        elif cat in RUNTIME_CATEGORIES and args.get("correlation") is not None:
+            # its start checked as a number: linking reads it as one
+            self.runtime_by_corr[args["correlation"]] = {**e, "ts": start}
         elif cat == "user_annotation" and e.get("name") == STEP_ANNOTATION:
-            steps.append((start, end))
-    if not ops and not kernels:
+            self.steps.append((start, end))
+
+
+def _span(path: Path, index: int, e: dict) -> tuple[dict, float, float]:
+    """A complete event's args, start and end, checked. Units: µs."""
+    args = e.get("args") or {}
+    if not isinstance(args, dict):
+        raise UsageError(f"{path}: event {index} has args {str(args)[:40]!r}, not an object")
+    start = _number(path, index, e, "ts")
+    duration = _number(path, index, e, "dur", 0.0)
+    if duration < 0:  # every time summed from it (busy, idle, per op) would be wrong
+        raise UsageError(
+            f"{path}: event {index} ({str(e.get('name'))[:60]!r}) has dur {duration:g}, a negative "
+            "duration (the profiler records none below 0 µs): not a profiler trace"
+        )
+    return args, start, start + duration
+
+
+def _parse(path: Path, events: list[dict]) -> Trace:
+    found = _Events()
+    for index, e in enumerate(events):
+        if e.get("ph") == "X" and "ts" in e:  # complete events: the others have no duration
+            found.add(e, *_span(path, index, e))
+    if not found.ops and not found.kernels:
         raise UsageError(
             f"{path} holds no aten ops and no GPU kernels: was it recorded with the PyTorch profiler?"
         )
-    _nest(ops)
-    _link(ops, kernels, runtime_by_corr)
-    steps.sort()
+    _nest(found.ops)
+    _link(found.ops, found.kernels, found.runtime_by_corr)
+    found.steps.sort()
+    _assign_steps(found.ops, found.kernels, found.steps)
+    return Trace(Path(path), found.ops, found.kernels, found.steps, max(1, len(found.steps)))
+
+
+def _assign_steps(ops: list[Op], kernels: list[Kernel], steps: list[tuple[float, float]]) -> None:
+    """Each op's step by its start; each kernel's that of the op that launched it, else by its start."""
     for op in ops:
         op.step = _step_of(op.start_us, steps)
     for k in kernels:
         k.step = k.op.step if k.op is not None else _step_of(k.start_us, steps)
-    return Trace(Path(path), ops, kernels, steps, max(1, len(steps)))
 
 
 def _nest(ops: list[Op]) -> None:
     """Children by time nesting on the same thread."""
-    by_thread: dict[object, list[Op]] = defaultdict(list)
-    for op in ops:
-        by_thread[op.tid].append(op)
-    for thread_ops in by_thread.values():
+    for thread_ops in _by_thread(ops).values():
         thread_ops.sort(key=lambda o: (o.start_us, -o.end_us))
         stack: list[Op] = []
         for op in thread_ops:
@@ -201,6 +229,13 @@ def _nest(ops: list[Op]) -> None:
             stack.append(op)
 
 
+def _by_thread(ops: list[Op]) -> dict[object, list[Op]]:
+    by_thread: dict[object, list[Op]] = defaultdict(list)
+    for op in ops:
+        by_thread[op.tid].append(op)
+    return by_thread
+
+
 def _contains(outer: Op, inner: Op) -> bool:
     return outer.start_us <= inner.start_us and inner.end_us <= outer.end_us
 
@@ -210,22 +245,9 @@ def _link(ops: list[Op], kernels: list[Kernel], runtime_by_corr: dict[int, dict]
     for each in ops:
         if each.external_id is not None:
             by_external[each.external_id].append(each)
-    by_thread: dict[object, list[Op]] = defaultdict(list)
-    for each in ops:
-        by_thread[each.tid].append(each)
+    by_thread = _by_thread(ops)
     for k in kernels:
-        candidates = by_external.get(k.external_id, []) if k.external_id is not None else []
-        op = min(candidates, key=lambda o: o.end_us - o.start_us) if candidates else None
-        if op is None and k.correlation in runtime_by_corr:
-            call = runtime_by_corr[k.correlation]
-            t = float(call["ts"])
-            enclosing = [
-                o
-                for o in by_thread.get((call.get("pid"), call.get("tid")), [])
-                if o.start_us <= t <= o.end_us
-            ]
-            op = min(enclosing, key=lambda o: o.end_us - o.start_us) if enclosing else None
-        k.op = op  # the innermost op on the launching thread's stack when it was launched
+        k.op = _launching_op(k, by_external, by_thread, runtime_by_corr)
     for k in kernels:
         if k.op is not None and k.op.children:
             k.op.launches_directly = True
@@ -233,6 +255,28 @@ def _link(ops: list[Op], kernels: list[Kernel], runtime_by_corr: dict[int, dict]
         if k.op is not None:
             k.op = k.op.unit()
             k.op.kernels.append(k)
+
+
+def _launching_op(
+    k: Kernel,
+    by_external: dict[int, list[Op]],
+    by_thread: dict[object, list[Op]],
+    runtime_by_corr: dict[int, dict],
+) -> Op | None:
+    """The innermost op on the launching thread's stack when the kernel was launched: by the
+    External id both record, else by the time of the runtime call with the kernel's correlation id."""
+    op = _innermost(by_external.get(k.external_id, [])) if k.external_id is not None else None
+    if op is None and k.correlation in runtime_by_corr:
+        call = runtime_by_corr[k.correlation]
+        t = float(call["ts"])
+        thread_ops = by_thread.get((call.get("pid"), call.get("tid")), [])
+        op = _innermost(o for o in thread_ops if o.start_us <= t <= o.end_us)
+    return op
+
+
+def _innermost(ops: Iterable[Op]) -> Op | None:
+    """The shortest of the ops (the first of the shortest), None for none."""
+    return min(ops, key=lambda o: o.end_us - o.start_us, default=None)
 
 
 def _step_of(t: float, steps: list[tuple[float, float]]) -> int | None:
@@ -314,29 +358,9 @@ def gaps(trace: Trace) -> dict:
     per_step: dict[int | None, list[Kernel]] = defaultdict(list)
     for k in trace.kernels:
         per_step[k.step].append(k)
-    rows: list[dict[str, Any]] = []
-    for step, members in per_step.items():
-        if trace.steps and step is None:
-            continue
-        intervals = sorted((k.start_us, k.end_us) for k in members)
-        start, end = intervals[0]
-        busy = end - start
-        for a, b in intervals[1:]:
-            if a > end:
-                busy += b - a
-                end = b
-            elif b > end:
-                busy += b - end
-                end = b
-        rows.append(
-            {
-                "step": step,
-                "span_us": end - start,
-                "busy_us": busy,
-                "idle_us": end - start - busy,
-                "kernels": len(members),
-            }
-        )
+    rows = [
+        _step_gaps(step, members) for step, members in per_step.items() if not (trace.steps and step is None)
+    ]
     if not rows:
         return {"steps": [], "span_us": 0.0, "busy_us": 0.0, "idle_us": 0.0}
     n = len(rows)
@@ -346,6 +370,32 @@ def gaps(trace: Trace) -> dict:
         "busy_us": sum(r["busy_us"] for r in rows) / n,
         "idle_us": sum(r["idle_us"] for r in rows) / n,
     }
+
+
+def _step_gaps(step: int | None, members: list[Kernel]) -> dict[str, Any]:
+    """One step's row of ``gaps``: its kernels' span, busy and idle time. Units: µs."""
+    start, end, busy = _busy_span(sorted((k.start_us, k.end_us) for k in members))
+    return {
+        "step": step,
+        "span_us": end - start,
+        "busy_us": busy,
+        "idle_us": end - start - busy,
+        "kernels": len(members),
+    }
+
+
+def _busy_span(intervals: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """The first start, the last end and the time covered by sorted intervals, overlaps merged."""
+    start, end = intervals[0]
+    busy = end - start
+    for a, b in intervals[1:]:
+        if a > end:
+            busy += b - a
+            end = b
+        elif b > end:
+            busy += b - end
+            end = b
+    return start, end, busy
 
 
 def write_jsonl(path: Path, records: Iterable[dict]) -> None:
@@ -416,11 +466,16 @@ def _collectives_summary(collectives: list[dict], iterations: int) -> dict:
         "unique": len(replayed),
         "calls_per_iteration": sum(c["count_per_iteration"] for c in replayed),
         "gpu_time_us": sum(c["gpu_time_us"] for c in replayed),
-        "by_kind": {
-            kind: sum(c["count_per_iteration"] for c in replayed if c["kind"] == kind)
-            for kind in sorted({c["kind"] for c in replayed})
-        },
+        "by_kind": _calls_by_kind(replayed),
         "barriers_per_iteration": sum(c["count_per_iteration"] for c in collectives if not c["replayed"]),
+    }
+
+
+def _calls_by_kind(collectives: list[dict]) -> dict[str, float]:
+    """Calls per iteration of each kind of collective, by kind's name."""
+    return {
+        kind: sum(c["count_per_iteration"] for c in collectives if c["kind"] == kind)
+        for kind in sorted({c["kind"] for c in collectives})
     }
 
 

@@ -101,15 +101,21 @@ def memory_positions(record: dict, signatures: set[Signature]) -> set[int]:
     strides = record.get("input_strides") or []
     out = set()
     for i, t in enumerate(types):
-        dtype = DTYPE_NAMES.get(t)
-        if dtype is None or i >= len(dims) or not isinstance(dims[i], list):
-            continue
-        if dims[i] and not all(isinstance(d, int) for d in dims[i]):
-            continue  # a list of tensors: never rotated
-        stride = strides[i] if i < len(strides) and isinstance(strides[i], list) else []
-        if (tuple(dims[i]), tuple(stride), dtype) in signatures:
+        signature = _signature(i, t, dims, strides)
+        if signature is not None and signature in signatures:
             out.add(i)
     return out
+
+
+def _signature(i: int, recorded_type: str, dims: list, strides: list) -> Signature | None:
+    """The signature of the record's input ``i``; None for an input that is not one tensor."""
+    dtype = DTYPE_NAMES.get(recorded_type)
+    if dtype is None or i >= len(dims) or not isinstance(dims[i], list):
+        return None
+    if dims[i] and not all(isinstance(d, int) for d in dims[i]):
+        return None  # a list of tensors: never rotated
+    stride = strides[i] if i < len(strides) and isinstance(strides[i], list) else []
+    return (tuple(dims[i]), tuple(stride), dtype)
 
 
 def _places(arguments: Iterable[Any]) -> list[tuple[bool, Any]]:

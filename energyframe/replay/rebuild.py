@@ -95,30 +95,43 @@ def _concrete(text: str) -> Any:
         return text
 
 
-def _kind(schema_type: str) -> str:  # noqa: C901 (a flat mapping of schema types to argument kinds)
-    t = schema_type.replace(" ", "")
-    if t.startswith("Optional[") and t.endswith("]"):
-        t = t[len("Optional[") : -1]
-    t = t.removesuffix("?")
-    if t == "Tensor":
-        return "tensor"
-    if t in ("Tensor[]", "List[Tensor]", "Tensor?[]", "List[Optional[Tensor]]"):
-        return "tensors"
-    if t in ("str", "Dimname") or t in ("List[str]", "Dimname[]", "str[]"):
-        return "names"  # dimension names: the profiler records none, so never a recorded number
-    if "ScalarType" in t:
-        return "dtype"
-    if "Layout" in t:
-        return "layout"
-    if "MemoryFormat" in t:
-        return "memory_format"
-    if "Device" in t:
-        return "device"
-    if "Generator" in t:
-        return "none"
+#: schema types (without Optional) that name an argument kind outright
+_KIND_OF_TYPE = {
+    "Tensor": "tensor",
+    **dict.fromkeys(("Tensor[]", "List[Tensor]", "Tensor?[]", "List[Optional[Tensor]]"), "tensors"),
+    # dimension names: the profiler records none, so never a recorded number
+    **dict.fromkeys(("str", "Dimname", "List[str]", "Dimname[]", "str[]"), "names"),
+}
+#: a word of the schema type that decides its kind, in the order they are looked for
+_KIND_OF_WORD = (
+    ("ScalarType", "dtype"),
+    ("Layout", "layout"),
+    ("MemoryFormat", "memory_format"),
+    ("Device", "device"),
+    ("Generator", "none"),
+)
+
+
+def _kind(schema_type: str) -> str:
+    """What a schema type asks for: a tensor, tensors, names, one of the enum-like kinds, a
+    list of numbers, or a scalar."""
+    t = _without_optional(schema_type)
+    if t in _KIND_OF_TYPE:
+        return _KIND_OF_TYPE[t]
+    for word, kind in _KIND_OF_WORD:
+        if word in t:
+            return kind
     if "[]" in t or t.startswith("List") or re.search(r"\[\d+\]$", t):
         return "list"
     return "scalar"
+
+
+def _without_optional(schema_type: str) -> str:
+    """The schema type without spaces and without its ``Optional[...]`` or ``?``."""
+    t = schema_type.replace(" ", "")
+    if t.startswith("Optional[") and t.endswith("]"):
+        t = t[len("Optional[") : -1]
+    return t.removesuffix("?")
 
 
 def _optional(schema_type: str) -> bool:
@@ -152,6 +165,21 @@ def choose_overload(name: str, types: list[str]):
     packet = getattr(torch.ops.aten, name.split("::", 1)[1], None)
     if packet is None:
         raise RebuildError(f"torch has no op {name}")
+    candidates = _fitting_overloads(packet, types)
+    if not candidates:
+        unrecorded = _unrecorded_lists(packet, types)
+        if unrecorded:
+            raise RebuildError(
+                f"the trace does not hold the tensors of {name}'s {unrecorded} argument "
+                "(the profiler records such lists as empty)"
+            )
+        raise RebuildError(f"no overload of {name} takes ({', '.join(t or 'None' for t in types)})")
+    return min(candidates, key=lambda c: c[:3])[3]
+
+
+def _fitting_overloads(packet, types: list[str]) -> list[tuple[bool, bool, str, Any]]:
+    """The overloads whose schema takes the recorded types, each with what ranks it: an out=
+    variant last, then the default first, then by name."""
     candidates = []
     for overload_name in packet.overloads():
         overload = getattr(packet, overload_name)
@@ -162,15 +190,7 @@ def choose_overload(name: str, types: list[str]):
             # an op can be recorded as its out= variant (arange called inside arange): last resort
             is_out = "out" in overload_name.split("_")
             candidates.append((is_out, overload_name != "default", overload_name, overload))
-    if not candidates:
-        unrecorded = _unrecorded_lists(packet, types)
-        if unrecorded:
-            raise RebuildError(
-                f"the trace does not hold the tensors of {name}'s {unrecorded} argument "
-                "(the profiler records such lists as empty)"
-            )
-        raise RebuildError(f"no overload of {name} takes ({', '.join(t or 'None' for t in types)})")
-    return min(candidates, key=lambda c: c[:3])[3]
+    return candidates
 
 
 def _unrecorded_lists(packet, types: list[str]) -> str | None:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..model import ReportFigure
 from ..report.html.figures import HEIGHT, PALETTE, graph_objects, signed_pct, text
+
+if TYPE_CHECKING:
+    from .tracedata import Kernel
 
 
 def replay_prediction(report: Mapping[str, Any]) -> dict | None:
@@ -69,17 +72,13 @@ def replay_prediction(report: Mapping[str, Any]) -> dict | None:
 def gantt(trace_dir: Path, max_kernels: int = 5000) -> dict | None:
     """The traced iteration's kernels on their streams, coloured by tier (zoom to read names)."""
     go = graph_objects()
-    from .gantt import COLOURS
+    from .gantt import COLOURS, busy_and_span_ms, last_iteration
     from .kineto import parse
 
-    path = trace_dir / "trace.json.gz"
-    if not path.exists():
-        path = trace_dir / "trace.json"
-    if not path.exists():
+    path = _trace_file(trace_dir)
+    if path is None:
         return None
-    trace = parse(path)
-    step = trace.iterations - 1 if trace.steps else None
-    kernels = [k for k in trace.kernels if k.step == step] or trace.kernels
+    kernels = last_iteration(parse(path))
     if not kernels:
         return None
     kernels = kernels[:max_kernels]
@@ -87,22 +86,9 @@ def gantt(trace_dir: Path, max_kernels: int = 5000) -> dict | None:
     fig = go.Figure()
     for tier_name, colour in COLOURS.items():
         mine = [k for k in kernels if k.tier == tier_name]
-        if not mine:
-            continue
-        fig.add_trace(
-            go.Bar(
-                base=[(k.start_us - t0) / 1e3 for k in mine],
-                x=[max(k.duration_us, 1e-3) / 1e3 for k in mine],
-                y=[f"stream {k.stream}" for k in mine],
-                orientation="h",
-                name=text(tier_name),
-                marker_color=colour,
-                hovertext=[text(f"{k.name[:120]}: {k.duration_us:.1f} µs") for k in mine],
-                hoverinfo="text",
-            )
-        )
-    busy = sum(k.duration_us for k in kernels) / 1e3
-    span = (max(k.end_us for k in kernels) - t0) / 1e3
+        if mine:
+            fig.add_trace(_tier_bars(go, mine, t0, tier_name, colour))
+    busy, span = busy_and_span_ms(kernels)
     fig.update_layout(
         barmode="overlay",
         title=f"traced iteration: {len(kernels)} kernels, {busy:.3g} ms of kernels in a {span:.3g} ms span",
@@ -111,6 +97,28 @@ def gantt(trace_dir: Path, max_kernels: int = 5000) -> dict | None:
         margin={"t": 50},
     )
     return fig.to_plotly_json()
+
+
+def _trace_file(trace_dir: Path) -> Path | None:
+    """The directory's trace: trace.json.gz, else trace.json; None without either."""
+    for name in ("trace.json.gz", "trace.json"):
+        if (trace_dir / name).exists():
+            return trace_dir / name
+    return None
+
+
+def _tier_bars(go: Any, kernels: list[Kernel], t0: float, tier_name: str, colour: str) -> Any:
+    """One tier's kernels as horizontal bars on their streams, from ``t0``, named on hover. Units: ms."""
+    return go.Bar(
+        base=[(k.start_us - t0) / 1e3 for k in kernels],
+        x=[max(k.duration_us, 1e-3) / 1e3 for k in kernels],
+        y=[f"stream {k.stream}" for k in kernels],
+        orientation="h",
+        name=text(tier_name),
+        marker_color=colour,
+        hovertext=[text(f"{k.name[:120]}: {k.duration_us:.1f} µs") for k in kernels],
+        hoverinfo="text",
+    )
 
 
 def tiers(report: Mapping[str, Any]) -> dict | None:

@@ -117,27 +117,39 @@ def boolean_masks(op: Op) -> list[dict]:
     masks = []
     nested = op.descendants()
     for i, child in enumerate(nested):
-        dims, types = child.args.get("Input Dims") or [], child.args.get("Input type") or []
-        if child.name != "aten::nonzero" or not dims or types[:1] != ["bool"]:
+        if not _is_nonzero_of_a_mask(child):
             continue
-        mask = {
-            "dims": dims[0],
-            "strides": (child.args.get("Input Strides") or [None])[0],
-            "true_count": None,
-        }
-        for later in nested[i + 1 :]:
-            shape = (later.args.get("Input Dims") or [None])[0]
-            if (
-                later.name == "aten::select"
-                and (later.args.get("Input type") or [None])[0] == "long int"
-                and isinstance(shape, list)
-                and len(shape) == 2
-                and shape[1] == len(dims[0])
-            ):
-                mask["true_count"] = shape[0]
-                break
-        masks.append(mask)
+        dims = child.args["Input Dims"][0]
+        masks.append(
+            {
+                "dims": dims,
+                "strides": (child.args.get("Input Strides") or [None])[0],
+                "true_count": _true_count(nested[i + 1 :], dims),
+            }
+        )
     return masks
+
+
+def _is_nonzero_of_a_mask(op: Op) -> bool:
+    """A ``nonzero`` of a boolean tensor: a mask turned into indices."""
+    dims, types = op.args.get("Input Dims") or [], op.args.get("Input type") or []
+    return op.name == "aten::nonzero" and bool(dims) and types[:1] == ["bool"]
+
+
+def _true_count(later: list[Op], mask_dims: list) -> int | None:
+    """The mask's True count: the rows of the first ``select`` of a long ``n x len(mask_dims)``
+    tensor (the ``nonzero``'s result) among the ops after the ``nonzero``; None without one."""
+    for each in later:
+        shape = (each.args.get("Input Dims") or [None])[0]
+        if (
+            each.name == "aten::select"
+            and (each.args.get("Input type") or [None])[0] == "long int"
+            and isinstance(shape, list)
+            and len(shape) == 2
+            and shape[1] == len(mask_dims)
+        ):
+            return shape[0]
+    return None
 
 
 @dataclass

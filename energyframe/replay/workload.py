@@ -28,10 +28,10 @@ from ..plugin import Workload
 from ..workloads import distributed
 from ..workloads.graph import WINDOW_S_OPTION, Captured, Rotation, l2_cache_bytes, torch_device
 from ..workloads.pipeline import PIPELINE_RUN_DEFAULTS, idle_power, stage_figures
-from . import kineto
 from .memory_inputs import keep_others, memory_positions, read_memory_inputs
 from .rebuild import RebuildError, float_dtype_hint, rebuild
 from .report import OpFigures, prediction, report_png
+from .tracedir import rank_trace, read_collectives, read_kernels, read_ops, read_trace_meta
 
 log = logging.getLogger("energyframe")
 
@@ -107,21 +107,14 @@ class ReplayWorkload(Workload):
         trace: Path = rank_trace(self.options["trace"], self.world)
         self.trace_dir = trace
         self.meta = read_trace_meta(trace / "trace_meta.json")
-        self.records = _checked(trace / "ops.jsonl", kineto.read_jsonl(trace / "ops.jsonl"), OP_FIELDS)
-        kernels = trace / "kernels.jsonl"
-        self.kernels = (
-            _checked(kernels, kineto.read_jsonl(kernels), KERNEL_FIELDS) if kernels.exists() else []
-        )
-        collectives = (
-            kineto.read_jsonl(trace / "collectives.jsonl") if (trace / "collectives.jsonl").exists() else []
-        )
-        self.collective_records = [c for c in collectives if c.get("replayed")]
+        self.records = read_ops(trace)
+        self.kernels = read_kernels(trace)
+        self.collective_records = [c for c in read_collectives(trace) if c.get("replayed")]
         #: the signatures of the inputs the traced model read from memory (memory_inputs.py)
         self.memory_inputs = read_memory_inputs(trace)
         if self.collective_records and self.options["comm"]:
             self._check_world(trace)
-        full = self.options["full"]
-        self.full_spec = None if full == "none" else (full or self.meta.get("workload"))
+        self.full_spec = _full_spec(self.options["full"], self.meta)
         self.rebuilt: list[tuple[dict, Any, str]] = []
         #: per replayed op, its input copies under l2=rotate or all
         self.rotations: dict[str, Rotation] = {}
@@ -164,24 +157,10 @@ class ReplayWorkload(Workload):
             )
 
     def setup(self) -> None:
-        if self.world.distributed:
-            self.device = distributed.rank_device(self.options["device"], self.world)
-            distributed.join(self.device)
-            self._joined = True
-        else:
-            self.device = torch_device(self.options["device"], self.context)
+        device = self._open_device()
         hint = float_dtype_hint(self.records)
         total_us = sum(r.get("gpu_time_us", 0.0) for r in self.records) or 1.0
-        records = self.records
-        if self.device.type == "cuda":
-            records = [
-                r for r in records if r.get("gpu_time_us", 0.0) > 0
-            ]  # ops that ran no kernel cost nothing
-        records = sorted(records, key=lambda r: -r.get("gpu_time_us", 0.0))
-        if self.world.distributed:
-            records = self._agreed(records, total_us)
-        if self.options["limit"]:
-            records = records[: self.options["limit"]]
+        records = self._ops_to_replay(device, total_us)
         self._rebuild_ops(records, hint, total_us)
         if self.options["comm"]:
             self._rebuild_collectives(total_us)
@@ -189,14 +168,42 @@ class ReplayWorkload(Workload):
         if self.full_workload is not None:
             self._set_up_full_workload(self.full_workload)
         elif self.full_spec:
-            spec = parse_spec(self.full_spec)
-            self.full = registry.create_workload(spec)
-            self.full.setup()
-            graph = self._graph_spec(spec)
-            if graph is not None:
-                self.full_graph_spec = str(graph)
-                self.full_graph = registry.create_workload(graph)
-                self.full_graph.setup()
+            self._set_up_full_spec(self.full_spec)
+
+    def _open_device(self) -> torch.device:
+        """This process's device, set as ``self.device``: under torchrun its rank's, with the
+        process group joined."""
+        if not self.world.distributed:
+            self.device = torch_device(self.options["device"], self.context)
+            return self.device
+        self.device = device = distributed.rank_device(self.options["device"], self.world)
+        distributed.join(device)
+        self._joined = True
+        return device
+
+    def _ops_to_replay(self, device: torch.device, total_us: float) -> list[dict]:
+        """The traced ops to replay, the most traced GPU time first: on a GPU only those that ran
+        a kernel, under torchrun only those every rank traced, at most ``limit``."""
+        records = self.records
+        if device.type == "cuda":  # ops that ran no kernel cost nothing
+            records = [r for r in records if r.get("gpu_time_us", 0.0) > 0]
+        records = sorted(records, key=lambda r: -r.get("gpu_time_us", 0.0))
+        if self.world.distributed:
+            records = self._agreed(records, total_us)
+        if self.options["limit"]:
+            records = records[: self.options["limit"]]
+        return records
+
+    def _set_up_full_spec(self, full_spec: str) -> None:
+        """The full model from its spec, and its twin with ``execution=graph`` where it has one."""
+        spec = parse_spec(full_spec)
+        self.full = registry.create_workload(spec)
+        self.full.setup()
+        graph = self._graph_spec(spec)
+        if graph is not None:
+            self.full_graph_spec = str(graph)
+            self.full_graph = registry.create_workload(graph)
+            self.full_graph.setup()
 
     def _rebuild_ops(self, records: list[dict], hint, total_us: float) -> None:
         """Each op rebuilt and called once (which catches bad arguments now), then named by its
@@ -391,125 +398,67 @@ class ReplayWorkload(Workload):
 
     def _report(self, result) -> dict:
         channel = distributed.own_channel(result, self.device)  # this rank's GPU
-        ops, collectives = [], []
-        for record, _op, name in self.rebuilt:
-            fig, _ = stage_figures(result, name, channel=channel)
-            ops.append(OpFigures(record, name, fig.latency_s, fig.energy_j))
-        for record, _c, name in self.collectives:
-            fig, _ = stage_figures(result, name, channel=channel)
-            collectives.append(OpFigures(record, name, fig.latency_s, fig.energy_j))
-        full, _ = (
-            stage_figures(result, FULL_MODEL, channel=channel) if self.full is not None else (None, None)
-        )
-        graph, _ = (
-            stage_figures(result, FULL_MODEL_GRAPH, channel=channel)
-            if self.full_graph is not None
-            else (None, None)
+        ops = _op_figures(result, self.rebuilt, channel)
+        collectives = _op_figures(result, self.collectives, channel)
+        full_latency_s, full_energy_j = _full_model_figures(result, FULL_MODEL, self.full, channel)
+        graph_latency_s, graph_energy_j = _full_model_figures(
+            result, FULL_MODEL_GRAPH, self.full_graph, channel
         )
         captured = getattr(self.full_graph, "whole_captured", None)
-        iterations_per_step = self.meta.get("iterations_per_step", 1)
-        gk, gap_us = self.graph_kernels, self.options["kernel_gap_us"]
+        graph_kernels, graph_busy_s, graph_span_s = self._graph_profile()
+        gap_us = self.options["kernel_gap_us"]
         return prediction(
             ops,
             self.kernels,
             self.meta,
-            full.latency_s if full else math.nan,  # per iteration, as the counts below
-            full.energy_j if full else math.nan,
+            full_latency_s,  # per iteration, as the counts below
+            full_energy_j,
             idle_power(result, channel),
             self.failed,
-            iterations_per_step,
-            graph_latency_s=graph.latency_s if graph else math.nan,
-            graph_energy_j=graph.energy_j if graph else math.nan,
+            self.meta.get("iterations_per_step", 1),
+            graph_latency_s=graph_latency_s,
+            graph_energy_j=graph_energy_j,
             graph_execution=(captured.fallback or "cuda graph") if captured is not None else None,
-            graph_kernels=gk.kernels / self.graph_iterations if gk is not None else math.nan,
-            graph_busy_s=gk.busy_s / self.graph_iterations if gk is not None else math.nan,
-            graph_span_s=gk.span_s / self.graph_iterations if gk is not None else math.nan,
+            graph_kernels=graph_kernels,
+            graph_busy_s=graph_busy_s,
+            graph_span_s=graph_span_s,
             kernel_gap_option_s=gap_us * 1e-6 if gap_us is not None else None,
             collectives=collectives,
         )
 
+    def _graph_profile(self) -> tuple[float, float, float]:
+        """The full model's graph as profiled (graphgap.py), per iteration: its kernels, their busy
+        time and their span; NaN where it was not profiled. Units: s."""
+        gk = self.graph_kernels
+        if gk is None:
+            return math.nan, math.nan, math.nan
+        n = self.graph_iterations
+        return gk.kernels / n, gk.busy_s / n, gk.span_s / n
+
     def derive(self, result) -> Sequence[DerivedTable]:
         report = self._report(result)
-        summary = {k: v for k, v in report.items() if not isinstance(v, (dict, list))}
-        summary.update({f"gap_{k}": v for k, v in report["gap_analysis"].items() if k != "explanation"})
-        summary.update({k: v for k, v in report["kernel_gap_model"].items() if k != "explanation"})
-        comm = report["communication"]
-        summary.update(
-            communication_us=comm["predicted_us"],
-            communication_share_percent=comm["share_of_predicted_percent"],
-            communication_energy_share_percent=comm["energy_share_of_predicted_percent"],
-            traced_communication_share_percent=comm["traced_share_percent_of_gpu_time"],
-            replayed_collectives=len(self.collectives),
-        )
-        summary.update(
-            replayed_ops=len(self.rebuilt),
-            not_rebuilt_ops=len(self.failed),
-            workload=self.full_spec,
-            graph_workload=self.full_graph_spec,
-        )
+        summary = {
+            **_comparison_summary(report),
+            "replayed_collectives": len(self.collectives),
+            "replayed_ops": len(self.rebuilt),
+            "not_rebuilt_ops": len(self.failed),
+            "workload": self.full_spec,
+            "graph_workload": self.full_graph_spec,
+        }
         tiers = [{"tier": k, **v} for k, v in report["tier_breakdown"].items()]
-        ops = []
-        channel = distributed.own_channel(result, self.device)
-        for record, _op, name in [*self.collectives, *self.rebuilt]:
-            fig, s = stage_figures(result, name, channel=channel)
-            count = record["count_per_iteration"] / max(1, self.meta.get("iterations_per_step", 1))
-            ops.append(
-                {
-                    "op": name,
-                    "count": count,
-                    "latency_s": fig.latency_s,
-                    "energy_j": fig.energy_j,
-                    "total_latency_s": count * fig.latency_s,
-                    "total_energy_j": count * fig.energy_j,
-                    "traced_us_per_call": record["gpu_time_us"] / max(1, record["count"]),
-                    "kernels": ";".join(record.get("kernel_names", []))[:200],
-                    "input_copies": self.rotations[name].copies if name in self.rotations else 1,
-                    "rotated_inputs": self._rotated_inputs(name),
-                }
-            )
         tables = [
             DerivedTable(
                 "comparison",
                 "prediction: full model against the sum of its replayed ops",
                 [summary],
                 note=report["gap_analysis"]["explanation"] + "; " + report["kernel_gap_model"]["explanation"],
-                display=(
-                    "workload",
-                    "rank",
-                    "full_model_inference_us",
-                    "predicted_from_kernels_us",
-                    "error_percent",
-                    "full_model_energy_j",
-                    "predicted_energy_j",
-                    "energy_error_percent",
-                    "full_model_graph_inference_us",
-                    "graph_error_percent",
-                    "full_model_graph_energy_j",
-                    "graph_energy_error_percent",
-                    "gap_per_kernel_us",
-                    "predicted_with_kernel_gaps_us",
-                    "kernel_gap_error_percent",
-                    "predicted_with_kernel_gaps_energy_j",
-                    "kernel_gap_energy_error_percent",
-                    "gap_host_overhead_us",
-                    "coverage_percent_of_gpu_time",
-                    "gap_traced_gpu_idle_us",
-                    "gap_predicted_plus_idle_error_percent",
-                    "gap_idle_energy_j",
-                    "gap_predicted_plus_idle_energy_error_percent",
-                    "communication_share_percent",
-                    "traced_communication_share_percent",
-                    "replayed_ops",
-                    "replayed_collectives",
-                    "not_rebuilt_ops",
-                    "not_rebuilt_share_percent_of_gpu_time",
-                ),
+                display=COMPARISON_COLUMNS,
             ),
             DerivedTable("tiers", "predicted time and energy by kernel tier", tiers),
             DerivedTable(
                 "replayed_ops",
                 "replayed ops, per call and per iteration",
-                ops,
+                self._replayed_op_rows(result),
                 display=(
                     "op",
                     "count",
@@ -524,6 +473,30 @@ class ReplayWorkload(Workload):
         if self.failed:
             tables.append(DerivedTable("not_rebuilt", "ops that could not be rebuilt", self.failed))
         return tables
+
+    def _replayed_op_rows(self, result) -> list[dict]:
+        """One row per replayed collective and op: per call, per iteration, its traced time and
+        kernels, and which inputs its calls rotate over how many copies."""
+        rows = []
+        channel = distributed.own_channel(result, self.device)
+        for record, _op, name in [*self.collectives, *self.rebuilt]:
+            fig, s = stage_figures(result, name, channel=channel)
+            count = record["count_per_iteration"] / max(1, self.meta.get("iterations_per_step", 1))
+            rows.append(
+                {
+                    "op": name,
+                    "count": count,
+                    "latency_s": fig.latency_s,
+                    "energy_j": fig.energy_j,
+                    "total_latency_s": count * fig.latency_s,
+                    "total_energy_j": count * fig.energy_j,
+                    "traced_us_per_call": record["gpu_time_us"] / max(1, record["count"]),
+                    "kernels": ";".join(record.get("kernel_names", []))[:200],
+                    "input_copies": self.rotations[name].copies if name in self.rotations else 1,
+                    "rotated_inputs": self._rotated_inputs(name),
+                }
+            )
+        return rows
 
     @classmethod
     def phase_kinds(cls, run_dir: Path, result) -> Mapping[str, str]:
@@ -585,81 +558,78 @@ class ReplayWorkload(Workload):
         }
 
 
-_DAMAGED = "the trace directory is damaged: write it again with energyframe trace (or trace import)"
-_NUMBER = (int, float)
-#: the fields of a trace directory's files that replaying reads, and their JSON types
-META_FIELDS: dict[str, tuple[type, ...]] = {
-    "workload": (str, type(None)),
-    "iterations": (int,),
-    "iterations_per_step": (int,),
-    "gpu_time_us": _NUMBER,
-    "gaps": (dict,),
-}
-OP_FIELDS: dict[str, tuple[type, ...]] = {
-    "name": (str,),
-    "count": (int,),
-    "count_per_iteration": _NUMBER,
-    "gpu_time_us": _NUMBER,
-    "gpu_time_by_tier_us": (dict, type(None)),
-    "input_dims": (list, type(None)),
-    "input_types": (list, type(None)),
-    "input_strides": (list, type(None)),
-    "concrete_inputs": (list, type(None)),
-    "kernel_names": (list, type(None)),
-}
-KERNEL_FIELDS: dict[str, tuple[type, ...]] = {
-    "name": (str,),
-    "tier": (str,),
-    "count_per_iteration": _NUMBER,
-    "total_us": _NUMBER,
-}
-#: fields an op record cannot do without
-_REQUIRED_OP = ("name", "count", "count_per_iteration", "gpu_time_us")
+#: the comparison table's columns shown by default
+COMPARISON_COLUMNS = (
+    "workload",
+    "rank",
+    "full_model_inference_us",
+    "predicted_from_kernels_us",
+    "error_percent",
+    "full_model_energy_j",
+    "predicted_energy_j",
+    "energy_error_percent",
+    "full_model_graph_inference_us",
+    "graph_error_percent",
+    "full_model_graph_energy_j",
+    "graph_energy_error_percent",
+    "gap_per_kernel_us",
+    "predicted_with_kernel_gaps_us",
+    "kernel_gap_error_percent",
+    "predicted_with_kernel_gaps_energy_j",
+    "kernel_gap_energy_error_percent",
+    "gap_host_overhead_us",
+    "coverage_percent_of_gpu_time",
+    "gap_traced_gpu_idle_us",
+    "gap_predicted_plus_idle_error_percent",
+    "gap_idle_energy_j",
+    "gap_predicted_plus_idle_energy_error_percent",
+    "communication_share_percent",
+    "traced_communication_share_percent",
+    "replayed_ops",
+    "replayed_collectives",
+    "not_rebuilt_ops",
+    "not_rebuilt_share_percent_of_gpu_time",
+)
 
 
-def read_trace_meta(path: Path) -> dict:
-    """trace_meta.json, checked (an empty description when the directory has none)."""
-    if not path.exists():
-        return {}
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise UsageError(
-            f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); {_DAMAGED}"
-        ) from e
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{path} is not UTF-8 text (binary data at byte {e.start}); {_DAMAGED}") from e
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror or e}") from e
-    if not isinstance(meta, dict):
-        raise UsageError(f"{path} should hold a JSON object, not a {type(meta).__name__}; {_DAMAGED}")
-    problem = _field_problem(meta, META_FIELDS)
-    if problem:
-        raise UsageError(f"{path}: {problem}; {_DAMAGED}")
-    for key in ("iterations", "iterations_per_step"):
-        if key in meta and meta[key] < 1:
-            raise UsageError(f"{path}: {key} should be at least 1, not {meta[key]}; {_DAMAGED}")
-    return meta
+def _comparison_summary(report: Mapping[str, Any]) -> dict:
+    """The report's figures as one flat row: its top-level numbers, the gap analysis's (as
+    ``gap_*``), the kernel-gap model's, and the communication's share."""
+    summary = {k: v for k, v in report.items() if not isinstance(v, (dict, list))}
+    summary.update({f"gap_{k}": v for k, v in report["gap_analysis"].items() if k != "explanation"})
+    summary.update({k: v for k, v in report["kernel_gap_model"].items() if k != "explanation"})
+    comm = report["communication"]
+    summary.update(
+        communication_us=comm["predicted_us"],
+        communication_share_percent=comm["share_of_predicted_percent"],
+        communication_energy_share_percent=comm["energy_share_of_predicted_percent"],
+        traced_communication_share_percent=comm["traced_share_percent_of_gpu_time"],
+    )
+    return summary
 
 
-def _checked(path: Path, records: list[dict], fields: Mapping[str, tuple[type, ...]]) -> list[dict]:
-    required = _REQUIRED_OP if fields is OP_FIELDS else tuple(fields)
-    for number, record in enumerate(records, 1):
-        missing = [k for k in required if k not in record]
-        problem = f"lacks {missing}" if missing else _field_problem(record, fields)
-        if problem:
-            raise UsageError(f"{path} record {number}: {problem}; {_DAMAGED}")
-    return records
+def _op_figures(result, replayed: Sequence[tuple[dict, Any, str]], channel: str | None) -> list[OpFigures]:
+    """The measured per-call figures of each replayed op (or collective), with its record."""
+    out = []
+    for record, _op, name in replayed:
+        fig, _ = stage_figures(result, name, channel=channel)
+        out.append(OpFigures(record, name, fig.latency_s, fig.energy_j))
+    return out
 
 
-def _field_problem(data: Mapping[str, Any], fields: Mapping[str, tuple[type, ...]]) -> str | None:
-    for key, types in fields.items():
-        if key in data:
-            value = data[key]
-            if isinstance(value, bool) or not isinstance(value, types):
-                wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-                return f"{key} should be {wanted}, not {json.dumps(value)[:40]}"
-    return None
+def _full_model_figures(
+    result, phase: str, workload: Workload | None, channel: str | None
+) -> tuple[float, float]:
+    """A full model's measured latency and energy per iteration; NaN for one not run. Units: s, J."""
+    if workload is None:
+        return math.nan, math.nan
+    fig, _ = stage_figures(result, phase, channel=channel)
+    return (fig.latency_s, fig.energy_j) if fig else (math.nan, math.nan)
+
+
+def _full_spec(full: str | None, meta: Mapping[str, Any]) -> str | None:
+    """The full model's spec: the ``full`` option, else the traced workload's; None for ``full=none``."""
+    return None if full == "none" else (full or meta.get("workload"))
 
 
 def _op_key(record: dict) -> str:
@@ -676,28 +646,3 @@ def _shapes(record: dict) -> str:
         elif dims:
             parts.append("x".join(map(str, dims)))
     return " ".join(parts)
-
-
-def rank_trace(trace: Path, w: distributed.World | WorkloadContext) -> Path:
-    """The trace directory this process replays: ``trace`` itself, or under torchrun the
-    directory of its rank (``trace/rank<RANK>``, as ``energyframe trace`` writes them)."""
-    if (trace / "ops.jsonl").exists():
-        return trace
-    ranks = sorted(trace.glob("rank*/ops.jsonl"))
-    if not ranks:
-        raise UsageError(f"{trace} is not a trace directory: no ops.jsonl (write one with energyframe trace)")
-    n = len(ranks)
-    if not w.distributed:
-        raise UsageError(
-            f"{trace} holds one trace per rank ({n} ranks): replay them under torchrun --nproc-per-node {n}, "
-            f"one process per rank, or one rank's alone with trace={trace / distributed.rank_dir_name(0)}"
-        )
-    if w.world_size != n:
-        raise UsageError(
-            f"{trace} holds traces of {n} ranks, but WORLD_SIZE is {w.world_size}: "
-            f"replay them under torchrun --nproc-per-node {n}"
-        )
-    mine = trace / distributed.rank_dir_name(w.rank)
-    if not (mine / "ops.jsonl").exists():
-        raise UsageError(f"{trace} has no trace of rank {w.rank} ({mine} has no ops.jsonl)")
-    return mine

@@ -150,21 +150,27 @@ def serve_bench(
             param_hint="'--rate'",
         )
     quiet = bool(ctx.obj and ctx.obj.get("quiet"))
-    specs = list(reporters)
-    if any(r.strip().lower() == "none" for r in specs):
-        if len(specs) > 1:
-            raise UsageError("--reporter none cannot be combined with other reporters")
-        specs = []
-    elif not quiet and not any(r.split(":", 1)[0].strip() == "console" for r in specs):
-        specs.insert(0, "console")
     run_serve_bench(
         power=power_from_cli(power),
         out=out or default_run_dir("serve-bench"),
-        reporters=specs,
+        reporters=_reporter_specs(reporters, quiet),
         extra_body=_extra_body(extra_body),
         rate=rate,
         **options,
     )
+
+
+def _reporter_specs(reporters: tuple[str, ...], quiet: bool) -> list[str]:
+    """The reporters to run: none for ``--reporter none``, and the console summary first unless
+    ``-q`` or given."""
+    specs = list(reporters)
+    if any(r.strip().lower() == "none" for r in specs):
+        if len(specs) > 1:
+            raise UsageError("--reporter none cannot be combined with other reporters")
+        return []
+    if not quiet and not any(r.split(":", 1)[0].strip() == "console" for r in specs):
+        specs.insert(0, "console")
+    return specs
 
 
 def register_commands(cli: click.Group) -> None:

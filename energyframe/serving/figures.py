@@ -16,7 +16,7 @@ import numpy as np
 from ..model import ReportFigure
 from ..plugin import RunResult
 from ..report.html.figures import HEIGHT, PALETTE, decimate, graph_objects, text
-from ..report.plots import origin_s, trace_lines
+from ..report.plots import TraceLine, origin_s, trace_lines
 from .attribution import Attribution, Segments, attribute
 from .client import OK
 from .segments import measured_segments
@@ -119,8 +119,42 @@ def stacked_power(result: RunResult, frame, segments: Segments, attribution: Att
     starts, ends = segments.starts_s - t0, segments.ends_s - t0
     with np.errstate(divide="ignore", invalid="ignore"):
         power = np.where(ends > starts, segments.energy_j / (ends - starts), math.nan)
+    fig = go.Figure()
+    for k, (name, values) in enumerate(_bands(frame, segments, attribution, power)):
+        x, y = _steps(*rebinned(starts, ends, values, MAX_SEGMENTS_DRAWN))
+        fig.add_trace(
+            go.Scatter(
+                x=x, y=y, name=text(name), mode="lines", stackgroup="requests", line={"width": 0.5},
+                fillcolor=PALETTE[k % len(PALETTE)] if not name.startswith("idle") else "#DDDDDD",
+            )
+        )  # fmt: skip
+    for line in _measured_lines(result):
+        times, watts, _ = decimate(line.times_s, line.power_w, 2 * MAX_SEGMENTS_DRAWN)
+        fig.add_trace(
+            go.Scatter(
+                x=times,
+                y=watts,
+                name=text(f"{line.label} (measured)"),
+                mode="lines",
+                line={"color": "black", "width": 1},
+            )
+        )
+    fig.update_layout(
+        height=HEIGHT + 60,
+        xaxis={"title": "time since the run started (s)", "rangeslider": {"visible": True}},
+        yaxis={"title": "power (W)"},
+        margin={"t": 50},
+    )
+    return fig.to_plotly_json()
+
+
+def _bands(
+    frame, segments: Segments, attribution: Attribution, power_w: np.ndarray
+) -> list[tuple[str, np.ndarray]]:
+    """The stack's bands, each a power per segment: the ``MAX_STACKED`` requests of most energy
+    one by one, the others together, and the idle segments' power. Units: W."""
     req, seg, share, _ = attribution.shares
-    taken = share * power[seg]
+    taken = share * power_w[seg]
     order = np.argsort([-(r.energy_j if math.isfinite(r.energy_j) else 0.0) for r in attribution.requests])
     shown = order[:MAX_STACKED]
     bands: list[tuple[str, np.ndarray]] = []
@@ -138,33 +172,11 @@ def stacked_power(result: RunResult, frame, segments: Segments, attribution: Att
         bands.append((label, np.bincount(seg[rest], weights=taken[rest], minlength=len(segments))))
     busy = np.zeros(len(segments), dtype=bool)
     busy[seg] = True
-    bands.append(("idle (no request active)", np.where(busy, 0.0, power)))
-    fig = go.Figure()
-    for k, (name, values) in enumerate(bands):
-        x, y = _steps(*rebinned(starts, ends, values, MAX_SEGMENTS_DRAWN))
-        fig.add_trace(
-            go.Scatter(
-                x=x, y=y, name=text(name), mode="lines", stackgroup="requests", line={"width": 0.5},
-                fillcolor=PALETTE[k % len(PALETTE)] if not name.startswith("idle") else "#DDDDDD",
-            )
-        )  # fmt: skip
+    bands.append(("idle (no request active)", np.where(busy, 0.0, power_w)))
+    return bands
+
+
+def _measured_lines(result: RunResult) -> list[TraceLine]:
+    """The run's measured power of its primary channels, drawn over the stack."""
     primary = set(result.run_meta.primary_channels)
-    for line in trace_lines(result, all_channels=False):
-        if line.name in primary:
-            times, watts, _ = decimate(line.times_s, line.power_w, 2 * MAX_SEGMENTS_DRAWN)
-            fig.add_trace(
-                go.Scatter(
-                    x=times,
-                    y=watts,
-                    name=text(f"{line.label} (measured)"),
-                    mode="lines",
-                    line={"color": "black", "width": 1},
-                )
-            )
-    fig.update_layout(
-        height=HEIGHT + 60,
-        xaxis={"title": "time since the run started (s)", "rangeslider": {"visible": True}},
-        yaxis={"title": "power (W)"},
-        margin={"t": 50},
-    )
-    return fig.to_plotly_json()
+    return [line for line in trace_lines(result, all_channels=False) if line.name in primary]

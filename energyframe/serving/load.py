@@ -73,15 +73,21 @@ def plan_load(
         if concurrency is None:
             raise UsageError("give --rate R (Poisson arrivals, R per second), --concurrency N, or both")
         return LoadPlan((0.0,) * len(prompts), concurrency)
+    return _poisson_plan(len(prompts), rate, concurrency, seed)
+
+
+def _poisson_plan(requests: int, rate: float, concurrency: int | None, seed: int) -> LoadPlan:
+    """``requests`` arrivals of a Poisson process at ``rate`` (``inf``: all at once), the first at
+    0, drawn from ``seed``. Units: 1/s."""
     if not rate > 0:
         raise UsageError(f"--rate must be above 0 (requests per second; inf sends all at once), got {rate:g}")
     if math.isinf(rate):
-        return LoadPlan((0.0,) * len(prompts), concurrency, rate)
+        return LoadPlan((0.0,) * requests, concurrency, rate)
     rng = random.Random(seed)
     offsets, t = [], 0.0
-    for i in range(len(prompts)):
+    for i in range(requests):
         offsets.append(t)
-        t += rng.expovariate(rate) if i + 1 < len(prompts) else 0.0
+        t += rng.expovariate(rate) if i + 1 < requests else 0.0
     return LoadPlan(tuple(offsets), concurrency, rate)
 
 
@@ -189,33 +195,57 @@ def load_figures(plan: LoadPlan, load: LoadResult) -> dict[str, Any]:
 
 
 def load_warnings(figures: Mapping[str, Any], load: LoadResult) -> list[str]:
-    """What the run says about the load: failures, missing usage, a rate that fell short."""
-    out = []
-    records = load.records
+    """What the run says about the load: failures, missing usage, a rate that fell short, sends
+    the client made late."""
+    warnings = (
+        _failures(load.records),
+        _missing_usage(load.records),
+        _rate_shortfall(figures),
+        _client_lag(load.client_lag_s),
+    )
+    return [w for w in warnings if w is not None]
+
+
+def _failures(records: Sequence[RequestRecord]) -> str | None:
     failed = [r for r in records if r.status != OK]
-    if failed:
-        out.append(
-            f"{len(failed)} of {len(records)} requests failed ({failure_counts(records)}); first: "
-            f"{failed[0].request_id}: {failed[0].error}"
-        )
+    if not failed:
+        return None
+    return (
+        f"{len(failed)} of {len(records)} requests failed ({failure_counts(records)}); first: "
+        f"{failed[0].request_id}: {failed[0].error}"
+    )
+
+
+def _missing_usage(records: Sequence[RequestRecord]) -> str | None:
     counted = [r for r in records if r.status == OK and r.output_tokens is None]
-    if counted:
-        out.append(
-            f"the server reported no usage for {len(counted)} request(s): their output tokens are the chunks "
-            "of text counted (one token each) and their prompt tokens the prompts' own count"
-        )
+    if not counted:
+        return None
+    return (
+        f"the server reported no usage for {len(counted)} request(s): their output tokens are the chunks "
+        "of text counted (one token each) and their prompt tokens the prompts' own count"
+    )
+
+
+def _rate_shortfall(figures: Mapping[str, Any]) -> str | None:
+    """A rate achieved under ``RATE_SHORTFALL`` of the scheduled one, and whose doing it was:
+    the concurrency limit's (requests waited for a slot longer than the client lagged) or the
+    client's."""
     scheduled, achieved = figures["scheduled_rate_per_s"], figures["request_rate_per_s"]
-    if math.isfinite(scheduled) and math.isfinite(achieved) and achieved < RATE_SHORTFALL * scheduled:
-        if figures["slot_wait_median_s"] > figures["client_lag_p99_s"]:
-            cause = "the --concurrency limit held requests back until others ended (the server's pace)"
-        else:
-            cause = "this client sent them late: the client, not the server, limited the rate"
-        out.append(f"the requests went out at {achieved:.3g}/s, not the {scheduled:.3g}/s scheduled: {cause}")
-    lag = load.client_lag_s
+    if not (math.isfinite(scheduled) and math.isfinite(achieved) and achieved < RATE_SHORTFALL * scheduled):
+        return None
+    if figures["slot_wait_median_s"] > figures["client_lag_p99_s"]:
+        cause = "the --concurrency limit held requests back until others ended (the server's pace)"
+    else:
+        cause = "this client sent them late: the client, not the server, limited the rate"
+    return f"the requests went out at {achieved:.3g}/s, not the {scheduled:.3g}/s scheduled: {cause}"
+
+
+def _client_lag(lag: list[float]) -> str | None:
+    """Sends that left more than ``CLIENT_LAG_S`` after they could. Units: s."""
     late = sum(1 for x in lag if x > CLIENT_LAG_S)
-    if late:
-        out.append(
-            f"{late} of {len(lag)} requests left this client more than {CLIENT_LAG_S * 1e3:.0f} ms after they "
-            f"could (the worst {max(lag) * 1e3:.0f} ms): a busy client delays sends and what they measure"
-        )
-    return out
+    if not late:
+        return None
+    return (
+        f"{late} of {len(lag)} requests left this client more than {CLIENT_LAG_S * 1e3:.0f} ms after they "
+        f"could (the worst {max(lag) * 1e3:.0f} ms): a busy client delays sends and what they measure"
+    )

@@ -137,6 +137,12 @@ def read_jsonl(path: Path) -> list[Prompt]:
             prompts.append(_line(path, number, line, len(prompts)))
     if not prompts:
         raise UsageError(f"--prompts {path}: no prompts in it")
+    _check_together(path, prompts)
+    return prompts
+
+
+def _check_together(path: Path, prompts: list[Prompt]) -> None:
+    """What the lines must agree on: each its own id, and arrival times on all or none."""
     ids = [p.request_id for p in prompts]
     duplicate = next((i for i in ids if ids.count(i) > 1), None)
     if duplicate is not None:
@@ -146,20 +152,12 @@ def read_jsonl(path: Path) -> list[Prompt]:
         raise UsageError(
             f"--prompts {path}: arrival_s is on {sum(timed)} of {len(prompts)} lines; give it on all or none"
         )
-    return prompts
 
 
 def _line(path: Path, number: int, line: str, index: int) -> Prompt:
     where = f"--prompts {path} line {number}"
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{where}: not JSON ({e.msg})") from e
-    if not isinstance(data, dict):
-        raise UsageError(f"{where}: not a JSON object")
-    text, messages = data.get("prompt", ""), data.get("messages", [])
-    if not isinstance(text, str) or not isinstance(messages, list) or not (text or messages):
-        raise UsageError(f'{where}: give "prompt" (a string) or "messages" (a list)')
+    data = _json_object(where, line)
+    text, messages = _prompt_or_messages(where, data)
     extra = data.get("extra", {})
     if not isinstance(extra, dict):
         raise UsageError(f'{where}: "extra" must be an object (more fields of the request body)')
@@ -173,6 +171,24 @@ def _line(path: Path, number: int, line: str, index: int) -> Prompt:
         arrival_s=_number(data, "arrival_s", where, whole=False),
         extra=extra,
     )
+
+
+def _json_object(where: str, line: str) -> dict[str, Any]:
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{where}: not JSON ({e.msg})") from e
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: not a JSON object")
+    return data
+
+
+def _prompt_or_messages(where: str, data: Mapping[str, Any]) -> tuple[str, list]:
+    """The line's ``prompt`` text and ``messages`` list; one of them must be given."""
+    text, messages = data.get("prompt", ""), data.get("messages", [])
+    if not isinstance(text, str) or not isinstance(messages, list) or not (text or messages):
+        raise UsageError(f'{where}: give "prompt" (a string) or "messages" (a list)')
+    return text, messages
 
 
 def _number(data: Mapping[str, Any], key: str, where: str, whole: bool) -> Any:

@@ -118,14 +118,7 @@ def serve_bench(
     """
     check("httpx", "energyframe serve-bench")
     server = ServerSettings(url, model, endpoint, request_timeout_s, stream_usage, extra_body).checked()
-    prompt_list = load_prompts(prompts, requests) if isinstance(prompts, str) else list(prompts)
-    if not prompt_list:
-        raise UsageError("no prompts to send")
-    ids = [p.request_id for p in prompt_list]
-    if len(set(ids)) != len(ids):
-        raise UsageError(
-            f"two prompts have the id {next(i for i in ids if ids.count(i) > 1)!r}; each request needs its own"
-        )
+    prompt_list = _prompt_list(prompts, requests)
     plan = plan_load(prompt_list, rate, concurrency, seed)
     the_reporters = [
         r for r in registry.create_all(registry.REPORTERS, list(reporters)) if isinstance(r, Reporter)
@@ -163,6 +156,19 @@ def serve_bench(
     )
     workload.warn = m.warn
     return _measure(m, workload, server, prompt_list, plan, the_reporters, out)
+
+
+def _prompt_list(prompts: str | Sequence[Prompt], requests: int | None) -> list[Prompt]:
+    """The prompts to send, from a spec or given; at least one, each with its own id."""
+    prompt_list = load_prompts(prompts, requests) if isinstance(prompts, str) else list(prompts)
+    if not prompt_list:
+        raise UsageError("no prompts to send")
+    ids = [p.request_id for p in prompt_list]
+    if len(set(ids)) != len(ids):
+        raise UsageError(
+            f"two prompts have the id {next(i for i in ids if ids.count(i) > 1)!r}; each request needs its own"
+        )
+    return prompt_list
 
 
 def _measure(

@@ -74,9 +74,17 @@ async def check_server(server: ServerSettings) -> str:
         ServerError: nothing answers there.
         UsageError: no ``model`` given and the server lists none.
     """
+    return _chosen_model(server, await _listed_models(server))
+
+
+async def _listed_models(server: ServerSettings) -> list[str]:
+    """The models the server lists at ``url/models``; none where it answers otherwise.
+
+    Raises:
+        ServerError: nothing answers there, or not in time.
+    """
     import httpx
 
-    names: list[str] = []
     async with http_client(CHECK_TIMEOUT_S) as http:
         try:
             response = await asyncio.wait_for(http.get(server.url.rstrip("/") + "/models"), CHECK_TIMEOUT_S)
@@ -90,13 +98,18 @@ async def check_server(server: ServerSettings) -> str:
             ) from e
         except httpx.HTTPError as e:
             raise ServerError(f"the server at {server.url} could not be asked for its models: {e}") from e
-        if response.status_code == 200:
-            try:
-                names = [
-                    str(m["id"]) for m in response.json().get("data", []) if isinstance(m, dict) and "id" in m
-                ]
-            except (ValueError, AttributeError):
-                names = []
+        if response.status_code != 200:
+            return []
+        try:
+            return [
+                str(m["id"]) for m in response.json().get("data", []) if isinstance(m, dict) and "id" in m
+            ]
+        except (ValueError, AttributeError):
+            return []
+
+
+def _chosen_model(server: ServerSettings, names: list[str]) -> str:
+    """The ``model`` given (said when the server lists others), else the first the server lists."""
     if server.model:
         if names and server.model not in names:
             log.warning(

@@ -76,27 +76,10 @@ def read_chunk(payload: str) -> Chunk:
     """
     if payload.strip() == DONE:
         return Chunk(done=True)
-    try:
-        data = json.loads(payload)
-    except json.JSONDecodeError as e:
-        raise MalformedChunk(f"unreadable SSE data {payload[:80]!r} ({e.msg})") from e
-    if not isinstance(data, dict):
-        raise MalformedChunk(f"SSE data {payload[:80]!r} is not a JSON object")
+    data = _json_object(payload)
     if data.get("error") is not None:
-        error = data["error"]
-        message = error.get("message", error) if isinstance(error, dict) else error
-        return Chunk(error=str(message))
-    text, finish = "", None
-    choices = data.get("choices") or []
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        choice = choices[0]
-        delta: dict[str, Any] = choice["delta"] if isinstance(choice.get("delta"), dict) else {}
-        text = "".join(
-            part
-            for part in (choice.get("text"), delta.get("content"), delta.get("reasoning_content"))
-            if isinstance(part, str)
-        )
-        finish = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
+        return Chunk(error=_error_message(data["error"]))
+    text, finish = _first_choice(data.get("choices") or [])
     usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
     return Chunk(
         text=text,
@@ -104,6 +87,38 @@ def read_chunk(payload: str) -> Chunk:
         prompt_tokens=_count(usage.get("prompt_tokens")),
         output_tokens=_count(usage.get("completion_tokens")),
     )
+
+
+def _json_object(payload: str) -> dict[str, Any]:
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as e:
+        raise MalformedChunk(f"unreadable SSE data {payload[:80]!r} ({e.msg})") from e
+    if not isinstance(data, dict):
+        raise MalformedChunk(f"SSE data {payload[:80]!r} is not a JSON object")
+    return data
+
+
+def _error_message(error: Any) -> str:
+    """An error event's message: the object's ``message``, or whatever the server sent."""
+    message = error.get("message", error) if isinstance(error, dict) else error
+    return str(message)
+
+
+def _first_choice(choices: Any) -> tuple[str, str | None]:
+    """The first choice's generated text (a completion's ``text``, a chat delta's content and
+    reasoning content) and finish reason; nothing for a chunk without choices."""
+    if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
+        return "", None
+    choice = choices[0]
+    delta: dict[str, Any] = choice["delta"] if isinstance(choice.get("delta"), dict) else {}
+    text = "".join(
+        part
+        for part in (choice.get("text"), delta.get("content"), delta.get("reasoning_content"))
+        if isinstance(part, str)
+    )
+    finish = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
+    return text, finish
 
 
 def _count(value: Any) -> int | None:

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..model import DerivedTable
-from .attribution import Attribution
+from .attribution import Attribution, RequestEnergy
 from .client import OK, RequestRecord
 from .segments import SpanEnergy
 from .timeline import RequestSpan, output_tokens
@@ -64,7 +64,6 @@ def request_rows(
     rows = []
     for i, (r, s) in enumerate(zip(records, spans)):
         n = output_tokens(r)
-        e = attribution.requests[i] if attribution is not None else None
         ttft = r.first_token_s - r.sent_s
         rows.append(
             {
@@ -82,20 +81,43 @@ def request_rows(
                 "first_token_s": r.first_token_s + offset_s,
                 "end_s": r.end_s + offset_s,
                 "ttft_s": ttft,
-                "tpot_s": (r.end_s - r.first_token_s) / (n - 1)
-                if n >= 2 and math.isfinite(ttft)
-                else math.nan,
+                "tpot_s": _tpot_s(r, n, ttft),
                 "e2e_s": r.end_s - r.sent_s,
-                "energy_j": e.energy_j if e else math.nan,
-                "energy_bound_j": e.energy_bound_j if e else math.nan,
-                "prefill_energy_j": e.prefill_energy_j if e else math.nan,
-                "decode_energy_j": e.decode_energy_j if e else math.nan,
-                "dynamic_energy_j": e.dynamic_energy_j if e else math.nan,
-                "dynamic_energy_bound_j": e.dynamic_energy_bound_j if e else math.nan,
-                "energy_per_output_token_j": e.energy_j / n if e and n else math.nan,
+                **_request_energy(attribution.requests[i] if attribution is not None else None, n),
             }
         )
     return pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+
+
+def _tpot_s(r: RequestRecord, tokens: int, ttft_s: float) -> float:
+    """Time per output token after the first; NaN for fewer than two or no first token. Units: s."""
+    return (r.end_s - r.first_token_s) / (tokens - 1) if tokens >= 2 and math.isfinite(ttft_s) else math.nan
+
+
+def _request_energy(e: RequestEnergy | None, tokens: int) -> dict[str, float]:
+    """A request's energy columns of requests.csv; NaN without an attribution. Units: J."""
+    if not e:
+        return dict.fromkeys(_REQUEST_ENERGY_COLUMNS, math.nan)
+    return {
+        "energy_j": e.energy_j,
+        "energy_bound_j": e.energy_bound_j,
+        "prefill_energy_j": e.prefill_energy_j,
+        "decode_energy_j": e.decode_energy_j,
+        "dynamic_energy_j": e.dynamic_energy_j,
+        "dynamic_energy_bound_j": e.dynamic_energy_bound_j,
+        "energy_per_output_token_j": e.energy_j / tokens if tokens else math.nan,
+    }
+
+
+_REQUEST_ENERGY_COLUMNS = (
+    "energy_j",
+    "energy_bound_j",
+    "prefill_energy_j",
+    "decode_energy_j",
+    "dynamic_energy_j",
+    "dynamic_energy_bound_j",
+    "energy_per_output_token_j",
+)
 
 
 def quantile_bound(values: np.ndarray, bounds: np.ndarray, q: float) -> tuple[float, float]:
@@ -146,16 +168,31 @@ def summary_row(
 ) -> dict[str, Any]:
     """The summary's one row; ``load`` holds the load's own figures (rates, unsent, lags)."""
     ok = frame[frame["status"] == OK]
-    duration = span.duration_s if span is not None else math.nan
-    energy = span.energy_j if span is not None else math.nan
-    bound = span.bound_j if span is not None else math.nan
-    tokens = int(frame["output_tokens"].sum())
     row: dict[str, Any] = {
         "requests": len(frame),
         "ok": len(ok),
         "failed": len(frame) - len(ok),
         "failures": failure_counts(records),
         **load,
+        **_window_figures(span, int(frame["output_tokens"].sum())),
+        **_attribution_figures(attribution),
+        **_energy(ok, "energy_j", "energy_bound_j", "energy_per_request"),
+        **_energy(ok, "energy_j", "energy_bound_j", "energy_per_output_token", per_token=True),
+        **_energy(ok, "dynamic_energy_j", "dynamic_energy_bound_j", "dynamic_energy_per_request"),
+        **_timing(ok, "ttft_s", "ttft"),
+        **_timing(ok, "tpot_s", "tpot"),
+        **_timing(ok, "e2e_s", "e2e"),
+    }
+    return row
+
+
+def _window_figures(span: SpanEnergy | None, tokens: int) -> dict[str, Any]:
+    """The load's window: its duration, the output tokens and their rate, its energy and mean
+    power with their bounds; NaN without a window. Units: s, J, W."""
+    duration = span.duration_s if span is not None else math.nan
+    energy = span.energy_j if span is not None else math.nan
+    bound = span.bound_j if span is not None else math.nan
+    return {
         "duration_s": duration,
         "output_tokens": tokens,
         "output_tokens_per_s": tokens / duration if duration > 0 else math.nan,
@@ -165,17 +202,18 @@ def summary_row(
         "dynamic_energy_bound_j": span.dynamic_bound_j if span is not None else math.nan,
         "mean_power_w": energy / duration if duration > 0 else math.nan,
         "mean_power_bound_w": bound / duration if duration > 0 else math.nan,
-        "attributed_energy_j": attribution.attributed_energy_j if attribution else math.nan,
-        "idle_energy_j": attribution.idle_energy_j if attribution else math.nan,
-        "idle_energy_bound_j": attribution.idle_bound_j if attribution else math.nan,
-        **_energy(ok, "energy_j", "energy_bound_j", "energy_per_request"),
-        **_energy(ok, "energy_j", "energy_bound_j", "energy_per_output_token", per_token=True),
-        **_energy(ok, "dynamic_energy_j", "dynamic_energy_bound_j", "dynamic_energy_per_request"),
-        **_timing(ok, "ttft_s", "ttft"),
-        **_timing(ok, "tpot_s", "tpot"),
-        **_timing(ok, "e2e_s", "e2e"),
     }
-    return row
+
+
+def _attribution_figures(attribution: Attribution | None) -> dict[str, float]:
+    """The energy attributed to requests, and the idle energy between them. Units: J."""
+    if not attribution:
+        return dict.fromkeys(("attributed_energy_j", "idle_energy_j", "idle_energy_bound_j"), math.nan)
+    return {
+        "attributed_energy_j": attribution.attributed_energy_j,
+        "idle_energy_j": attribution.idle_energy_j,
+        "idle_energy_bound_j": attribution.idle_bound_j,
+    }
 
 
 SUMMARY_DISPLAY = (

@@ -83,17 +83,21 @@ def request_spans(records: Sequence[RequestRecord], prompt_tokens: Sequence[floa
     steps = [step_s(r) for r in records]
     finite = [s for s in steps if math.isfinite(s) and s > 0]
     median_step = float(np.median(finite)) if finite else math.nan
-    spans = []
-    for record, step, tokens in zip(records, steps, prompt_tokens):
-        sent, end = snap(record.sent_s), snap(record.end_s)
-        first = snap(record.first_token_s)
-        if not math.isfinite(first):
-            spans.append(RequestSpan(record.request_id, sent, end, math.nan, end, float(tokens)))
-            continue
-        step = step if math.isfinite(step) and step > 0 else median_step
-        prefill = snap(max(sent, first - step)) if math.isfinite(step) else sent
-        spans.append(RequestSpan(record.request_id, sent, prefill, first, max(end, first), float(tokens)))
-    return spans
+    return [
+        _span(record, step if math.isfinite(step) and step > 0 else median_step, tokens)
+        for record, step, tokens in zip(records, steps, prompt_tokens)
+    ]
+
+
+def _span(record: RequestRecord, step_s: float, prompt_tokens: float) -> RequestSpan:
+    """One request's span: in prefill for one decode step (``step_s``) before its first token;
+    queued to its end when it had none. Units: s."""
+    sent, end = snap(record.sent_s), snap(record.end_s)
+    first = snap(record.first_token_s)
+    if not math.isfinite(first):
+        return RequestSpan(record.request_id, sent, end, math.nan, end, float(prompt_tokens))
+    prefill = snap(max(sent, first - step_s)) if math.isfinite(step_s) else sent
+    return RequestSpan(record.request_id, sent, prefill, first, max(end, first), float(prompt_tokens))
 
 
 def segment_edges(spans: Sequence[RequestSpan]) -> np.ndarray:

@@ -81,19 +81,59 @@ def _parse(path: Path, data: bytearray, tz: str | None, name: str | None) -> Pow
         return samples_file.read_parquet(path, data)
     table = Table.parse(path, data)
     del data
-    columns = table.header
-    if set(samples_file.COLUMNS) <= set(columns):
+    kind = _csv_kind(table.header)
+    if kind == SAMPLES:
         return samples_file.from_table(path, table)
-    if "time_s" in columns and ("power_w" in columns or "energy_j" in columns):
+    if kind == POWER_CSV:
         return power_csv.read(path, table, name or path.stem)
-    if "time" in columns and any(c.startswith("pm") or c == "sum" for c in columns):
+    if kind == WATTSUP_CSV:
         return wattsup_csv.read(path, table, tz)
-    if "timestamp" in columns and any(c.startswith("power.draw") for c in columns):
+    if kind == NVIDIA_SMI:
         return nvidia_smi_csv.read(path, table, tz)
-    if "power_w" in columns or "energy_j" in columns:
-        raise UsageError(f"{path} needs a time_s column (Unix seconds); it has {columns}")
+    raise _unknown_kind(path, table)
+
+
+def _has_power(columns: list[str]) -> bool:
+    return "power_w" in columns or "energy_j" in columns
+
+
+def _is_samples(columns: list[str]) -> bool:
+    return set(samples_file.COLUMNS) <= set(columns)
+
+
+def _is_power_csv(columns: list[str]) -> bool:
+    return "time_s" in columns and _has_power(columns)
+
+
+def _is_wattsup(columns: list[str]) -> bool:
+    return "time" in columns and any(c.startswith("pm") or c == "sum" for c in columns)
+
+
+def _is_nvidia_smi(columns: list[str]) -> bool:
+    return "timestamp" in columns and any(c.startswith("power.draw") for c in columns)
+
+
+#: each kind of CSV log and what its header holds, in the order they are recognised
+CSV_KINDS = (
+    (SAMPLES, _is_samples),
+    (POWER_CSV, _is_power_csv),
+    (WATTSUP_CSV, _is_wattsup),
+    (NVIDIA_SMI, _is_nvidia_smi),
+)
+
+
+def _csv_kind(columns: list[str]) -> str | None:
+    """The kind of log a CSV header shows; None for none known."""
+    return next((kind for kind, holds in CSV_KINDS if holds(columns)), None)
+
+
+def _unknown_kind(path: Path, table: Table) -> UsageError:
+    """Why a CSV is no power log: the column a ``time_s,power_w`` CSV lacks, or no kind known."""
+    columns = table.header
+    if _has_power(columns):
+        return UsageError(f"{path} needs a time_s column (Unix seconds); it has {columns}")
     if "time_s" in columns:
-        raise UsageError(f"{path} needs a power_w or energy_j column; it has {columns}")
-    raise UsageError(
+        return UsageError(f"{path} needs a power_w or energy_j column; it has {columns}")
+    return UsageError(
         f"{path} is not a power log energyframe knows ({KNOWN}); its header: {shown(table.header_text)}"
     )

@@ -37,17 +37,7 @@ def read(path: Path, table: Table, tz: str | None) -> PowerLog:
     gpus = np.array(
         columns[table.column("index")] if "index" in table.header else ["0"] * len(times), dtype=object
     )
-    good = np.isfinite(times) & np.array([g.isdigit() for g in gpus], dtype=bool)
-    bad = sorted(
-        list(table.bad) + [(table.rows[i][0], ",".join(table.rows[i][1])) for i in np.flatnonzero(~good)]
-    )
-    if not good.any():
-        line, fields = table.rows[0]
-        raise UsageError(
-            f"{path} line {line}: cannot read the time {fields[table.column('timestamp')]!r} "
-            "(expected e.g. 2026/11/22 03:41:38.233)"
-        )
-    check_unix(times[good], f"{path}: column timestamp")
+    good, bad = _readable_rows(path, table, times, gpus)
     warnings = skipped_warning(path, bad, "rows of nvidia-smi's log")
     good, stepped, notes = _without_steps(times, gpus, good, path.name)
     warnings += notes
@@ -61,20 +51,45 @@ def read(path: Path, table: Table, tz: str | None) -> PowerLog:
     if not any(c.integrable for c in channels.values()):
         power = [f for f in POWER_FIELDS if f in table.header]
         raise UsageError(f"{path} has no power value in any row ({', '.join(power)} are all missing)")
-    primary = next((c.name for c in channels.values() if c.primary and c.integrable), "")
-    if not primary:
-        primary = next(c.name for c in channels.values() if c.integrable)
     return PowerLog(
         path,
         NVIDIA_SMI,
         channels,
         reader.series,
         reader.missing,
-        primary,
+        _primary(channels),
         tuple(warnings),
         len(bad),
         flagged=reader.flagged,
     )
+
+
+def _readable_rows(
+    path: Path, table: Table, times: np.ndarray, gpus: np.ndarray
+) -> tuple[np.ndarray, list[tuple[int, str]]]:
+    """Which rows have a time and a GPU index, and the lines skipped (the table's and theirs).
+
+    Raises:
+        UsageError: no row has both, or a time no date can show.
+    """
+    good = np.isfinite(times) & np.array([g.isdigit() for g in gpus], dtype=bool)
+    bad = sorted(
+        list(table.bad) + [(table.rows[i][0], ",".join(table.rows[i][1])) for i in np.flatnonzero(~good)]
+    )
+    if not good.any():
+        line, fields = table.rows[0]
+        raise UsageError(
+            f"{path} line {line}: cannot read the time {fields[table.column('timestamp')]!r} "
+            "(expected e.g. 2026/11/22 03:41:38.233)"
+        )
+    check_unix(times[good], f"{path}: column timestamp")
+    return good, bad
+
+
+def _primary(channels: dict[str, Channel]) -> str:
+    """The first primary power channel with values, else the first power channel with values."""
+    primary = next((c.name for c in channels.values() if c.primary and c.integrable), "")
+    return primary or next(c.name for c in channels.values() if c.integrable)
 
 
 def _power_units(path: Path, table: Table) -> dict[str, str | None]:
@@ -117,33 +132,15 @@ def _channels(header: list[str], gpus: list[str]) -> dict[tuple[str, str], Chann
     and the state fields, per GPU."""
     power = [f for f in POWER_FIELDS if f in header]
     preferred = power[0]
+    fields = dict.fromkeys([preferred, *(["power.draw.average"] if "power.draw.average" in power else [])])
     out: dict[tuple[str, str], Channel] = {}
     for gpu in gpus:
-        base = f"gpu{gpu}"
-        for field_name in dict.fromkeys(
-            [preferred, *(["power.draw.average"] if "power.draw.average" in power else [])]
-        ):
-            instant = field_name == "power.draw.instant"
-            out[(gpu, field_name)] = Channel(
-                base if field_name == preferred else f"{base}.power_average",
-                Quantity.POWER,
-                Scope.GPU,
-                0.0,
-                ClockBase.WALL,
-                primary=field_name == preferred,
-                description=f"nvidia-smi {field_name}"
-                + (
-                    ""
-                    if instant
-                    else ": a 1-s average on Ampere and newer, placed at the middle of its second"
-                ),
-                timing=Timing.EXACT if instant else Timing.PERIOD_END,
-                averaging_s=0.0 if instant else AVERAGE_WINDOW_S,
-            )
+        for field_name in fields:
+            out[(gpu, field_name)] = _power_channel(f"gpu{gpu}", field_name, field_name == preferred)
         for field_name, (suffix, unit) in STATE_FIELDS.items():
             if field_name in header:
                 out[(gpu, field_name)] = Channel(
-                    f"{base}.{suffix}",
+                    f"gpu{gpu}.{suffix}",
                     Quantity.STATE,
                     Scope.GPU,
                     0.0,
@@ -153,6 +150,24 @@ def _channels(header: list[str], gpus: list[str]) -> dict[tuple[str, str], Chann
                     description=f"nvidia-smi {field_name}",
                 )
     return out
+
+
+def _power_channel(base: str, field_name: str, preferred: bool) -> Channel:
+    """A GPU's channel of one power field: the preferred one named as the GPU, the 1-s average
+    (``.power_average``) placed at the middle of its second."""
+    instant = field_name == "power.draw.instant"
+    return Channel(
+        base if preferred else f"{base}.power_average",
+        Quantity.POWER,
+        Scope.GPU,
+        0.0,
+        ClockBase.WALL,
+        primary=preferred,
+        description=f"nvidia-smi {field_name}"
+        + ("" if instant else ": a 1-s average on Ampere and newer, placed at the middle of its second"),
+        timing=Timing.EXACT if instant else Timing.PERIOD_END,
+        averaging_s=0.0 if instant else AVERAGE_WINDOW_S,
+    )
 
 
 @dataclasses.dataclass

@@ -97,12 +97,18 @@ def _samples_log(
     if not channels:
         what = "no sample with a time" if len(names) else "no samples (a run that measured timing only?)"
         raise UsageError(f"{path} holds {what}")
-    primary = next(
-        (n for n in (meta or {}).get("primary_channels", []) if isinstance(n, str) and n in channels),
-        next((n for n, c in channels.items() if c.integrable), next(iter(channels), "")),
-    )
+    primary = _primary(meta, channels)
     return PowerLog(
         path, SAMPLES, channels, series, missing, primary, tuple(warnings), skipped, meta, flagged
+    )
+
+
+def _primary(meta: dict | None, channels: dict[str, Channel]) -> str:
+    """The log's primary channel: the run's first primary channel found, else the first that
+    can be integrated, else the first."""
+    return next(
+        (n for n in (meta or {}).get("primary_channels", []) if isinstance(n, str) and n in channels),
+        next((n for n, c in channels.items() if c.integrable), next(iter(channels), "")),
     )
 
 

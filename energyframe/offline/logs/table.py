@@ -182,32 +182,14 @@ class Table:
 
     @classmethod
     def parse(cls, path: Path, data: bytes | bytearray) -> Table:
-        first = bytes(data[: data.find(b"\n") if b"\n" in data[:65536] else 65536])
-        if b"\x00" in first or _undecodable(first):
-            raise UsageError(f"{path} is binary, not a CSV power log ({KNOWN})")
-        text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
-        lines = text.split("\n")
-        del text
+        lines = _text(path, data).split("\n")
         ends_with_newline = lines[-1] == ""
         if ends_with_newline:
             lines.pop()
         header_text = lines[0].rstrip("\r")
         header = [header_name(c) for c in next(csv.reader([header_text]))]
-        rows, bad, torn = [], [], None
+        rows, bad, torn = _split_lines(lines, len(header), ends_with_newline)
         last = len(lines) - 1
-        for index in range(1, len(lines)):
-            line = lines[index].rstrip("\r")
-            if not line.strip():
-                continue
-            fields = _fields(line)
-            if fields is None:
-                bad.append((index + 1, line))
-            elif len(fields) == len(header):
-                rows.append((index + 1, fields))
-            elif index == last and not ends_with_newline and len(fields) < len(header):
-                torn = (index + 1, line)
-            else:
-                bad.append((index + 1, line))
         unterminated = rows[-1][0] if rows and not ends_with_newline and rows[-1][0] == last + 1 else None
         return cls(path, header, header_text, rows, bad, torn, unterminated)
 
@@ -234,6 +216,42 @@ class Table:
             number, line = bad[0]
             return UsageError(f"{self.path} has no {what} (line {number}: {shown(line, 60)} is not one)")
         return UsageError(f"power log {self.path} has a header but no rows")
+
+
+def _text(path: Path, data: bytes | bytearray) -> str:
+    """The file's text (undecodable bytes replaced, no byte-order mark), once its first line
+    (or first 64 KiB) shows it is text.
+
+    Raises:
+        UsageError: the file is binary.
+    """
+    first = bytes(data[: data.find(b"\n") if b"\n" in data[:65536] else 65536])
+    if b"\x00" in first or _undecodable(first):
+        raise UsageError(f"{path} is binary, not a CSV power log ({KNOWN})")
+    return data.decode("utf-8", errors="replace").lstrip("\ufeff")
+
+
+def _split_lines(
+    lines: list[str], width: int, ends_with_newline: bool
+) -> tuple[list[tuple[int, list[str]]], list[tuple[int, str]], tuple[int, str] | None]:
+    """The lines after the header, by line number: the rows of ``width`` fields, the lines that
+    are not rows, and the last line when it ends mid-row (short, with no newline after it)."""
+    rows, bad, torn = [], [], None
+    last = len(lines) - 1
+    for index in range(1, len(lines)):
+        line = lines[index].rstrip("\r")
+        if not line.strip():
+            continue
+        fields = _fields(line)
+        if fields is None:
+            bad.append((index + 1, line))
+        elif len(fields) == width:
+            rows.append((index + 1, fields))
+        elif index == last and not ends_with_newline and len(fields) < width:
+            torn = (index + 1, line)
+        else:
+            bad.append((index + 1, line))
+    return rows, bad, torn
 
 
 def _fields(line: str) -> list[str] | None:

@@ -37,10 +37,8 @@ def read(path: Path, table: Table, tz: str | None) -> PowerLog:
     warnings = skipped_warning(path, bad, "rows of the log")
     rows, stepped, notes = _without_steps(rows, path.name)
     warnings += notes
-    order = sorted(range(len(rows)), key=lambda i: rows[i][0])
-    if order != list(range(len(rows))):
-        warnings.append(unsorted_note(path.name))
-    rows = [rows[i] for i in order]
+    rows, notes = _in_time_order(rows, path.name)
+    warnings += notes
     duplicated = _repeated_rows(rows)
     per_record = _one_row_per_record(rows, meters)
     rows = _last_of_each_second(rows)
@@ -54,7 +52,7 @@ def read(path: Path, table: Table, tz: str | None) -> PowerLog:
     channels, series, missing = _channels(per_channel, names, period)
     if not channels:
         raise UsageError(f"{path} has no power value in any of {names}")
-    flagged = {n: _marks(duplicated, stepped) for n in channels if duplicated or stepped.size}
+    flagged = _flagged(channels, duplicated, stepped)
     primary = "sum" if "sum" in channels else next(iter(channels))
     return PowerLog(
         path, WATTSUP_CSV, channels, series, missing, primary, tuple(warnings), len(bad), flagged=flagged
@@ -99,6 +97,22 @@ def _without_steps(rows: list[Row], where: str) -> tuple[list[Row], np.ndarray, 
     return [r for r, k in zip(rows, keep) if k], np.sort(t[~keep]), notes
 
 
+def _in_time_order(rows: list[Row], where: str) -> tuple[list[Row], list[str]]:
+    """The rows sorted by time (stably), and a note when they were not."""
+    order = sorted(range(len(rows)), key=lambda i: rows[i][0])
+    notes = [unsorted_note(where)] if order != list(range(len(rows))) else []
+    return [rows[i] for i in order], notes
+
+
+def _flagged(
+    channels: dict, duplicated: list[float], stepped: np.ndarray
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per channel, the times of rows merged (duplicated) or left out (clock steps), by flag."""
+    if not (duplicated or stepped.size):
+        return {}
+    return {n: _marks(duplicated, stepped) for n in channels}
+
+
 def _marks(duplicated: list[float], stepped: np.ndarray) -> dict[str, np.ndarray]:
     out = {}
     if duplicated:
@@ -139,24 +153,34 @@ def _last_of_each_second(rows: list[Row]) -> list[Row]:
     different records stamped in the same second (energyframe writes one per meter record, the
     stamp has whole seconds) count as the last of them: every meter's state at that second's end."""
     out: list[Row] = []
+    for group in _stamped_together(rows):
+        last_id = group[-1][1]
+        same = [g for g in group if g[1] == last_id]
+        out.append(group[-1] if len(same) == 1 else (group[0][0], last_id, _averaged(same)))
+    return out
+
+
+def _stamped_together(rows: list[Row]) -> list[list[Row]]:
+    """The runs of consecutive rows that share one timestamp, in order."""
+    groups = []
     i = 0
     while i < len(rows):
         j = i
         while j + 1 < len(rows) and rows[j + 1][0] == rows[i][0]:
             j += 1
-        group = rows[i : j + 1]
-        last_id = group[-1][1]
-        same = [g for g in group if g[1] == last_id]
-        if len(same) == 1:
-            out.append(group[-1])
-        else:
-            merged = {}
-            for column in same[0][2]:
-                found = [x for x in (number(g[2][column]) for g in same) if x is not None]
-                merged[column] = repr(float(np.mean(found))) if found else same[-1][2][column]
-            out.append((rows[i][0], last_id, merged))
+        groups.append(rows[i : j + 1])
         i = j + 1
-    return out
+    return groups
+
+
+def _averaged(same: list[Row]) -> dict[str, str]:
+    """The columns of one record written more than once: each column's numbers averaged, its
+    last text where it has none."""
+    merged = {}
+    for column in same[0][2]:
+        found = [x for x in (number(g[2][column]) for g in same) if x is not None]
+        merged[column] = repr(float(np.mean(found))) if found else same[-1][2][column]
+    return merged
 
 
 def _readings(rows: list[Row], meters: list[str], names: list[str]) -> dict[str, tuple[list, list, list]]:
@@ -165,22 +189,11 @@ def _readings(rows: list[Row], meters: list[str], names: list[str]) -> dict[str,
     started = {m: False for m in meters}
     per_channel: dict[str, tuple[list, list, list]] = {n: ([], [], []) for n in names}
     for t, _id, texts in rows:
-        readings: dict[str, float | None] = {}
-        not_yet: set[str] = set()  # before a meter's first record energyframe writes it empty
-        for m in meters:
-            value = number(texts[m])
-            if value is None and not started[m] and not texts[m].strip():
-                not_yet.add(m)
-                continue
-            started[m] = True
-            readings[m] = value
+        readings, not_yet = _meter_readings(texts, meters, started)
         for n in names:
             if n in not_yet or (n == "sum" and not_yet):
                 continue  # not a reading yet: the meter (or one of the wall's) has not reported
-            if n == "sum":
-                value = None if any(readings[m] is None for m in meters) else number(texts["sum"])
-            else:
-                value = readings[n]
+            value = _sum_reading(texts, readings, meters) if n == "sum" else readings[n]
             t_list, v_list, missing_list = per_channel[n]
             if value is None:
                 missing_list.append(t)
@@ -188,6 +201,29 @@ def _readings(rows: list[Row], meters: list[str], names: list[str]) -> dict[str,
                 t_list.append(t)
                 v_list.append(value)
     return per_channel
+
+
+def _meter_readings(
+    texts: dict, meters: list[str], started: dict[str, bool]
+) -> tuple[dict[str, float | None], set[str]]:
+    """Each meter's value in one row (None: no number), and the meters that have not reported
+    yet (before a meter's first record energyframe writes it empty); ``started`` keeps, across
+    rows, which meters have."""
+    readings: dict[str, float | None] = {}
+    not_yet: set[str] = set()
+    for m in meters:
+        value = number(texts[m])
+        if value is None and not started[m] and not texts[m].strip():
+            not_yet.add(m)
+            continue
+        started[m] = True
+        readings[m] = value
+    return readings, not_yet
+
+
+def _sum_reading(texts: dict, readings: dict[str, float | None], meters: list[str]) -> float | None:
+    """The row's sum, when every meter has a value in it (otherwise it is not the whole wall)."""
+    return None if any(readings[m] is None for m in meters) else number(texts["sum"])
 
 
 def _one_row_per_record(rows: list[Row], meters: list[str]) -> bool:
@@ -221,19 +257,32 @@ def _period(path: Path, sum_times: list, meters: int, per_record: bool) -> float
 
 def _declared_period(path: Path) -> float | None:
     """The averaging period of the ``wattsup`` source whose raw log this is (``raw/<source>/``)."""
+    meta = _run_meta_of_raw_log(path)
+    for source in meta.get("sources", []) if isinstance(meta, dict) else ():
+        if isinstance(source, dict) and source.get("name") == path.parent.name:
+            averaging = _channels_averaging(source.get("channels", []) or [])
+            if averaging is not None:
+                return averaging
+    return None
+
+
+def _run_meta_of_raw_log(path: Path) -> object:
+    """The run.json of the run whose raw log ``path`` is (``RUN/raw/<source>/``); None for a log
+    elsewhere or a run.json that cannot be read."""
     if path.parent.parent.name != "raw":
         return None
     try:
-        meta = json.loads((path.parent.parent.parent / "run.json").read_text())
+        return json.loads((path.parent.parent.parent / "run.json").read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    for source in meta.get("sources", []) if isinstance(meta, dict) else ():
-        if not isinstance(source, dict) or source.get("name") != path.parent.name:
-            continue
-        for channel in source.get("channels", []) or []:
-            averaging = channel.get("averaging_s") if isinstance(channel, dict) else None
-            if isinstance(averaging, (int, float)) and math.isfinite(averaging) and averaging > 0:
-                return float(averaging)
+
+
+def _channels_averaging(channels: list) -> float | None:
+    """The first averaging period, in s, a source's recorded channels declare (a positive number)."""
+    for channel in channels:
+        averaging = channel.get("averaging_s") if isinstance(channel, dict) else None
+        if isinstance(averaging, (int, float)) and math.isfinite(averaging) and averaging > 0:
+            return float(averaging)
     return None
 
 
