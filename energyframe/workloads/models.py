@@ -126,18 +126,21 @@ class ModelWorkload(Workload):
         if not given:
             return
         key, value = given[0], options[given[0]]
-        if name is None:  # made in Python: ResNet18(granularity="block")
-            label = type(self).__name__
-            wrapped = f"ef.PerLayer(model={label}(...)" + (")" if key == "per_layer" else f", {key}={value!r})")
-        else:
-            label = name
-            wrapped = f"{PER_LAYER_WRAPPER}:model={name}" + ("" if key == "per_layer" else f",{key}={value}")
+        label, wrapped = self._wrapper_call(name, key, value)
         if key == "per_layer":
             raise OptionError(
                 f"{label}: per_layer=true was removed in 0.x; measure layer by layer with {wrapped} (the same "
                 "run; energyframe run --per-layer)"
             )
         raise OptionError(f"{label}: {key} is an option of the per-layer wrapper; use {wrapped}")
+
+    def _wrapper_call(self, name: str | None, key: str, value: Any) -> tuple[str, str]:
+        """The model's label and how the per-layer wrapper measures it with ``key=value``: a
+        spec for a named model, the Python call for one made in Python."""
+        if name is None:  # made in Python: ResNet18(granularity="block")
+            label = type(self).__name__
+            return label, f"ef.PerLayer(model={label}(...)" + (")" if key == "per_layer" else f", {key}={value!r})")
+        return name, f"{PER_LAYER_WRAPPER}:model={name}" + ("" if key == "per_layer" else f",{key}={value}")
 
     # -- what subclasses provide --------------------------------------------------------------
     def required_modules(self) -> tuple[str, ...]:

@@ -28,7 +28,6 @@ from energyframe.live.listener import Fanout, LiveListener, WindowEnergy
 from energyframe.live.prometheus import PrometheusExporter, serving
 from energyframe.live.tracker import PowerTracker, gpu_label
 from energyframe.model import Channel, ClockBase, Quantity, Sample, Scope
-
 from tests.conftest import write_power_csv
 
 COUNTER = Channel("gpu0", Quantity.ENERGY, Scope.GPU, resolution_s=0.1)
