@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .prompts import Prompt
+    from .requests import read_requests
     from .run import serve_bench
-    from .workload import ServeBenchWorkload, read_requests
+    from .workload import ServeBenchWorkload
 
 _HOMES = {
     "Prompt": "prompts",
     "serve_bench": "run",
     "ServeBenchWorkload": "workload",
-    "read_requests": "workload",
+    "read_requests": "requests",
 }
 __all__ = ["Prompt", "ServeBenchWorkload", "read_requests", "serve_bench"]
 

@@ -19,6 +19,7 @@ from ..report.html.figures import HEIGHT, PALETTE, decimate, graph_objects, text
 from ..report.plots import TraceLine, origin_s, trace_lines
 from .attribution import Attribution, Segments, attribute
 from .client import OK
+from .requests import read_requests, spans_of
 from .segments import measured_segments
 
 #: the requests drawn one by one in the stacked power (the most energetic); the rest are one band
@@ -28,7 +29,6 @@ MAX_SEGMENTS_DRAWN = 2000
 
 
 def report_figures(run_dir: Path, result: RunResult) -> Sequence[ReportFigure]:
-    from .workload import read_requests, spans_of
 
     frame = read_requests(run_dir)
     if frame.empty:

@@ -20,6 +20,7 @@ from ..plugin import RunResult, Workload
 from .attribution import Attribution, attribute
 from .client import ENDPOINTS, RequestRecord
 from .prompts import Prompt
+from .requests import REQUESTS_CSV
 from .segments import measured_segments, measured_span
 from .summary import (
     conservation_row,
@@ -31,7 +32,7 @@ from .summary import (
 )
 from .timeline import RequestSpan
 
-REQUESTS_CSV, TOKENS_CSV = "requests.csv", "tokens.csv"
+TOKENS_CSV = "tokens.csv"
 
 
 class ServeBenchWorkload(Workload):
@@ -129,24 +130,3 @@ def _csv(frame: pd.DataFrame) -> bytes:
     buffer = io.StringIO()
     frame.to_csv(buffer, index=False)
     return buffer.getvalue().encode()
-
-
-def read_requests(run_dir: Path | str) -> pd.DataFrame:
-    """A serve-bench run's requests.csv as a table (``StoreError``-free: a missing file is an
-    empty table with the columns)."""
-    from .summary import REQUEST_COLUMNS
-
-    path = Path(run_dir) / REQUESTS_CSV
-    if not path.is_file():
-        return pd.DataFrame(columns=REQUEST_COLUMNS)
-    return pd.read_csv(path, dtype={"request_id": str, "status": str, "error": str, "finish_reason": str})
-
-
-def spans_of(frame: pd.DataFrame) -> list[RequestSpan]:
-    """The work model's spans as requests.csv keeps them (Unix seconds)."""
-    return [
-        RequestSpan(
-            str(r.request_id), r.sent_s, r.prefill_s, r.first_token_s, r.end_s, float(r.prompt_tokens)
-        )
-        for r in frame.itertuples()
-    ]
