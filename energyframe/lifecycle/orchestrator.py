@@ -90,7 +90,7 @@ def resolve_config(
 def run(
     workload: str | Spec | Workload,
     power: str | Sequence[PowerArg] = "auto",
-    reporters: Sequence[str | Spec | Reporter] = ("console",),
+    reporters: Sequence[str | Spec | Reporter] = (),
     out: Path | str | None = None,
     config: None = None,
     align: bool = True,
@@ -107,7 +107,9 @@ def run(
     Args:
         workload: a spec (``"cpu-matmul:sizes=256"``) or a ``Workload`` instance.
         power: ``"auto"``, ``"none"`` (timing only), or specs / ``PowerSource`` instances.
-        reporters: reporter specs or instances, called with the finished result.
+        reporters: reporter specs or instances, called with the finished result (none by default:
+            from Python, ``print(result.table())`` shows the table; ``["console"]`` prints it as
+            the command line does).
         out: run directory (``None``: keep the result in memory only).
         config: removed (the old name of ``settings``): giving it raises ``TypeError``.
         align: estimate wall meters' lag against the run's GPU or CPU power and correct it.

@@ -30,6 +30,12 @@ log = logging.getLogger("energyframe")
 
 #: a calibrated window shorter than this fraction of --min-window is measured again
 SHORT_REDO = 0.9
+#: a window measured again has at most this many times the steps of the one it replaces (a
+#: window that read near 0 s would otherwise ask for an unbounded count)
+REDO_GROWTH_MAX = 25
+#: a calibrated window this many times longer than planned (the steps ran slower than calibration
+#: found: a loaded machine) is kept, and the next windows run fewer steps, back to the plan
+LONG_REPLAN = 4.0
 
 
 def measure_phase(
@@ -92,16 +98,49 @@ def measure_trials(
             # this short is measured again, longer, instead of being kept
             m.discard_window(record)
             redone += 1
-            iterations = math.ceil(iterations * CALIBRATION_MARGIN * min_window_s / max(duration, 1e-9))
+            iterations = _redo_steps(m, phase.name, iterations, duration, min_window_s)
             log.info("  %s: window of %.4g s was short of %g s; measuring again",
                      phase.name, duration, min_window_s)
             continue
+        if phase.iterations is None and not plan.runs_floor:
+            iterations = _replanned_steps(m, phase.name, iterations, duration, min_window_s)
         trial += 1
         kept.append(record)
         if precision is not None and m.has_sources:
             m.window_energy(record, wait=False)  # its energy is computed while the next window runs
         progress.trial_done()
         trial_log("  %s trial %d/%d: %.4g s", phase.name, trial, plan.trials, record.duration_s)
+
+
+def _redo_steps(m: Measurement, name: str, iterations: int, duration_s: float, min_window_s: float) -> int:
+    """The steps of a window measured again after one of ``duration_s`` came out short: scaled
+    to the target, at most ``REDO_GROWTH_MAX`` times as many (said when capped)."""
+    wanted = math.ceil(iterations * CALIBRATION_MARGIN * min_window_s / max(duration_s, 1e-9))
+    if wanted <= REDO_GROWTH_MAX * iterations:
+        return wanted
+    capped = REDO_GROWTH_MAX * iterations
+    m.warn(
+        f"phase {name!r}: a window of {iterations} steps lasted {duration_s:.3g} s, far short of "
+        f"{min_window_s:g} s; the next one runs {capped} steps ({REDO_GROWTH_MAX} times as many), "
+        f"not the {wanted} that would take: the steps' time is uneven (a loaded machine?)"
+    )
+    return capped
+
+
+def _replanned_steps(m: Measurement, name: str, iterations: int, duration_s: float, min_window_s: float) -> int:
+    """The steps of the next window after one of ``duration_s``: unchanged, or, where that
+    window lasted ``LONG_REPLAN`` times the plan or more, scaled back to the plan (said once a
+    time: windows do not grow without bound when the machine slows down)."""
+    planned_s = CALIBRATION_MARGIN * min_window_s
+    if iterations <= 1 or duration_s < LONG_REPLAN * planned_s:
+        return iterations
+    fewer = max(1, math.ceil(iterations * planned_s / duration_s))
+    m.warn(
+        f"phase {name!r}: a window of {iterations} steps lasted {duration_s:.3g} s, "
+        f"{duration_s / min_window_s:.0f} times the {min_window_s:g} s planned (the steps ran slower "
+        f"than calibration found: a loaded machine?); the next windows run {fewer} steps"
+    )
+    return fewer
 
 
 def _steps(m: Measurement, phase: Phase, iterations: int) -> None:

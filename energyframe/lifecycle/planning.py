@@ -120,12 +120,14 @@ def warm_up(phase: Phase, config: RunConfig, coord: Coordinator = ALONE) -> int:
 @dataclass(frozen=True)
 class WindowPlan:
     """How a phase is measured: steps per window, windows, and why. ``per_iter_s`` is the
-    calibrated time of one step (NaN for fixed-count phases). Units: s."""
+    calibrated time of one step (NaN for fixed-count phases). ``runs_floor``: ``--runs`` set the
+    steps per window (they are kept whatever the windows' length). Units: s."""
 
     iterations: int
     trials: int
     per_iter_s: float
     note: str
+    runs_floor: bool = False
 
 
 def plan_windows(
@@ -138,16 +140,17 @@ def plan_windows(
         iterations, per_iter = calibrate(phase, min_window_s, config.max_iterations, coord)
         note = f"~{per_iter * 1e3:.4g} ms each, windows >= {min_window_s:g} s"
     trials = phase.trials or config.trials
+    runs_floor = False
     if config.runs and phase.iterations is None:
         floor = math.ceil(config.runs / (trials * phase.iterations_per_step))
         if floor > iterations:
-            iterations = min(floor, config.max_iterations)
+            iterations, runs_floor = min(floor, config.max_iterations), True
             note += f", grown to {config.runs} runs in all"
     if phase.iterations_per_step != 1:
         note += f", {phase.iterations_per_step} iterations per step"
     if phase.note:
         note += f"; {phase.note}"
-    return WindowPlan(iterations, trials, per_iter, note)
+    return WindowPlan(iterations, trials, per_iter, note, runs_floor)
 
 
 def run_for(phase: Phase, seconds: float, coord: Coordinator = ALONE) -> None:

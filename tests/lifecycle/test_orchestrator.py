@@ -328,3 +328,49 @@ def test_run_json_says_where_the_time_went(tmp_path):
         pytest.approx(timings["run"], rel=1e-6)
     )
     assert timings["process"] is None or timings["process"] >= timings["run"]
+
+
+def test_a_window_that_runs_slow_does_not_grow_the_next_ones(step_clock, monkeypatch):
+    # calibration sees 1 ms per step; from the second window on a step takes 50 ms (a machine
+    # that became loaded): the next windows run fewer steps, back to the plan, and the run says so
+    monkeypatch.setattr(window_edges, "time", step_clock.module())
+    step = {"s": 0.001, "windows": 0}
+    begin = measurement.Measurement.begin_window
+
+    def slowing(self, *args, **kwargs):
+        step["windows"] += 1
+        if step["windows"] == 2:
+            step["s"] = 0.05
+        return begin(self, *args, **kwargs)
+
+    monkeypatch.setattr(measurement.Measurement, "begin_window", slowing)
+    phase = Phase("slows-down", step=lambda: step_clock.advance(step["s"]), warmup=0)
+    result = ef.run(ListWorkload([phase]), power="none", reporters=[], settings=RunSettings(trials=4, min_window_s=0.2))
+    w = result.windows
+    iterations = list(w["iterations"])
+    assert iterations[0] == iterations[1] > 100  # calibrated at 1 ms; the second ran at 50 ms
+    assert w["duration_s"].iloc[1] > 4 * 0.2  # 50 times the plan
+    assert iterations[2] == iterations[3] < iterations[1] / 10  # back near the plan at 50 ms a step
+    assert w["duration_s"].iloc[2:].to_numpy() == pytest.approx(w["iterations"].iloc[2:].to_numpy() * 0.05)
+    assert all(d < 4 * 0.2 * CALIBRATION_MARGIN for d in w["duration_s"].iloc[2:])
+    assert sum("times the 0.2 s planned" in x for x in result.warnings) == 1
+
+
+def test_a_window_measured_again_grows_at_most_25_fold(step_clock, monkeypatch):
+    # a first window that reads almost nothing (steps of 0.1 us after calibration at 2 ms) would ask
+    # for 20000 times the steps; it gets 25 times, and the run says why
+    monkeypatch.setattr(window_edges, "time", step_clock.module())
+    step = {"s": 0.002}
+    begin = measurement.Measurement.begin_window
+    seen = []
+
+    def boosted(self, *args, **kwargs):
+        seen.append(args[1] if len(args) > 1 else kwargs.get("iterations"))
+        step["s"] = 1e-7 if len(seen) == 1 else 0.002
+        return begin(self, *args, **kwargs)
+
+    monkeypatch.setattr(measurement.Measurement, "begin_window", boosted)
+    phase = Phase("boost-once", step=lambda: step_clock.advance(step["s"]), warmup=0)
+    result = ef.run(ListWorkload([phase]), power="none", reporters=[], settings=RunSettings(trials=2, min_window_s=0.2))
+    assert seen[1] == phases.REDO_GROWTH_MAX * seen[0]
+    assert any("25 times as many" in x and "uneven" in x for x in result.warnings)

@@ -63,7 +63,8 @@ def test_vicuna_7b_prefill_512_and_decode_fp16(tmp_path):
     assert decode["energy_per_token_j"] > prefill["energy_per_token_j"] > 0
     # against the weight-read floor (2.8 ms on an H200): no decode runs under it, and a graph of
     # it is not host-bound (the DTensor path took 185 ms per token at tp=2)
-    assert 13.3e9 < decode["weights_read_per_token_bytes"] < 13.6e9
+    # (6.74 B fp16 parameters less the embedding table, of which a token gathers one row)
+    assert 13.1e9 < decode["weights_read_per_token_bytes"] < 13.6e9
     floor = decode["floor_latency_per_token_s"]
     if floor == floor:  # a GPU whose bandwidth the table knows
         assert floor < decode["latency_per_token_s"] < 4 * floor
