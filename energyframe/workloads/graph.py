@@ -23,6 +23,7 @@ from ..kit import extras
 from ..model import DerivedTable, Phase, WorkloadContext
 from ..options import Option
 from ..plugin import Workload
+from .host_reads import HostReads
 
 if TYPE_CHECKING:
     import torch
@@ -198,6 +199,13 @@ def host_sync(call: Callable[[], None]) -> str | None:
     return None
 
 
+def torch_stream(stream):
+    """``torch.cuda.stream(stream)``, imported where it is used (this module loads without torch)."""
+    import torch
+
+    return torch.cuda.stream(stream)
+
+
 def repair_generator(device) -> None:
     """A failed capture leaves the device's default random generator marked as capturing, so
     every later CUDA random draw fails ("Offset increment outside graph capture"): give it a
@@ -258,6 +266,8 @@ class Captured:
         self._keep: list = []
         #: why the calls run eagerly on a GPU (a failed capture), or None
         self.fallback: str | None = None
+        #: reads of device values the graph has fixed as the eager calls made them (host_reads.py)
+        self.fixed_reads = 0
 
     @property
     def on_gpu(self) -> bool:
@@ -285,25 +295,60 @@ class Captured:
                 for _ in range(self.warmup_calls):
                     once()
                 syncs = host_sync(once) if self.check_sync else None
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            torch.cuda.synchronize(self.device)
+            self._join(stream)
             if syncs:  # a capture would fail, and a failed capture harms later CUDA random numbers
-                self._eager(state, once, f"eager: the call synchronises with the host ({syncs[:120]})")
+                if not self._capture_fixed(state, once, stream):
+                    self._eager(state, once, f"eager: the call synchronises with the host ({syncs[:120]})")
                 return
-            graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph, capture_error_mode=self.capture_error_mode):
-                    for _ in range(unroll):
-                        once()
-            except Exception as e:  # what the host-sync check does not see
-                torch.cuda.synchronize(self.device)
-                repair_generator(self.device)
-                self._eager(
-                    state, once, f"eager: CUDA graph capture failed ({type(e).__name__}: {str(e)[:120]})"
-                )
-                return
+            failed = self._capture(state, once)
+            if failed is not None and not self._capture_fixed(state, once, stream):
+                self._eager(state, once, f"eager: CUDA graph capture failed ({failed[:160]})")
+
+    def _join(self, stream) -> None:
+        import torch
+
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        torch.cuda.synchronize(self.device)
+
+    def _capture(self, state, once: Callable[[], None]) -> str | None:
+        """Capture ``unroll`` calls of ``once``; ``None``, or why the capture failed."""
+        import torch
+
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, capture_error_mode=self.capture_error_mode):
+                for _ in range(self.unroll):
+                    once()
+        except Exception as e:  # what the host-sync check does not see
+            torch.cuda.synchronize(self.device)
+            repair_generator(self.device)
+            return f"{type(e).__name__}: {e}"
         self._keep = [state, graph]
         self._run = graph.replay
+        return None
+
+    def _capture_fixed(self, state, once: Callable[[], None], stream) -> bool:
+        """A call that reads device values on the host: capture it with those reads fixed as two
+        more eager calls made them, when both made the same (``host_reads.py``). False: it
+        cannot be (the reads change from call to call, or it synchronises otherwise)."""
+        from .capture_view import seen_as_captured
+
+        reads = HostReads()
+        with torch_stream(stream):
+            with seen_as_captured():  # the path the capture takes, where libraries take another
+                for _ in range(2):
+                    reads.recording(once)
+
+            def fixed() -> None:
+                reads.replaying(once)
+
+            still = host_sync(fixed) if reads.static and self.check_sync else None
+        self._join(stream)
+        if not reads.static or still or self._capture(state, fixed) is not None:
+            return False
+        self.fixed_reads = reads.reads
+        log.info("captured with %d read(s) of device values fixed as the eager calls made them", reads.reads)
+        return True
 
     def _eager(self, state, once: Callable[[], None], why: str) -> None:
         self.fallback = why

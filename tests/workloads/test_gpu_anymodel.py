@@ -50,14 +50,16 @@ def test_units_found_in_an_unknown_model_add_up_to_it(spec):
     assert abs(summary["latency_diff_pct"]) < 10 and abs(summary["energy_diff_pct"]) < 10
 
 
-#: issue 38's encoder rows: Σ units had been 46-65 % short of the whole model
+#: issue 38's encoder rows: Σ units had been 46-65 % short of the whole model; BART's layers
+#: check on the host for an overflow in fp16, which failed its capture (-77 %)
 ENCODERS = [
     "hf:arch=BertModel,seq_len=128,batch=16",
     "hf:arch=DistilBertModel,seq_len=256,batch=8",
+    "hf:arch=BartModel,seq_len=128,batch=8",
 ]
 
 
-@pytest.mark.parametrize("spec", ENCODERS, ids=["bert", "distilbert"])
+@pytest.mark.parametrize("spec", ENCODERS, ids=["bert", "distilbert", "bart"])
 def test_an_encoders_units_add_up_to_it_with_the_defaults(spec):
     name, _, options = spec.partition(":")
     result = ef.run(f"per-layer:model={name},{options},validate=true", power=["nvml:gpus=0"], reporters=[])

@@ -91,6 +91,38 @@ def test_uncapturable_call_runs_eagerly_and_random_numbers_still_work(call):
     captured.release()
 
 
+def test_a_call_that_branches_on_a_device_value_is_captured_with_the_eager_decision():
+    """BART's fp16 layers clamp only if something overflowed, decided by a host read: the capture
+    fixes the read as the eager calls made it (workloads/host_reads.py)."""
+    from energyframe.workloads.graph import Captured
+
+    def call(state):
+        h = state["x"] * 2.0
+        if not torch.isfinite(h).all():
+            h = torch.clamp(h, min=-1e4, max=1e4)
+        state["out"].copy_(h)
+
+    device = torch.device("cuda")
+    captured = Captured(
+        lambda d: {
+            "x": torch.ones(1024, device=d, dtype=torch.float16),
+            "out": torch.zeros(1024, device=d, dtype=torch.float16),
+        },
+        call,
+        4,
+        device,
+        check_sync=False,
+    )
+    captured.build()
+    assert captured.fallback is None and captured.fixed_reads == 1
+    state = captured._keep[0]
+    state["x"].fill_(3.0)
+    captured.step()
+    captured.sync()
+    assert torch.equal(state["out"], torch.full_like(state["out"], 6.0))  # the graph's own work
+    captured.release()
+
+
 def test_per_layer_timed_at_capture_ahead_with_auto_granularity_and_kernel_gaps():
     """The candidate fast path: windows counted from each unit's replay time, every unit captured
     before the first window, granularity chosen from the model, the launch gap measured."""
