@@ -199,7 +199,9 @@ class Acquisition:
         recorder = self.recorder
         if last_end_s is not None:
             try:
-                missing = recorder.wait_for_samples(last_end_s, recorder.coverage_timeout_s())
+                # not for a secondary 1-s average, which settles half a second after the end: every
+                # run would wait that long for a channel no figure needs (its last window says so)
+                missing = recorder.wait_for_samples(last_end_s, recorder.coverage_timeout_s(), settling=False)
             except KeyboardInterrupt:
                 missing = []
                 status, reason = INCOMPLETE, reason or "interrupted by SIGINT while finishing"

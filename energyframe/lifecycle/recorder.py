@@ -275,16 +275,20 @@ class Recorder:
         except BaseException as e:  # this thread must never die silently: the run would go on blind
             self._fail("(the drain thread)", PowerSourceError(f"the sample drain failed: {describe(e)}"))
 
-    def wait_for_samples(self, after_s: float | None, timeout_s: float) -> list[str]:
+    def wait_for_samples(self, after_s: float | None, timeout_s: float, settling: bool = True) -> list[str]:
         """Wait until every integrable channel has a sample at or after ``after_s`` (monotonic;
         ``None``: any sample); channels of unknown timing, whose samples will be moved back by
-        their lag, until ``LATE_SETTLE_S`` later. Returns the channels still lacking one."""
+        their lag, until ``LATE_SETTLE_S`` later. ``settling=False``: secondary channels whose
+        samples settle after the instant (a 1-s average: half a second) are not waited for.
+        Returns the channels still lacking one."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.drain()
             missing = []
             for name, channel in self.store.channels.items():
                 if not channel.integrable or self.store.channel_source[name] == self.failed_source:
+                    continue
+                if not settling and not channel.primary and settle_s(channel) > 0:
                     continue
                 last = self.store.last_time(name)
                 if last is None or (after_s is not None and last < after_s + settle_s(channel)):
