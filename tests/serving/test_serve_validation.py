@@ -22,12 +22,20 @@ def test_the_validation_runs_and_writes_its_tables(tmp_path):
         report = bench.validate(tmp_path, target, {"a", "b"}, repeats=1)
     text = bench.write_report(report, tmp_path)
     assert [r["n"] for r in report["identical"]] == [8]
-    assert [(r["kind"], r["k_ok"]) for r in report["marginal"]] == [("W+K overlap", 4), ("W+K after", 4)]
+    assert [(r["kind"], r["k_ok"]) for r in report["marginal"]] == [
+        ("W+K prefill overlapping", 4),
+        ("W+K decode after", 4),
+        ("W+K long decode after", 4),
+        ("W+K decode overlapping", 4),
+    ]
     for row in report["marginal"]:  # constant power: the K requests add only the span's difference
         assert row["measured_difference_j"] == pytest.approx(0.0, abs=2.0)
         assert row["attributed_dynamic_j"] == pytest.approx(0.0, abs=1e-6)
+        # a replayed constant power has no random part: the difference's bound is the
+        # baselines' own, far below the 5-W accuracy times the span that it held before
+        assert 0.0 <= row["difference_bound_j"] < 0.5
     kinds = {(r["run"], r["kind"]) for r in report["leaderboard"]}
-    assert ("WK-overlap-0", "prefill-heavy (K)") in kinds and ("WK-after-0", "ordinary") in kinds
+    assert ("WK-prefill-overlapping-0", "K") in kinds and ("WK-decode-after-0", "ordinary") in kinds
     assert "## (b) marginal truth" in text and (tmp_path / "serve_validation.md").read_text().startswith(
         "# serve-bench"
     )
