@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if tp > 1:
         distributed.join(device)  # for gathering the ranks' figures at the end
     if args.cpu:
-        power, gpu = None, "cpu"
+        power, gpu = "none", "cpu"
     else:  # each rank measures its own GPU
         power = [f"nvml:gpus=GPU-{torch.cuda.get_device_properties(device).uuid}"]
         gpu = torch.cuda.get_device_name(device)
