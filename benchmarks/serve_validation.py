@@ -333,15 +333,16 @@ K_KINDS = {
         ],
         18.0,
     ),
-    # outputs after W has finished: the requests' own steps, nothing shared with W
+    # outputs after W has finished (W's last request arrives at 4.9 s and ends by ~8 s; K at 8.5 s
+    # met W's tail on 2026-11-29): the requests' own steps, nothing shared with W
     "W+K decode after": (
-        lambda scale: [prompt(256, 48, f"k{i}", (8.5 + 0.3 * i) * scale) for i in range(4)],
+        lambda scale: [prompt(256, 48, f"k{i}", (11.0 + 0.3 * i) * scale) for i in range(4)],
         18.0,
     ),
     # the same, five times the output: ~25 s of steps, so that K's energy stands far above the
     # run-to-run variation of W's (about ±10 J on the H200, 2026-11-29)
     "W+K long decode after": (
-        lambda scale: [prompt(256, 256, f"k{i}", (8.5 + 0.3 * i) * scale) for i in range(4)],
+        lambda scale: [prompt(256, 256, f"k{i}", (12.0 + 0.3 * i) * scale) for i in range(4)],
         40.0,
     ),
     # outputs while W runs: their decode tokens share W's steps, where a step's energy is
