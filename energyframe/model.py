@@ -115,6 +115,10 @@ class Channel:
             the run adds its fused power, ``NAME.fused``.
         derived_from: for a channel computed after the run from another (a counter's fused
             power), that channel's name; its windows' edges lie between that counter's ticks.
+        stamp_s: for an energy counter stamped by polling, the half-width within which each
+            tick's stamp lies: half the median time between the two polls around a tick, as
+            the source measured it (0: not measured; the bound then takes ±2 ms,
+            ``core/edge/errors.py``). Set by the run from the source's report. Units: s.
     """
 
     name: str
@@ -131,6 +135,7 @@ class Channel:
     accuracy_pct: float = 0.0
     shaped_by: tuple[Shape, ...] = ()
     derived_from: str = ""
+    stamp_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.unit:
@@ -157,6 +162,7 @@ class Channel:
             "accuracy_pct": self.accuracy_pct,
             "shaped_by": [s.to_json() for s in self.shaped_by],
             "derived_from": self.derived_from,
+            "stamp_s": self.stamp_s,
         }
 
     @classmethod
@@ -176,6 +182,7 @@ class Channel:
             accuracy_pct=float(data.get("accuracy_pct", 0.0)),
             shaped_by=tuple(Shape.from_json(s) for s in data.get("shaped_by") or ()),
             derived_from=str(data.get("derived_from") or ""),
+            stamp_s=float(data.get("stamp_s") or 0.0),
         )
 
     def renamed(self, rename: Callable[[str], str]) -> Channel:

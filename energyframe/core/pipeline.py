@@ -19,6 +19,7 @@ from ..model import Channel, Timing, WindowAnnotation, join_flags, split_flags
 from .align import MeterAligner
 from .clock import ChannelTimeMap, ClockModel
 from .edge import Evidence
+from .edge.errors import stamp_sd_s
 from .fusion import FusionResult, fused_channels
 from .idle import IdleBaseline
 from .samples import SampleSeries
@@ -134,7 +135,7 @@ def add_fused_power(
     results: dict[str, FusionResult] = {}
     try:
         channels, series = fused_channels(recording.channels, placement.series, report, results=results)
-        evidence = {name: Evidence.of(result) for name, result in results.items()}
+        evidence = {name: Evidence.of(result, stamp_sd_s(channels[name])) for name, result in results.items()}
     except Exception as e:  # a second view of the counter: never worth the run
         warn(f"fused power left out: {type(e).__name__}: {e}")
         return recording, placement, {}

@@ -12,6 +12,7 @@ import pandas as pd
 from ..model import Channel, Quantity, WindowAnnotation, join_flags
 from .clock import ClockModel
 from .edge import CounterTicks, Evidence, Span, counter_window
+from .edge.errors import stamp_sd_s
 from .energy import WindowEnergy, window_energy
 from .idle import IdleBaseline, dynamic_columns
 from .samples import DUPLICATE, IMPLAUSIBLE, MISSING, NEGATIVE, NOT_FINITE, STEPPED, SampleSeries
@@ -107,6 +108,7 @@ def counter_ticks(
             series=series[name],
             evidence=evidence.get(name),
             grid=TickGrid.check(series[name].times_s) if grids else None,
+            stamp_sd_s=stamp_sd_s(channel),
         )
         for name, channel in channels.items()
         if channel.quantity == Quantity.ENERGY and name in series

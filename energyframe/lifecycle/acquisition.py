@@ -8,8 +8,9 @@ or the samples from a time on for a live window's energy (``live.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from ..core.samples import empty_samples_frame
 from ..core.windows import WindowRecord
 from ..errors import EnergyFrameError, PowerSourceError, RunInterrupted
 from ..live.listener import LiveListener
-from ..model import Channel
+from ..model import Channel, Quantity
 from ..plugin import PowerSource
 from ..ranks.coordinator import Coordinator
 from ..ranks.world import rank_devices
@@ -103,8 +104,16 @@ class Acquisition:
         return dict(self.recorder.channels) if self.recorder is not None else {}
 
     def source_channels(self) -> dict[str, list[Channel]]:
-        """Each started source's channels, by source name."""
-        return self.recorder.source_channels if self.recorder else {}
+        """Each started source's channels, by source name; once the sources stopped, each polled
+        counter with the half-width its ticks were stamped within (``stamped``), as the run's
+        windows read it, so that run.json says it and a recomputation reads the same."""
+        if self.recorder is None:
+            return {}
+        declared = self.recorder.source_channels
+        now = stamped(
+            {c.name: c for channels in declared.values() for c in channels}, self.recorder.store.channel_source, self.sources
+        )
+        return {source: [now.get(c.name, c) for c in channels] for source, channels in declared.items()}
 
     def primary_channels(self) -> list[str]:
         """The primary integrable channels, in order."""
@@ -154,10 +163,11 @@ class Acquisition:
 
     # -- what was recorded -----------------------------------------------------------------
     def recording(self, book: WindowBook) -> Recording:
-        """Everything the run recorded, with ``book``'s windows, for ``assemble``."""
+        """Everything the run recorded, with ``book``'s windows, for ``assemble``; each polled
+        counter with the half-width its source stamped its ticks within (``stamped``)."""
         assert self.recorder is not None
         store = self.recorder.store
-        return self._recording_of(
+        recording = self._recording_of(
             store.all_series(),
             store.to_frame(),
             rejected=store.rejected_times(),
@@ -167,6 +177,7 @@ class Acquisition:
             work=dict(book.work),
             interrupted=frozenset(book.interrupted),
         )
+        return replace(recording, channels=stamped(recording.channels, store.channel_source, self.sources))
 
     def live_recording(self, since_s: float, opened_s: list[float]) -> Recording:
         """The recording from ``since_s`` on (monotonic), without the raw record; ``opened_s``:
@@ -240,3 +251,39 @@ def describe_exception(exc: BaseException, recorder: Recorder | None) -> str:
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted by SIGINT"
     return f"{type(exc).__name__}: {exc}"
+
+
+def stamped(
+    channels: Mapping[str, Channel], channel_source: Mapping[str, str], sources: Sequence[PowerSource]
+) -> dict[str, Channel]:
+    """``channels``, each energy counter that a source stamped by polling with the half-width of
+    its stamps: half the median time between the two polls around a tick (the source's
+    ``info()["acquisition"]["tick_brackets_s"]``, written by the polling base as it stops). The
+    window bound takes that, ±2 ms at least (``core/edge/errors.py``): a sampler set to poll
+    less often (``nvml:interval_ms=8``) stamps within ±5 ms, and its windows' bounds say so."""
+    brackets: dict[str, float] = {}
+    for source in sources:
+        for name, median in _bracket_medians(source).items():
+            if channel_source.get(name) == source.name:
+                brackets[name] = median
+    return {
+        name: replace(channel, stamp_s=brackets[name] / 2.0)
+        if name in brackets and channel.quantity == Quantity.ENERGY
+        else channel
+        for name, channel in channels.items()
+    }
+
+
+def _bracket_medians(source: PowerSource) -> dict[str, float]:
+    """Per channel, the median time between the two polls around each of its ticks, as the
+    source reported it (none where it reports nothing of the kind). Units: s."""
+    try:
+        info = source.info()
+    except Exception:  # a source that cannot report leaves its channels as declared
+        return {}
+    acquisition = info.get("acquisition") if isinstance(info, Mapping) else None
+    reported = acquisition.get("tick_brackets_s") if isinstance(acquisition, Mapping) else None
+    if not isinstance(reported, Mapping):
+        return {}
+    medians = {name: q.get("median") if isinstance(q, Mapping) else None for name, q in reported.items()}
+    return {name: float(m) for name, m in medians.items() if isinstance(m, (int, float)) and m > 0}

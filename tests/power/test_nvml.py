@@ -551,3 +551,30 @@ def test_list_says_that_nvml_polls_fast():
     assert any(line.startswith("polls fast: polls each GPU's energy counter every ~1 ms") for line in blocks["nvml"])
     assert "sampler (grid|dense, default grid): " + NVMLPowerSource.OPTIONS[2].help in blocks["nvml"]
     assert not any(line.startswith("polls fast") for line in blocks["replay"])  # a source that does not
+
+
+def test_a_sampler_that_polls_less_often_says_how_wide_its_stamps_are(fake_nvml, tmp_path):
+    # 4-ms pauses beside a 3-ms query: the two polls around a tick ~7 ms apart, each stamp within
+    # ±3.5 ms of its tick, where the bound had counted ±2 ms (core/edge/errors.py). run.json's
+    # counter says the half-width the polls measured, and a recomputation reads the same bounds
+    from energyframe.core.edge.errors import STAMP_S
+
+    fake_nvml([gpu(field_cost_s=0.003)])
+    with ef.measure(power=[NVMLPowerSource(name="nvml", interval_ms=4, channels="state")], sync=None, out=tmp_path / "run") as m:
+        for _ in range(3):
+            with m.window("steady"):
+                time.sleep(0.35)
+    (source,) = m.result.meta["sources"]
+    brackets = source["info"]["acquisition"]["tick_brackets_s"]["gpu0"]
+    (counter,) = [c for c in source["channels"] if c["name"] == "gpu0"]
+    assert counter["stamp_s"] == brackets["median"] / 2 > STAMP_S
+    # the saved run's counter says the same, for whatever reads its windows again
+    from energyframe.results.result import RunResult
+
+    assert RunResult.load(tmp_path / "run").run_meta.channels["gpu0"].stamp_s == counter["stamp_s"]
+    # and with the default 1-ms pause the stamps stay within the ±2 ms the bound always took
+    fake_nvml([gpu(field_cost_s=0.002)])
+    result = run_windows(NVMLPowerSource(name="nvml", channels="state"), windows=2)
+    (source,) = result.meta["sources"]
+    (counter,) = [c for c in source["channels"] if c["name"] == "gpu0"]
+    assert counter["stamp_s"] <= STAMP_S

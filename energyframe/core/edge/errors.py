@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ...model import Channel
 from ..stats import Z95
 from ..tickgrid import TickGrid
 from ..vocabulary import IRREGULAR_TICKS, TICK_OFF_GRID, TICK_OFF_GRID_COLUMN, TICK_SPREAD_COLUMN
@@ -16,17 +17,24 @@ from .place import EdgePlace
 
 #: a tick is stamped within ± this of the counter's change: the poller stamps a change midway
 #: between the starts of two reads ~4 ms apart (a read of NVML's counter takes ~3-4 ms and reads
-#: as it begins; benchmarks/tick_stamps.py). Units: s.
+#: as it begins; benchmarks/tick_stamps.py). The least half-width the bound takes; a source
+#: that measured wider brackets says so (``Channel.stamp_s``). Units: s.
 STAMP_S = 0.002
 #: standard deviation of a stamp error uniform within ±STAMP_S. Units: s.
 STAMP_SD_S = STAMP_S / math.sqrt(3.0)
 
 
-def stamps_sd(x: float, p0_w: float, p1_w: float) -> float:
-    """The energy error at an edge from the two ticks' stamps: the share of each tick's error
-    that the estimator carries to the edge (``x`` of the later tick's), at the power around that
-    tick. Units: J."""
-    return STAMP_SD_S * math.hypot((1.0 - x) * p0_w, x * p1_w)
+def stamp_sd_s(channel: Channel) -> float:
+    """The standard deviation of ``channel``'s tick stamps: uniform within ± the half-width its
+    source measured (``Channel.stamp_s``), ±``STAMP_S`` at least. Units: s."""
+    return max(STAMP_S, channel.stamp_s) / math.sqrt(3.0)
+
+
+def stamps_sd(x: float, p0_w: float, p1_w: float, sd_s: float = STAMP_SD_S) -> float:
+    """The energy error at an edge from the two ticks' stamps (each ``sd_s``): the share of each
+    tick's error that the estimator carries to the edge (``x`` of the later tick's), at the
+    power around that tick. Units: J."""
+    return sd_s * math.hypot((1.0 - x) * p0_w, x * p1_w)
 
 
 @dataclass(frozen=True, kw_only=True)

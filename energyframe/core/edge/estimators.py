@@ -39,7 +39,7 @@ import numpy as np
 from ..shapes import STEP_SHARE
 from ..stats import Z95
 from ..vocabulary import ANCHORED, COUNTER, FUSED
-from .errors import stamps_sd
+from .errors import STAMP_SD_S, stamps_sd
 from .evidence import Evidence
 from .place import EdgePlace
 
@@ -85,10 +85,10 @@ class EdgeReading:
     shaped: bool
 
 
-def counter_reading(edge: EdgePlace) -> EdgeReading:
+def counter_reading(edge: EdgePlace, stamp_sd_s: float = STAMP_SD_S) -> EdgeReading:
     """An edge of a counter with no fine samples beside it: linear interpolation, with the
-    stamps' uncertainty and, since nothing shows the load inside the interval, the quarter of
-    the interval's energy a step would misplace at worst."""
+    stamps' uncertainty (each ``stamp_sd_s``) and, since nothing shows the load inside the
+    interval, the quarter of the interval's energy a step would misplace at worst."""
     power = edge.power_w
     # without evidence a step cannot be excluded: its worst case, x (1 - x) of the increment,
     # taken as a uniform spread (sd = bound / sqrt 3)
@@ -96,7 +96,7 @@ def counter_reading(edge: EdgePlace) -> EdgeReading:
     return EdgeReading(
         estimator=COUNTER,
         correction_j=0.0,
-        sd_j=math.hypot(stamps_sd(edge.x, power, power), unseen),
+        sd_j=math.hypot(stamps_sd(edge.x, power, power, stamp_sd_s), unseen),
         step=False,
         shaped=False,
     )
@@ -107,7 +107,7 @@ def evidence_reading(evidence: Evidence, edge: EdgePlace) -> EdgeReading:
     in the edge's tick interval, ``counter`` otherwise (``counter_reading`` where no samples
     shaped the interval)."""
     if not math.isfinite(evidence.mismatch_j(edge.index)):
-        return counter_reading(edge)
+        return counter_reading(edge, evidence.stamp_sd_s)
     t0, t1, x, increment = edge.t0_s, edge.t1_s, edge.x, edge.increment_j
     shares = evidence.share_j(t0, min(max(edge.t_s, t0), t1))
     d = shares - x * increment
@@ -116,11 +116,12 @@ def evidence_reading(evidence: Evidence, edge: EdgePlace) -> EdgeReading:
     if abs(d) <= STEP_SIGMAS * noise:
         # what the samples say the interpolation misses here (|D|) is the counter's own error
         # at this edge, if the samples are right; otherwise it overstates it
-        sd = math.sqrt(stamps_sd(x, p0, p1) ** 2 + d**2 + (UNSEEN_SHARE * noise) ** 2)
+        stamps = stamps_sd(x, p0, p1, evidence.stamp_sd_s)
+        sd = math.sqrt(stamps**2 + d**2 + (UNSEEN_SHARE * noise) ** 2)
         return EdgeReading(estimator=COUNTER, correction_j=0.0, sd_j=sd, step=False, shaped=True)
     f = float(np.clip(shares / increment, 0.0, 1.0)) if increment > 0 else x
     placement = evidence.jump_w[edge.index] * evidence.placement_sd_s
-    sd = math.hypot(stamps_sd(f, p0, p1), placement)
+    sd = math.hypot(stamps_sd(f, p0, p1, evidence.stamp_sd_s), placement)
     return EdgeReading(estimator=FUSED, correction_j=d, sd_j=sd, step=True, shaped=True)
 
 

@@ -35,14 +35,16 @@ class Evidence:
         placement_sd_s: how far the samples place a step from where the counter says it is,
             1 sigma: from the run's mismatches beyond what the tick stamps explain, per watt
             of step (``PLACEMENT_SD_S`` at least). Units: s.
+        stamp_sd_s: the counter's tick stamps' standard deviation (``errors.stamp_sd_s``). Units: s.
     """
 
     fusion: FusionResult
     jump_w: np.ndarray
     placement_sd_s: float
+    stamp_sd_s: float = STAMP_SD_S
 
     @classmethod
-    def of(cls, fusion: FusionResult) -> Evidence:
+    def of(cls, fusion: FusionResult, stamp_sd_s: float = STAMP_SD_S) -> Evidence:
         ticks, series = fusion.ticks_s, fusion.series
         n = max(ticks.size - 1, 0)
         jump = np.zeros(n)
@@ -57,14 +59,14 @@ class Evidence:
         placement = PLACEMENT_SD_S
         if np.any(shaped) and len(series):
             p = np.interp(ticks, series.times_s, series.values)
-            stamp2 = STAMP_SD_S**2 * (p[:-1] ** 2 + p[1:] ** 2)
+            stamp2 = stamp_sd_s**2 * (p[:-1] ** 2 + p[1:] ** 2)
             # how far the shapes missed the counter beyond what the stamps explain, per watt of
             # step, over every shaped interval (summed before the root: not biased upwards)
             excess = float((mismatch[shaped] ** 2 - stamp2[shaped]).sum())
             steps = float((jump[shaped] ** 2).sum())
             if steps > 0 and excess > 0:
                 placement = max(placement, PLACEMENT_SHARE * math.sqrt(excess / steps))
-        return cls(fusion, jump, placement)
+        return cls(fusion, jump, placement, stamp_sd_s)
 
     def covers(self, start_s: float, end_s: float) -> bool:
         """Whether the fused power spans ``[start_s, end_s]`` (it runs from the first tick to the

@@ -23,7 +23,7 @@ from ..energy import WindowEnergy, counter_energy, power_energy
 from ..samples import SampleSeries
 from ..tickgrid import TickGrid
 from ..vocabulary import FUSED, SHORT_WINDOW
-from .errors import GridError, grid_error, window_random_j, with_grid_j
+from .errors import STAMP_SD_S, GridError, grid_error, window_random_j, with_grid_j
 from .estimators import counter_reading, estimator_name, fused_sd_j, read_edge
 from .evidence import Evidence
 from .place import EdgePlace, place
@@ -57,11 +57,13 @@ class CounterTicks:
         evidence: what its fused power says about each tick interval (``None``: no fine samples).
         grid: its ticks against their update grid (``None``: the check cannot tell, or the
             windows are read without it).
+        stamp_sd_s: its tick stamps' standard deviation (``errors.stamp_sd_s``). Units: s.
     """
 
     series: SampleSeries
     evidence: Evidence | None = None
     grid: TickGrid | None = None
+    stamp_sd_s: float = STAMP_SD_S
 
 
 def counter_window(*, channel: Channel, series: SampleSeries, span: Span, ticks: CounterTicks) -> WindowEnergy:
@@ -88,18 +90,23 @@ def counter_window(*, channel: Channel, series: SampleSeries, span: Span, ticks:
     end = place(times, values, span.end_s, span.next_synced_start_s)
     grid = grid_error(ticks.grid, (start, end)) if ticks.grid is not None and times.size >= 2 else None
     if counter:
-        return _counter_edges(stream, start, end, evidence, grid)
+        return _counter_edges(stream, start, end, evidence, grid, ticks.stamp_sd_s)
     return _derived_edges(stream, start, end, evidence, grid)
 
 
 def _counter_edges(
-    stream: WindowEnergy, start: EdgePlace, end: EdgePlace, evidence: Evidence | None, grid: GridError | None
+    stream: WindowEnergy,
+    start: EdgePlace,
+    end: EdgePlace,
+    evidence: Evidence | None,
+    grid: GridError | None,
+    stamp_sd_s: float = STAMP_SD_S,
 ) -> WindowEnergy:
     """A counter window from its interpolated energy and its edges' estimators. ``short_window``
     stays only where a window shorter than two update periods has a step at an edge, or no
     samples to tell."""
     if evidence is None:
-        a, b = counter_reading(start), counter_reading(end)
+        a, b = counter_reading(start, stamp_sd_s), counter_reading(end, stamp_sd_s)
         return _finished(stream, stream.energy_j, stream.flags, stream.estimator, window_random_j(a.sd_j, b.sd_j), grid)
     a, b = read_edge(evidence, start), read_edge(evidence, end)
     flags = stream.flags
