@@ -151,7 +151,9 @@ def print_table(rows: list[dict], tp: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"vicuna-7b, tp={tp}, {rows[0]['gpu']}: per token (each rank's own GPU, NVML)")
+    where = rows[0]["gpu"]
+    measured = "timing only" if where == "cpu" else "each rank's own GPU, NVML"
+    table = Table(title=f"vicuna-7b, tp={tp}, {where}: per token ({measured})")
     for column in (
         "phase",
         "rank",
