@@ -15,6 +15,11 @@ about ``--window-s`` each, stopped. Each window's time per iteration is timed he
 around its iterations for every configuration, so the meter's window edges are not in it; what
 an edge costs (sync, reads) is reported apart.
 
+Each configuration's run first runs the workload for ``--warmup-s`` (0.5 s) untimed, the meter
+already on: on an H200 (2026-11-29, 6 rounds) the rounds' ratios to ``none`` spread by ±20-37 %
+where the windows' own spread (CV 4-14 %) allows a few per cent, as if each run started slower
+after the idle between runs; whether the warm-up removes that is for the next GPU run to show.
+
 Repetitions: the defaults (8 rounds x 12 windows of 0.2 s, per workload and configuration) give
 96 windows per configuration; simulated with a window CV of 1 / 2 / 2.5 % and rounds drifting by
 ±5 % (tests/benchmarks/test_sampler_overhead.py), the 95 % interval of a configuration's ratio to none is
@@ -141,9 +146,19 @@ class Zeus:
         return _Window()
 
 
-def one_run(config: str, step, sync, iterations: int, windows: int) -> dict:
-    """One measurement of ``windows`` windows under ``config``: each window's time per iteration
-    (timed here), its edges' cost, the process tree's CPU and the sampler's report."""
+def warm(step, sync, seconds: float) -> None:
+    """The workload run untimed for ``seconds``: after the idle between two configurations'
+    runs, clocks (the GPU's, the host's) ramp back up before the timed windows begin."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        step()
+    sync()
+
+
+def one_run(config: str, step, sync, iterations: int, windows: int, warmup_s: float = 0.5) -> dict:
+    """One measurement of ``windows`` windows under ``config``, after ``warmup_s`` of the
+    workload untimed with the meter already running: each window's time per iteration (timed
+    here), its edges' cost, the process tree's CPU and the sampler's report."""
     times, edges = [], []
     cpu0, wall0 = tree_cpu_s(), time.monotonic()
     info: dict = {}
@@ -163,6 +178,7 @@ def one_run(config: str, step, sync, iterations: int, windows: int) -> dict:
 
     if config == "zeus":
         zeus = Zeus()
+        warm(step, sync, warmup_s)
         for _ in range(windows):
             timed(zeus.window("w"))
     else:
@@ -172,6 +188,7 @@ def one_run(config: str, step, sync, iterations: int, windows: int) -> dict:
         elif config == "nvml-dense":
             power = [NVMLPowerSource(name="nvml", gpus="0", sampler="dense")]
         with ef.measure(power=power, sync=sync) as m:
+            warm(step, sync, warmup_s)
             for _ in range(windows):
                 timed(m.window("w", iterations=iterations))
         sources = m.result.meta.get("sources") or []
@@ -286,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--windows", type=int, default=12, help="windows per measurement")
     ap.add_argument("--window-s", type=float, default=0.2, help="about this long each. Units: s")
     ap.add_argument("--kernels", type=int, default=2000, help="tiny kernels per launch-loop iteration")
+    ap.add_argument("--warmup-s", type=float, default=0.5, help="the workload untimed before each run's windows. Units: s")
     ap.add_argument("--cli-runs", type=int, default=1, help="runs each of the CLI with and without nvml")
     ap.add_argument("--quick", action="store_true", help="2 rounds x 6 windows, no CLI runs: a smoke test")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script without a GPU")
@@ -314,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
             order = list(configs)
             random.Random(k).shuffle(order)
             for config in order:
-                run = one_run(config, step, sync, iterations, args.windows)
+                run = one_run(config, step, sync, iterations, args.windows, args.warmup_s)
                 run.update(workload=workload, round=k, iterations=iterations)
                 runs.append(run)
                 print(f"  round {k} {config}: median {1e3 * statistics.median(run['time_per_iter_s']):.3f} ms, "
