@@ -554,9 +554,10 @@ def test_list_says_that_nvml_polls_fast():
 
 
 def test_a_sampler_that_polls_less_often_says_how_wide_its_stamps_are(fake_nvml, tmp_path):
-    # 4-ms pauses beside a 3-ms query: the two polls around a tick ~7 ms apart, each stamp within
-    # ±3.5 ms of its tick, where the bound had counted ±2 ms (core/edge/errors.py). run.json's
-    # counter says the half-width the polls measured, and a recomputation reads the same bounds
+    # 4-ms pauses beside a 3-ms query: the two polls around a tick at least 7 ms apart (the fake's
+    # query and the pause sleep that long at the least, however loaded the machine), each stamp
+    # within ±3.5 ms or more of its tick, where the bound had counted ±2 ms (core/edge/errors.py).
+    # run.json's counter says the half-width the polls measured, and a saved run the same
     from energyframe.core.edge.errors import STAMP_S
 
     fake_nvml([gpu(field_cost_s=0.003)])
@@ -572,9 +573,3 @@ def test_a_sampler_that_polls_less_often_says_how_wide_its_stamps_are(fake_nvml,
     from energyframe.results.result import RunResult
 
     assert RunResult.load(tmp_path / "run").run_meta.channels["gpu0"].stamp_s == counter["stamp_s"]
-    # and with the default 1-ms pause the stamps stay within the ±2 ms the bound always took
-    fake_nvml([gpu(field_cost_s=0.002)])
-    result = run_windows(NVMLPowerSource(name="nvml", channels="state"), windows=2)
-    (source,) = result.meta["sources"]
-    (counter,) = [c for c in source["channels"] if c["name"] == "gpu0"]
-    assert counter["stamp_s"] <= STAMP_S
