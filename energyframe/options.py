@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import click
+
 from .errors import OptionError, UsageError
 
 KINDS = ("str", "int", "float", "bool", "path", "choice", "list", "int_list", "float_list")
@@ -234,3 +236,25 @@ def resolve_options(declared: Sequence[Option], given: Mapping[str, Any], owner:
         else:
             values[option.name] = option.default
     return values
+
+
+class FiniteFloat(click.FloatRange):
+    """A finite number, optionally within bounds: NaN and infinities are refused by name."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        valid = self.describe()
+        if not math.isfinite(number):
+            self.fail(f"must be a finite number{f' in the range {valid}' if valid else ''}, got {number!r}", param, ctx)
+        return super().convert(number, param, ctx)
+
+    def describe(self) -> str:
+        """The range as ``0<x<1``, ``x>=0`` or ``''`` when unbounded."""
+        if self.min is None and self.max is None:
+            return ""
+        if self.max is None:
+            return f"x{'>' if self.min_open else '>='}{self.min:g}"
+        low = "" if self.min is None else f"{self.min:g}{'<' if self.min_open else '<='}"
+        return f"{low}x{'<' if self.max_open else '<='}{self.max:g}"

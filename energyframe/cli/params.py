@@ -3,43 +3,25 @@
 click's ``FloatRange`` compares a value with its bounds, and NaN compares false with
 everything: ``--alpha nan`` would pass ``0 < x < 1`` and reach the code as a silent "never
 significant". These types refuse it at the command line, naming the value and what is valid.
+``FiniteFloat`` lives in ``energyframe/options.py``, beneath every command that takes a number
+(``serve-bench`` and ``sweep`` as well as these).
 """
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
-from typing import Any
 
 import click
+
+from ..options import FiniteFloat
+
+__all__ = ["FiniteFloat", "checked_path"]
 
 #: the longest path the kernel takes (Linux's PATH_MAX, the terminating NUL included). Units: bytes.
 PATH_MAX = 4096
 #: the longest file name when the file system does not say (Linux's NAME_MAX). Units: bytes.
 NAME_MAX = 255
-
-
-class FiniteFloat(click.FloatRange):
-    """A finite number, optionally within bounds: NaN and infinities are refused by name."""
-
-    name = "finite float"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = click.FLOAT.convert(value, param, ctx)
-        valid = self.describe()
-        if not math.isfinite(number):
-            self.fail(f"must be a finite number{f' in the range {valid}' if valid else ''}, got {number!r}", param, ctx)
-        return super().convert(number, param, ctx)
-
-    def describe(self) -> str:
-        """The range as ``0<x<1``, ``x>=0`` or ``''`` when unbounded."""
-        if self.min is None and self.max is None:
-            return ""
-        if self.max is None:
-            return f"x{'>' if self.min_open else '>='}{self.min:g}"
-        low = "" if self.min is None else f"{self.min:g}{'<' if self.min_open else '<='}"
-        return f"{low}x{'<' if self.max_open else '<='}{self.max:g}"
 
 
 def _too_long(path: Path) -> str | None:

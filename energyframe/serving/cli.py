@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
+from ..options import FiniteFloat
 from ..results.paths import click_out_path
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -75,7 +76,7 @@ def _extra_body(value: str | None) -> dict | None:
 @click.option(
     "--idle",
     "idle_s",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=5.0,
     show_default=True,
     metavar="SECONDS",
@@ -84,7 +85,7 @@ def _extra_body(value: str | None) -> dict | None:
 @click.option(
     "--request-timeout",
     "request_timeout_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     default=300.0,
     show_default=True,
     metavar="SECONDS",
@@ -92,7 +93,7 @@ def _extra_body(value: str | None) -> dict | None:
 )
 @click.option(
     "--prefill-weight",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=1.0,
     show_default=True,
     help="In the work model, a prompt token's weight against a generated token's (docs/serving.md).",

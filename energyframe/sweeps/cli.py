@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..errors import UsageError
+from ..options import FiniteFloat
 from ..results.paths import click_out_path
 
 if TYPE_CHECKING:
@@ -123,7 +124,7 @@ def _reference(spec: str | None):
     "--trials", type=click.IntRange(min=1), default=None, help="Windows per configuration. Default 5."
 )
 @click.option(
-    "--min-window", type=click.FloatRange(min=0, min_open=True), default=None, help="Shortest window (s)."
+    "--min-window", type=FiniteFloat(min=0, min_open=True), default=None, help="Shortest window (s)."
 )
 @click.option(
     "--unroll",

@@ -399,3 +399,12 @@ def test_a_long_loads_segments_are_drawn_on_bins_that_keep_their_energy():
     assert np.sum(p * (b - a)) == pytest.approx(np.sum(power * (ends - starts)), rel=1e-9)
     few = power[:10]
     assert rebinned(starts[:10], ends[:10], few, 200)[2] is few  # few segments: drawn as they are
+
+
+@pytest.mark.parametrize("option", ["--idle", "--request-timeout", "--prefill-weight"])
+def test_a_number_that_is_not_finite_is_refused_by_name(option, tmp_path):
+    # click's FloatRange let "nan" through its bounds (NaN compares false with everything)
+    done = invoke("serve-bench", "--url", "http://127.0.0.1:9/v1", "--out", tmp_path / "run", option, "nan")
+    assert done.exit_code == 2
+    assert f"Invalid value for '{option}': must be a finite number" in done.output
+    assert not (tmp_path / "run").exists()
