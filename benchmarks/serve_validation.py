@@ -427,19 +427,15 @@ def _marginal_row(kind: str, k: int, w: dict, wk: dict) -> dict:
 
 def span_random_j(run_dir: Path) -> tuple[float, float]:
     """The serve window's random bound over the primary channels and its idle baseline's own
-    bound (what differs between two runs on one board). Units: J."""
+    bound (``SpanEnergy.random_j``, ``baseline_j``: what differs between two runs on one
+    board). Units: J."""
     import pandas as pd
 
-    from energyframe.serving.segments import SPAN_PHASE
+    from energyframe.serving.segments import measured_span
 
     primary = ef.load_run(run_dir).run_meta.primary_channels
-    rows = pd.read_csv(run_dir / "windows.csv")
-    rows = rows[(rows["phase"] == SPAN_PHASE) & rows["channel"].isin(primary)]
-    random = math.sqrt(float((rows["energy_random_j"] ** 2).sum()))
-    baseline = math.sqrt(
-        float(((rows["dynamic_energy_bound_j"] ** 2 - rows["energy_bound_j"] ** 2).clip(lower=0.0)).sum())
-    )
-    return random, baseline
+    span = measured_span(pd.read_csv(run_dir / "windows.csv"), primary)
+    return (span.random_j, span.baseline_j) if span is not None else (math.nan, math.nan)
 
 
 def leaderboard(figures: list[dict]) -> list[dict]:

@@ -30,6 +30,9 @@ class SpanEnergy:
         start_s, end_s: its edges (windows.csv's Unix seconds).
         energy_j, bound_j: its energy over the primary channels and the 95 % bound.
         dynamic_j, dynamic_bound_j: the same above the idle baseline (NaN without one).
+        random_j, baseline_j: the parts of those bounds that differ between two runs on one
+            board: where the edges fall between the counter's ticks, and the idle baseline's own
+            bound (the sensor's stated accuracy, the rest, is the same in both). NaN: unknown.
     """
 
     start_s: float
@@ -38,6 +41,8 @@ class SpanEnergy:
     bound_j: float
     dynamic_j: float = math.nan
     dynamic_bound_j: float = math.nan
+    random_j: float = math.nan
+    baseline_j: float = math.nan
 
     @property
     def duration_s(self) -> float:
@@ -115,4 +120,6 @@ def measured_span(windows: pd.DataFrame, primary: Sequence[str]) -> SpanEnergy |
         math.hypot(random, systematic),
         dynamic,
         math.sqrt(random**2 + systematic**2 + baseline**2),
+        random,
+        baseline,
     )
