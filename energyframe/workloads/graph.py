@@ -199,13 +199,6 @@ def host_sync(call: Callable[[], None]) -> str | None:
     return None
 
 
-def torch_stream(stream):
-    """``torch.cuda.stream(stream)``, imported where it is used (this module loads without torch)."""
-    import torch
-
-    return torch.cuda.stream(stream)
-
-
 def repair_generator(device) -> None:
     """A failed capture leaves the device's default random generator marked as capturing, so
     every later CUDA random draw fails ("Offset increment outside graph capture"): give it a
@@ -331,10 +324,12 @@ class Captured:
         """A call that reads device values on the host: capture it with those reads fixed as two
         more eager calls made them, when both made the same (``host_reads.py``). False: it
         cannot be (the reads change from call to call, or it synchronises otherwise)."""
+        import torch
+
         from .capture_view import seen_as_captured
 
         reads = HostReads()
-        with torch_stream(stream):
+        with torch.cuda.stream(stream):
             with seen_as_captured():  # the path the capture takes, where libraries take another
                 for _ in range(2):
                     reads.recording(once)
