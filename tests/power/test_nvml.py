@@ -128,6 +128,12 @@ def test_a_starved_pollers_late_ticks_flag_the_windows_beside_them(fake_nvml, tm
         source = NVMLPowerSource(name="nvml", mode=mode, channels="samples")
         result = run_windows(source, windows=8, seconds=0.35)
         w = result.windows[result.windows["channel"] == "gpu0"]
+        # the host held the whole process beyond the scenario (a 0.35-s sleep that lasted 0.63 s
+        # in a full suite on 2 cores): in thread mode the sampler was held with it, and the run
+        # is made again. Such a stall put two adjacent windows 33 J (48 ms at 700 W) outside
+        # bounds of 10 J once: a case of its own (docs/validation.md), not this one
+        if (w["duration_s"] > 1.5 * 0.35).any() and attempt < STARVED_RUNS - 1:
+            continue
         truth_j = 700.0 * w["duration_s"]
         assert ((w["energy_j"] - truth_j).abs() <= w["energy_bound_j"]).all()
         irregular = w["flags"].str.contains("irregular_ticks")
