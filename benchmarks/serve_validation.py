@@ -345,6 +345,14 @@ K_KINDS = {
         lambda scale: [prompt(256, 256, f"k{i}", (12.0 + 0.3 * i) * scale) for i in range(4)],
         40.0,
     ),
+    # long outputs arriving while W runs: most of their steps are shared with W's requests at
+    # first and their own after W ends, with K's energy (~125 J) far above W's run-to-run spread
+    "W+K long decode overlapping": (
+        lambda scale: [
+            prompt(256, 256, f"k{i}", t * scale) for i, t in enumerate(poisson(4, 0.7, 0.5, seed=12))
+        ],
+        40.0,
+    ),
     # outputs while W runs: their decode tokens share W's steps, where a step's energy is
     # split per token (an average) while adding a token to a step costs less (its margin)
     "W+K decode overlapping": (
@@ -422,7 +430,36 @@ def _marginal_row(kind: str, k: int, w: dict, wk: dict) -> dict:
         else math.nan,
         "span_difference_s": d_span,
         "k_ok": sum(r["status"] == "ok" for r in k_rows),
+        "w_dynamic_j": w["summary"]["dynamic_energy_j"],
     }
+
+
+def pooled(rows: list[dict]) -> list[dict]:
+    """Each kind over its repeats: the median measured difference and attributed energy, their
+    ranges, the pairs within 10 %, and how much W's own dynamic energy varied from run to run
+    (the server's batching, not the meter: the floor under any one pair's error, since an "after"
+    K shares nothing with W)."""
+    out = []
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        mine = [r for r in rows if r["kind"] == kind]
+        measured = [r["measured_difference_j"] for r in mine]
+        attributed = [r["attributed_dynamic_j"] for r in mine]
+        w = [r["w_dynamic_j"] for r in mine]
+        m = statistics.median(measured)
+        out.append(
+            {
+                "kind": kind,
+                "repeats": len(mine),
+                "measured_difference_median_j": m,
+                "measured_difference_range_j": max(measured) - min(measured),
+                "attributed_dynamic_median_j": statistics.median(attributed),
+                "attributed_dynamic_range_j": max(attributed) - min(attributed),
+                "median_error_pct": 100 * (statistics.median(attributed) - m) / m if m else math.nan,
+                "pairs_within_10_pct": sum(abs(r["dynamic_error_pct"]) <= 10 for r in mine),
+                "w_run_to_run_sd_j": statistics.stdev(w) if len(w) > 1 else math.nan,
+            }
+        )
+    return out
 
 
 def span_random_j(run_dir: Path) -> tuple[float, float]:
@@ -521,6 +558,7 @@ def validate(
         report["identical"] = identical(out, target, repeats)
     if "b" in parts:
         report["marginal"] = marginal(out, target, repeats, kinds)
+        report["marginal_pooled"] = pooled(report["marginal"])
     figures = rate_runs + [bench_figure(out, f"{_slug(kind)}-0") for kind in kinds or K_KINDS]
     report["leaderboard"] = leaderboard([f for f in figures if f])
     return report
@@ -540,6 +578,9 @@ def write_report(report: dict, out: Path) -> str:
                  table(report["marginal"], ["kind", "repeat", "measured_difference_j", "difference_bound_j", "attributed_dynamic_j",
                                             "dynamic_error_pct", "error_bound_pct", "measured_total_difference_j", "attributed_j",
                                             "span_difference_s", "k_ok"])]  # fmt: skip
+        if report.get("marginal_pooled"):
+            text += ["", "### (b) over the repeats (W's run-to-run spread: the server's, the floor under one pair's error)",
+                     table(report["marginal_pooled"], list(report["marginal_pooled"][0]))]  # fmt: skip
     if report.get("leaderboard"):
         text += ["", "## (c) the leaderboard's estimate over the attributed energy, per request",
                  table(report["leaderboard"], ["run", "kind", "n", "leaderboard_over_attributed_median", "min", "max", "load_rate_per_s"])]  # fmt: skip
