@@ -18,7 +18,10 @@ an edge costs (sync, reads) is reported apart.
 Each configuration's run first runs the workload for ``--warmup-s`` (0.5 s) untimed, the meter
 already on: on an H200 (2026-11-29, 6 rounds) the rounds' ratios to ``none`` spread by ±20-37 %
 where the windows' own spread (CV 4-14 %) allows a few per cent, as if each run started slower
-after the idle between runs; whether the warm-up removes that is for the next GPU run to show.
+after the idle between runs. The warm-up did not remove it: on the launch loop (2026-11-29, 8
+rounds) the meter-off run's own medians ranged 13.5-21.9 ms from round to round, and each
+configuration's 95 % interval was still ±10-12 %. The host's drift between runs is the noise:
+resolving 1 % needs the configurations interleaved more finely than a run each per round.
 
 Repetitions: the defaults (8 rounds x 12 windows of 0.2 s, per workload and configuration) give
 96 windows per configuration; simulated with a window CV of 1 / 2 / 2.5 % and rounds drifting by

@@ -1,32 +1,32 @@
 """Do NVML's cheap power readings change when the energy counter (field 83) ticks?
 
 A read of the counter costs ~3 ms of CPU on an H200, a read of instant power (field 186) or of
-the 1-s average (field 185) ~0.03 ms (``benchmarks/nvml_call_cost.py``). If one of them changed
-with each tick, a sampler could find the tick with cheap reads of it (a *cue*) and read the
-counter once after it, instead of bracketing the tick with two or three counter reads (issue 41).
-This benchmark measures whether they do.
+the 1-s average (field 185) ~0.03 ms (``benchmarks/nvml_call_cost.py``). If one of them changed a
+fixed time after each tick, a sampler could find the tick with cheap reads of it (a *cue*) and
+read the counter once, instead of bracketing the tick with two or three counter reads (issue 41).
 
-For each tick, in a child process: sleep until ~10 ms before the tick is expected; read both cues
-(one call) every ``--pause-ms`` until each has changed or 40 ms past the expected tick; once, at a
-random instant from 6 ms before to 10 ms after the expected tick, read the counter in between (the
-*probe*); after the first cue changed, read the counter at once (the *check*), and again until it
-shows its new value. Each read is timed at its start (where the query reads,
-``benchmarks/tick_stamps.py``). Per tick and cue (and ``either``: whichever changed first):
+Two child processes, each with its own NVML handle, timed on the one monotonic clock, every
+read recorded at its start (where the query reads, ``benchmarks/tick_stamps.py``):
 
-- ``lead``: the probe saw the counter's new value while the cue still showed its old one
-  afterwards: the counter ticked *before* the cue changed, by at least the time from the probe
-  to the cue's last old reading;
-- ``lag``: a check made after the cue changed still saw the counter's old value: the counter
-  ticks *after* the cue;
-- ``silent``: the cue did not change within 40 ms of the expected tick (it read the same
-  milliwatts twice, or changes on another grid).
+- the *counter* process reads field 83 alone every 1 ms (the dense sampler's bracket, ~4 ms);
+- the *cue* process reads fields 186 and 185 in one call every ``--pause-ms`` (0.2 ms).
 
-Where the probe fell x ms before the cue's change, the share of leads is the chance that the cue
-lags the counter by more than x: the table of those shares is the lag's distribution. Loads:
-idle, a 100/200-ms square wave of bf16 GEMMs, a steady GEMM load.
+Each load runs twice: the cue process alone (the cues' own update grid, and how often a cue
+repeats its value at an update, unseen), then both together (each tick's lag to the cues'
+change after it; and whether counter reads change what the cue reads see). Per load and cue it
+prints: the cue's update period and how far its changes lie from their own grid, the share of
+updates it repeated its value (a gap of two periods or more); the lag from each counter tick to
+the cue's first change after it (p5 / p50 / p95, ms, with the counter's own bracket of ~4 ms in
+it: the lag's own spread is its spread less a uniform bracket's), and the share of ticks
+with no cue change within 40 ms. Loads: idle, a 100/200-ms square wave of bf16 GEMMs, a steady
+GEMM load.
 
-Run on a GPU (about 50 s): ``python benchmarks/tick_coupling.py --out $OUT/coupling``; prints the
-tables; ``--analyse DIR`` prints them again.
+2026-11-29 (H200, an earlier form that probed the counter from the cue's process): cues never
+changed before the tick; instant power changed ~10-14 ms after it, and repeated its value at
+15-25 % of the updates at idle. This form times the two without one waiting on the other.
+
+Run on a GPU (about 75 s): ``python benchmarks/tick_coupling.py --out $OUT/coupling``; prints the
+table; ``--analyse DIR`` prints it again.
 """
 
 from __future__ import annotations
@@ -35,24 +35,25 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import random
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from energyframe.core.tickgrid import grid_residual_s
 from energyframe.power.nvml.device import field_value
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ENERGY = 83
-#: the cheap readings watched as cues of a tick: instant power, 1-s average power
+#: the cheap readings watched as cues of a tick
 CUES = {186: "instant", 185: "average"}
-PERIOD_S = 0.1
-EARLY_S = 0.010  # cheap polling starts this long before the expected tick
-PROBE_FROM_S, PROBE_TO_S = -0.006, 0.010  # the probe's instant, about the expected tick
-SILENT_AFTER_S = 0.040
+COUNTER_PAUSE_S = 0.001
+#: a tick without a cue change within this long after it has none. Units: s.
+NO_CUE_AFTER_S = 0.040
+#: a cue change this long before a tick's stamp still follows it: the stamps' brackets. Units: s.
+NO_CUE_BEFORE_S = 0.005
 
 
 def handle(nvml):
@@ -63,172 +64,160 @@ def handle(nvml):
     return nvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
 
 
-def reader(nvml, h, fields: list[int]):
-    def read() -> tuple[float, ...]:
-        t = time.monotonic()
-        return (t, *(field_value(nvml, v) for v in nvml.nvmlDeviceGetFieldValues(h, fields)))
-
-    return read
-
-
-def first_tick(energy) -> tuple[float, float]:
-    """Poll the counter densely until it changes: (its stamp, the new value)."""
-    t0, v0 = energy()
-    while True:
-        time.sleep(0.0005)
-        t1, v1 = energy()
-        if v1 != v0:
-            return (t0 + t1) / 2, v1
-        t0, v0 = t1, v1
-
-
-def one_tick(energy, cues, expected_s: float, counter_j: float, pause_s: float, rng) -> dict:
-    """Watch one tick: see the module's docstring. Returns what was read: per cue field, the
-    reads either side of its first change (``None``: silent)."""
-    probe_at = expected_s + rng.uniform(PROBE_FROM_S, PROBE_TO_S)
-    time.sleep(max(0.0, expected_s - EARLY_S - time.monotonic()))
-    t, *first = cues()
-    last_old = [t] * len(first)
-    changes: list[tuple[float, float] | None] = [None] * len(first)
-    probe = None
-    while True:
-        if probe is None and time.monotonic() >= probe_at:
-            probe = energy()
-        t, *values = cues()
-        for i, v in enumerate(values):
-            if changes[i] is None:
-                if v != first[i]:
-                    changes[i] = (last_old[i], t)
-                else:
-                    last_old[i] = t
-        if all(c is not None for c in changes) or t > expected_s + SILENT_AFTER_S:
-            break
-        time.sleep(pause_s)
-    seen = [c for c in changes if c is not None]
-    checks = []
-    if seen:  # the counter read just after the first cue changed: did it tick already?
-        checks = [energy()]
-        while checks[-1][1] == counter_j and checks[-1][0] < min(c[1] for c in seen) + SILENT_AFTER_S:
-            time.sleep(0.0005)
-            checks.append(energy())
-    return {"probe": probe, "changes": changes, "checks": checks, "counter": counter_j}
-
-
-def watch(seconds: float, pause_s: float, path: str, stop) -> None:
-    """The child: watch ticks until ``stop`` is set (or ``seconds`` pass); save them as JSON."""
+def poll(fields: list[int], pause_s: float, path: str, ready, stop) -> None:
+    """A child: read ``fields`` in one call every ``pause_s`` until ``stop``; save (start, end,
+    values...) per read."""
     import pynvml as nvml
 
     nvml.nvmlInit()
     h = handle(nvml)
-    energy, cues = reader(nvml, h, [ENERGY]), reader(nvml, h, list(CUES))
-    rng = random.Random(7)
-    tick_s, counter = first_tick(energy)
-    out = []
-    end = time.monotonic() + seconds
-    while not stop.is_set() and time.monotonic() < end:
-        expected = tick_s + PERIOD_S
-        seen = one_tick(energy, cues, expected, counter, pause_s, rng)
-        out.append(seen)
-        news = [c for c in seen["checks"] if c[1] != counter]
-        if news and abs(news[0][0] - expected) < 0.03:
-            counter, tick_s = news[0][1], expected  # follow the expected grid
-        else:  # a silent tick, or far off the grid: find the counter's tick again
-            tick_s, counter = first_tick(energy)
+    rows = []
+    ready.set()
+    while not stop.is_set():
+        t0 = time.monotonic()
+        values = [field_value(nvml, v) for v in nvml.nvmlDeviceGetFieldValues(h, fields)]
+        rows.append((t0, time.monotonic(), *values))
+        time.sleep(pause_s)
     nvml.nvmlShutdown()
-    Path(path).write_text(json.dumps(out))
+    np.save(path, np.array(rows, dtype=float))
 
 
-def record(out: Path, seconds: float, pause_s: float) -> None:
-    from gpu_load import gemm_step, run_for
-    from tick_stamps import square_wave
+def record(out: Path, seconds: float, pause_s: float, loads: dict | None = None) -> None:
+    """Each load twice (cues alone, then cues and counter); the raw reads in ``out``."""
+    if loads is None:
+        from gpu_load import gemm_step, run_for
+        from tick_stamps import square_wave
 
+        step, sync = gemm_step()
+        loads = {
+            "idle": lambda: time.sleep(seconds),
+            "square 100/200 ms": lambda: square_wave(seconds, 0.1, 0.2),
+            "steady": lambda: run_for(step, sync, seconds),
+        }
     out.mkdir(parents=True, exist_ok=True)
     ctx = mp.get_context("spawn")
-    step, sync = gemm_step()
-    loads = {
-        "idle": lambda: time.sleep(seconds),
-        "square 100/200 ms": lambda: square_wave(seconds, 0.1, 0.2),
-        "steady": lambda: run_for(step, sync, seconds),
-    }
-    for i, (name, load) in enumerate(loads.items()):
-        stop = ctx.Event()
-        path = out / f"load{i}.json"
-        child = ctx.Process(target=watch, args=(seconds + 30, pause_s, str(path), stop))
-        child.start()
-        time.sleep(1.5)
-        load()
-        stop.set()
-        child.join()
-        print(f"recorded {name}", flush=True)
-    (out / "loads.json").write_text(json.dumps(list(loads)))
+    runs = []
+    for name, load in loads.items():
+        for together in (False, True):
+            stop = ctx.Event()
+            tag = f"run{len(runs)}"
+            kids = [(list(CUES), pause_s, str(out / f"{tag}-cues.npy"))]
+            if together:
+                kids.append(([ENERGY], COUNTER_PAUSE_S, str(out / f"{tag}-counter.npy")))
+            readies = [ctx.Event() for _ in kids]
+            procs = [ctx.Process(target=poll, args=(*k, r, stop)) for k, r in zip(kids, readies)]
+            for p in procs:
+                p.start()
+            for r in readies:
+                r.wait(60)
+            time.sleep(0.3)
+            t0 = time.monotonic()
+            load()
+            t1 = time.monotonic()
+            stop.set()
+            for p in procs:
+                p.join()
+            runs.append({"tag": tag, "load": name, "counter": together, "start_s": t0, "end_s": t1})
+            print(f"recorded {name}, {'cues and counter' if together else 'cues alone'}", flush=True)
+    (out / "runs.json").write_text(json.dumps(runs))
 
 
-def classify(t: dict, cue: int | None) -> tuple[str, float]:
-    """A watched tick's verdict for cue ``cue`` (an index into CUES; ``None``: whichever cue
-    changed first) and its size (ms): see the module's docstring."""
-    seen = [c for c in t["changes"] if c is not None]
-    change = t["changes"][cue] if cue is not None else (min(seen, key=lambda c: c[1]) if seen else None)
-    if change is None:
-        return "silent", float("nan")
-    counter = t["counter"]
-    old_t, new_t = change
-    probe = t["probe"]
-    if probe is not None and probe[1] != counter and probe[0] < old_t:
-        return "lead", 1e3 * (old_t - probe[0])  # counter new at the probe, the cue old after it
-    later = [c for c in t["checks"] if c[0] >= new_t]
-    if later and later[0][1] == counter:
-        news = [c for c in later if c[1] != counter]
-        return "lag", 1e3 * ((news[0][0] if news else later[-1][0]) - new_t)
-    return "together", 1e3 * (new_t - old_t)
+# -- analysis ---------------------------------------------------------------------------------
 
 
-def lag_survival(ticks: list[dict], cue: int | None) -> str:
-    """P(the cue changes more than x after the counter ticked), from where the probe fell: a
-    probe x ms before the cue's change that saw the counter's new value means a lag above x."""
-    xs, lead = [], []
-    for t in ticks:
-        seen = [c for c in t["changes"] if c is not None]
-        change = t["changes"][cue] if cue is not None else (min(seen, key=lambda c: c[1]) if seen else None)
-        if change is None or t["probe"] is None or t["probe"][0] >= change[0]:
-            continue
-        xs.append(1e3 * (change[0] - t["probe"][0]))
-        lead.append(t["probe"][1] != t["counter"])
-    x, hit = np.array(xs), np.array(lead, dtype=bool)
-    cells = []
-    for lo in range(6, 20, 2):
-        m = (x >= lo) & (x < lo + 2)
-        cells.append(f"{lo}-{lo + 2}: {hit[m].mean():.2f} ({m.sum()})" if m.any() else f"{lo}-{lo + 2}: -")
-    return ", ".join(cells)
+def changes(rows: np.ndarray, column: int, start_s: float, end_s: float) -> np.ndarray:
+    """Where ``column`` changed, each stamped midway between the starts of the read that last
+    saw the old value and the first that saw the new one, inside [start, end]. Units: s."""
+    value = rows[:, column]
+    new = np.flatnonzero(np.diff(value) != 0) + 1
+    stamps = (rows[new - 1, 0] + rows[new, 0]) / 2
+    return stamps[(stamps >= start_s) & (stamps <= end_s)]
 
 
-def analyse(out: Path) -> None:
-    names = json.loads((out / "loads.json").read_text())
-    cues = [*list(CUES.values()), "either"]
-    print("| load | cue | ticks | together | lead (counter first) | lag (cue first) | silent | cue bracket ms p50 / p95 | lead ms max | lag ms max |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    survival = []
-    for i, name in enumerate(names):
-        ticks = json.loads((out / f"load{i}.json").read_text())
-        for k, cue in enumerate(cues):
-            index = k if k < len(CUES) else None
-            verdicts = [classify(t, index) for t in ticks]
-            count = {v: sum(x == v for x, _ in verdicts) for v in ("together", "lead", "lag", "silent")}
-            size = {v: [s for x, s in verdicts if x == v] for v in ("together", "lead", "lag")}
-            br = np.array(size["together"]) if size["together"] else np.array([np.nan])
-            mx = {v: f"{max(size[v]):.2f}" if size[v] else "-" for v in ("lead", "lag")}
-            print(
-                f"| {name} | {cue} | {len(ticks)} | {count['together']} | {count['lead']} | {count['lag']} | {count['silent']} |"
-                f" {np.median(br):.2f} / {np.quantile(br, 0.95):.2f} | {mx['lead']} | {mx['lag']} |"
-            )
-            survival.append(f"| {name} | {cue} | {lag_survival(ticks, index)} |")
-    print("\nP(cue lags the counter by more than x ms), by x (probes in that bin):")
-    print("| load | cue | x ms: share (probes) |\n|---|---|---|")
-    print("\n".join(survival))
+def repeated_share(stamps: np.ndarray) -> tuple[float, float]:
+    """The update period (median gap) and the share of updates that showed no change: each gap
+    of n periods hides n - 1 updates."""
+    if stamps.size < 3:
+        return float("nan"), float("nan")
+    gaps = np.diff(stamps)
+    period = float(np.median(gaps))
+    periods = np.maximum(np.round(gaps / period), 1)
+    return period, float((periods - 1).sum() / periods.sum())
+
+
+def lags(ticks: np.ndarray, cue: np.ndarray) -> np.ndarray:
+    """From each tick to the cue's first change after it (NaN: none within NO_CUE_AFTER_S); a
+    change up to NO_CUE_BEFORE_S before the tick's stamp counts as after it, at a negative lag
+    (the two stamps each lie within their brackets). Units: s."""
+    i = np.searchsorted(cue, ticks - NO_CUE_BEFORE_S, side="right")
+    out = np.full(ticks.size, np.nan)
+    ok = i < cue.size
+    out[ok] = cue[i[ok]] - ticks[ok]
+    out[out > NO_CUE_AFTER_S] = np.nan
+    return out
+
+
+def spread_ms(lag_s: np.ndarray, bracket_s: float) -> float:
+    """The lag's own spread (sd): its variance less a uniform bracket's. Units: ms."""
+    x = lag_s[np.isfinite(lag_s)]
+    if x.size < 3:
+        return float("nan")
+    return 1e3 * float(np.sqrt(max(0.0, np.var(x, ddof=1) - bracket_s**2 / 12)))
+
+
+def analyse(out: Path) -> list[dict]:
+    runs = json.loads((out / "runs.json").read_text())
+    rows_out = []
+    for run in runs:
+        cues = np.load(out / f"{run['tag']}-cues.npy")
+        counter = np.load(out / f"{run['tag']}-counter.npy") if run["counter"] else None
+        ticks = changes(counter, 2, run["start_s"], run["end_s"]) if counter is not None else None
+        if counter is not None:
+            new = np.flatnonzero(np.diff(counter[:, 2]) != 0) + 1
+            bracket = float(np.median(counter[new, 0] - counter[new - 1, 0])) if new.size else float("nan")
+        for k, name in enumerate(CUES.values()):
+            stamps = changes(cues, 2 + k, run["start_s"], run["end_s"])
+            period, repeated = repeated_share(stamps)
+            resid = 1e3 * grid_residual_s(stamps) if stamps.size >= 3 else np.array([np.nan])
+            row = {
+                "load": run["load"],
+                "counter read": "yes" if counter is not None else "no",
+                "cue": name,
+                "cue changes": int(stamps.size),
+                "period ms": 1e3 * period,
+                "repeated share": repeated,
+                "off own grid ms p50/p95": f"{np.median(np.abs(resid)):.2f} / {np.quantile(np.abs(resid), 0.95):.2f}",
+                "cue read gap ms p50/max": f"{1e3 * np.median(np.diff(cues[:, 0])):.2f} / {1e3 * np.max(np.diff(cues[:, 0])):.1f}",
+            }
+            if ticks is not None:
+                lag = lags(ticks, stamps)
+                ok = lag[np.isfinite(lag)]
+                q = np.quantile(1e3 * ok, [0.05, 0.5, 0.95]) if ok.size else [np.nan] * 3
+                row.update(
+                    {
+                        "ticks": int(ticks.size),
+                        "counter bracket ms": 1e3 * bracket,
+                        "lag ms p5/p50/p95": " / ".join(f"{v:.2f}" for v in q),
+                        "lag spread ms": spread_ms(lag, bracket),
+                        "ticks without cue": float(np.mean(~np.isfinite(lag))) if lag.size else float("nan"),
+                    }
+                )
+            rows_out.append(row)
+    columns = list(dict.fromkeys(k for r in rows_out for k in r))
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for r in rows_out:
+        print("| " + " | ".join(_cell(r.get(c, "-")) for c in columns) + " |")
+    return rows_out
+
+
+def _cell(v) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=float, default=12.0, help="seconds of each load")
+    ap.add_argument("--seconds", type=float, default=10.0, help="seconds of each load, each run")
     ap.add_argument("--pause-ms", type=float, default=0.2, help="pause between two reads of the cues")
     ap.add_argument("--out", type=Path, default=Path("tick-coupling"))
     ap.add_argument("--analyse", type=Path, help="print the table of a recorded run")

@@ -1,5 +1,5 @@
-"""benchmarks/tick_coupling.py's verdicts on a watched tick: which changed first, the counter or a
-cue, and by at least how much; and a run through the fake NVML."""
+"""benchmarks/tick_coupling.py: the lag from each counter tick to a cue's next change, the share
+of updates a cue repeated its value, and a recording through the fake NVML."""
 
 import json
 import subprocess
@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCH = Path(__file__).parents[2] / "benchmarks"
@@ -15,46 +16,63 @@ sys.path.insert(0, str(BENCH))
 import tick_coupling as tc  # noqa: E402
 
 
-def tick(probe, changes, checks, counter=100.0):
-    return {"probe": probe, "changes": changes, "checks": checks, "counter": counter}
+def test_each_tick_is_paired_with_the_cues_first_change_after_it():
+    ticks = np.array([1.000, 1.100, 1.200, 1.300])
+    cue = np.array([0.912, 0.998, 1.113, 1.350])  # none within 40 ms of 1.2, one 50 ms after 1.3
+    lag = tc.lags(ticks, cue)
+    # a change stamped 2 ms before the tick's stamp follows it (both within their brackets)
+    assert lag[:2] == pytest.approx([-0.002, 0.013])
+    assert np.isnan(lag[2]) and np.isnan(lag[3])
 
 
-def test_a_probe_that_saw_the_counter_new_before_the_cue_changed_is_a_lead():
-    t = tick(probe=[1.000, 101.0], changes=[(1.010, 1.0103), None], checks=[[1.0104, 101.0]])
-    verdict, size_ms = tc.classify(t, 0)
-    assert verdict == "lead" and size_ms == pytest.approx(10.0)
-    assert tc.classify(t, 1) == ("silent", pytest.approx(float("nan"), nan_ok=True))
+def test_a_gap_of_several_periods_counts_the_updates_that_repeated_their_value():
+    stamps = np.array([0.0, 0.1, 0.2, 0.4, 0.5, 0.8])  # gaps of 1, 1, 2, 1, 3 periods
+    period, repeated = tc.repeated_share(stamps)
+    assert period == pytest.approx(0.1)
+    assert repeated == pytest.approx(3 / 8)
 
 
-def test_a_check_after_the_cue_changed_that_still_saw_the_old_counter_is_a_lag():
-    t = tick(probe=[1.000, 100.0], changes=[(1.010, 1.0103), None], checks=[[1.0104, 100.0], [1.0144, 101.0]])
-    verdict, size_ms = tc.classify(t, None)
-    assert verdict == "lag" and size_ms == pytest.approx(4.1)
+def test_a_change_is_stamped_between_the_starts_of_the_reads_around_it():
+    rows = np.array([[1.0, 1.003, 5.0], [1.004, 1.007, 5.0], [1.008, 1.011, 6.0], [1.012, 1.015, 6.0]])
+    assert tc.changes(rows, 2, 0.0, 2.0) == pytest.approx([1.006])
+    assert tc.changes(rows, 2, 1.007, 2.0).size == 0
 
 
-def test_the_counter_new_at_the_check_and_old_at_the_probe_is_together_within_the_cue_bracket():
-    t = tick(probe=[1.000, 100.0], changes=[(1.010, 1.0103), (1.0098, 1.0101)], checks=[[1.0104, 101.0]])
-    assert tc.classify(t, 0) == ("together", pytest.approx(0.3))
-    # "either": whichever cue changed first
-    assert tc.classify(t, None) == ("together", pytest.approx(0.3))
+def test_the_lags_own_spread_is_what_the_counters_bracket_does_not_explain():
+    rng = np.random.default_rng(3)
+    bracket = 0.004
+    lag = 0.012 + rng.normal(0, 0.001, 4000) + rng.uniform(-bracket / 2, bracket / 2, 4000)
+    assert tc.spread_ms(lag, bracket) == pytest.approx(1.0, rel=0.1)
 
 
 @pytest.mark.slow
-def test_it_watches_ticks_on_the_fake_nvml(tmp_path):
-    profile = [[0.1 * i, 300 + (i % 7) * 10] for i in range(100)]
+def test_it_records_the_cues_alone_and_beside_the_counter_on_the_fake_nvml(tmp_path):
+    # a new power level half-way between two counter updates, so that each update reads a new one
+    profile = [[0.1 * i + 0.05, 300 + (i % 7) * 10] for i in range(100)]
     scenario = {"t0_wall": time.time(), "gpus": [{"uuid": "GPU-52dfc441-e9da-23f3-17f9-2b876aae0d10",
-                "name": "NVIDIA H200", "profile": profile, "field_cost_s": 0.001}]}  # fmt: skip
+                "name": "NVIDIA H200", "profile": profile, "field_cost_s": 0.0005}]}  # fmt: skip
     (tmp_path / "s.json").write_text(json.dumps(scenario))
+    out = tmp_path / "out"
     code = (
-        "import threading, tick_coupling as t; "
-        f"t.watch(1.5, 0.0002, {str(tmp_path / 'load0.json')!r}, threading.Event())"
+        "import time, tick_coupling as t; from pathlib import Path; "
+        f"t.record(Path({str(out)!r}), 1.0, 0.0005, {{'idle': lambda: time.sleep(1.5)}}); "
+        f"t.analyse(Path({str(out)!r}))"
     )
     fake = str(Path(__file__).parents[1] / "fake_nvml")
     env = {"FAKE_NVML_SCENARIO": str(tmp_path / "s.json"), "PYTHONPATH": f"{fake}:{BENCH}", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    ticks = json.loads((tmp_path / "load0.json").read_text())
-    assert len(ticks) >= 5
-    # the fake changes instant power and the counter together, so no cue ever comes first
-    assert all(tc.classify(t, 0)[0] != "lag" for t in ticks)
-    assert any(tc.classify(t, None)[0] == "together" for t in ticks)
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| idle")]
+    assert len(rows) == 4  # two cues, cues alone and beside the counter
+    # the fake changes instant power on the counter's own 100-ms grid: lag about 0, never repeated
+    beside = [r for r in rows if "| yes | instant |" in r]
+    assert beside, done.stdout
+    cells = [c.strip() for c in beside[0].strip("|").split("|")]
+    (head,) = [line for line in done.stdout.splitlines() if line.startswith("| load")]
+    header = [c.strip() for c in head.strip("|").split("|")]
+    row = dict(zip(header, cells))
+    assert float(row["period ms"]) == pytest.approx(100, rel=0.05)
+    assert float(row["ticks"]) >= 8
+    p50 = float(row["lag ms p5/p50/p95"].split("/")[1])
+    assert abs(p50) < 5.0
+    assert float(row["ticks without cue"]) < 0.2
