@@ -21,9 +21,11 @@ it: the lag's own spread is its spread less a uniform bracket's), and the share 
 with no cue change within 40 ms. Loads: idle, a 100/200-ms square wave of bf16 GEMMs, a steady
 GEMM load.
 
-2026-11-29 (H200, an earlier form that probed the counter from the cue's process): cues never
-changed before the tick; instant power changed ~10-14 ms after it, and repeated its value at
-15-25 % of the updates at idle. This form times the two without one waiting on the other.
+2026-11-29, H200 (docs/validation.md, "Cues of a tick"): alone, the cues change on a 100-ms grid
+of their own within 0.3 ms; beside the counter's reads that grid drifts, by most of a period
+within seconds under load, while the counter's ticks keep their phase: no fixed lag ties a cue to
+the tick. (An earlier form probed the counter from the cues' process, which made its lags
+disagree between runs.)
 
 Run on a GPU (about 75 s): ``python benchmarks/tick_coupling.py --out $OUT/coupling``; prints the
 table; ``--analyse DIR`` prints it again.
