@@ -98,6 +98,14 @@ class PowerSource(Plugin, ABC):
         """Describe what was measured (device names, driver versions) for run.json."""
         return {}
 
+    def stamp_half_widths_s(self) -> Mapping[str, float]:
+        """Per energy counter whose ticks this source stamped by polling, once it stopped: the
+        half-width within which each tick's stamp lies. The run sets it on the channel
+        (``Channel.stamp_s``) and the windows' bounds widen to match (±2 ms at least). Empty: the
+        source stamps no counter by polling. ``PollingSource`` reports half the median time
+        between the two polls around a tick. Units: s."""
+        return {}
+
     def resources(self) -> Sequence[str]:
         """Hardware this source uses exclusively (``"serial:/dev/ttyUSB0"``), known from its
         options alone. Two sources of one run that claim the same resource are refused before

@@ -402,6 +402,17 @@ class PollingSource(PowerSource):
             info["fast_polling"] = self.FAST_POLLING
         return info
 
+    def stamp_half_widths_s(self) -> dict[str, float]:
+        """Half the median time between the two polls around each counter's ticks (``Dedup.TICKS``),
+        as this source's report says it (``info()["acquisition"]["tick_brackets_s"]``: the child's
+        in process mode). Units: s."""
+        acquisition = self.info().get("acquisition")
+        reported = acquisition.get("tick_brackets_s") if isinstance(acquisition, Mapping) else None
+        if not isinstance(reported, Mapping):
+            return {}
+        medians = {name: q.get("median") if isinstance(q, Mapping) else None for name, q in reported.items()}
+        return {name: float(m) / 2.0 for name, m in medians.items() if isinstance(m, (int, float)) and m > 0}
+
     def acquisition(self, cpu_s: float | None = None, wall_s: float | None = None) -> dict[str, Any]:
         """What acquiring cost where it runs: CPU seconds over wall seconds (``cpu_share``, a
         fraction of one core) and, per loop, its polls, the time inside them, its thread's CPU

@@ -257,33 +257,27 @@ def stamped(
     channels: Mapping[str, Channel], channel_source: Mapping[str, str], sources: Sequence[PowerSource]
 ) -> dict[str, Channel]:
     """``channels``, each energy counter that a source stamped by polling with the half-width of
-    its stamps: half the median time between the two polls around a tick (the source's
-    ``info()["acquisition"]["tick_brackets_s"]``, written by the polling base as it stops). The
-    window bound takes that, ±2 ms at least (``core/edge/errors.py``): a sampler set to poll
-    less often (``nvml:interval_ms=8``) stamps within ±5 ms, and its windows' bounds say so."""
-    brackets: dict[str, float] = {}
+    its stamps (``PowerSource.stamp_half_widths_s``, known once the source stopped). The window
+    bound takes that, ±2 ms at least (``core/edge/errors.py``): a sampler set to poll less often
+    (``nvml:interval_ms=8``) stamps within ±5 ms, and its windows' bounds say so."""
+    widths: dict[str, float] = {}
     for source in sources:
-        for name, median in _bracket_medians(source).items():
+        for name, half_width in _half_widths(source).items():
             if channel_source.get(name) == source.name:
-                brackets[name] = median
+                widths[name] = half_width
     return {
-        name: replace(channel, stamp_s=brackets[name] / 2.0)
-        if name in brackets and channel.quantity == Quantity.ENERGY
+        name: replace(channel, stamp_s=widths[name])
+        if name in widths and channel.quantity == Quantity.ENERGY
         else channel
         for name, channel in channels.items()
     }
 
 
-def _bracket_medians(source: PowerSource) -> dict[str, float]:
-    """Per channel, the median time between the two polls around each of its ticks, as the
-    source reported it (none where it reports nothing of the kind). Units: s."""
+def _half_widths(source: PowerSource) -> dict[str, float]:
+    """What ``source`` says of its stamps; a source that cannot say leaves its channels as
+    declared. Units: s."""
     try:
-        info = source.info()
-    except Exception:  # a source that cannot report leaves its channels as declared
+        reported = source.stamp_half_widths_s()
+    except Exception:
         return {}
-    acquisition = info.get("acquisition") if isinstance(info, Mapping) else None
-    reported = acquisition.get("tick_brackets_s") if isinstance(acquisition, Mapping) else None
-    if not isinstance(reported, Mapping):
-        return {}
-    medians = {name: q.get("median") if isinstance(q, Mapping) else None for name, q in reported.items()}
-    return {name: float(m) for name, m in medians.items() if isinstance(m, (int, float)) and m > 0}
+    return {str(k): float(v) for k, v in reported.items() if isinstance(v, (int, float)) and v > 0}

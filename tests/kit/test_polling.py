@@ -22,7 +22,7 @@ from energyframe.core.energy import power_energy
 from energyframe.errors import PowerSourceError
 from energyframe.kit.polling import Dedup, Poller, PollingSource, Stream
 from energyframe.plugin import Channel, ClockBase, Quantity, Sample, Scope, SourceContext
-from tests.fakes import SignalSource, logged_samples, read_until, read_until_error, wait_until
+from tests.fakes import ScriptedSource, SignalSource, logged_samples, read_until, read_until_error, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -552,3 +552,59 @@ def test_a_poller_says_where_in_its_call_it_reads():
     assert Poller(lambda: {}, 0.01, reads_at=0.0).reads_at == 0.0
     with pytest.raises(ValueError, match="reads_at"):
         Poller(lambda: {}, 0.01, reads_at=1.5)
+
+
+# -- how precisely a polled counter's ticks are stamped -------------------------------------------
+
+
+class Ticking(PollingSource):
+    """A counter that ticks every 50 ms, polled every 2 ms: its ticks are stamped between polls."""
+
+    def open(self):
+        self._t0 = time.monotonic()
+        return [Channel("ticks", Quantity.ENERGY, Scope.GPU, 0.05)]
+
+    def poll_interval_s(self):
+        return 0.002
+
+    def poll(self):
+        return {"ticks": float(int((time.monotonic() - self._t0) / 0.05))}
+
+
+def test_a_polled_counter_says_its_stamps_lie_within_half_its_median_bracket():
+    source = Ticking(name="t")
+    source.start(SourceContext())
+    read_until(source, lambda got: len(got) >= 4)
+    source.stop()
+    brackets = source.info()["acquisition"]["tick_brackets_s"]["ticks"]
+    assert source.stamp_half_widths_s() == {"ticks": brackets["median"] / 2}
+    assert brackets["median"] >= 0.002  # two polls a pause apart at least: a sleep of that long
+    # a source whose samples carry their own times stamps no tick
+    signal = SignalSource(name="sig", period_s=0.005)
+    signal.start(SourceContext())
+    read_until(signal, len)
+    signal.stop()
+    assert signal.stamp_half_widths_s() == {}
+
+
+class Stamping(ScriptedSource):
+    """Any source may say how precisely it stamped a counter's ticks."""
+
+    def __init__(self, half_width_s):
+        super().__init__(lambda t: 100.0 * t, "cpu0", Quantity.ENERGY, Scope.CPU)
+        self.half_width_s = half_width_s
+
+    def stamp_half_widths_s(self):
+        return {"cpu0": self.half_width_s, "not-mine": 1.0}
+
+
+@pytest.mark.parametrize("half_width_s", [0.006, None])
+def test_the_run_sets_each_counters_stamp_half_width_from_its_source(tmp_path, half_width_s):
+    source = Stamping(half_width_s) if half_width_s else ScriptedSource(lambda t: 100.0 * t, "cpu0", Quantity.ENERGY, Scope.CPU)
+    with ef.measure(power=[source], sync=None, out=tmp_path / "run") as m:
+        with m.window("w"):
+            time.sleep(0.25)
+    channel = ef.load_run(tmp_path / "run").run_meta.channels["cpu0"]
+    # a counter stamped within ±6 ms says so in run.json; a source that says nothing leaves 0
+    assert channel.stamp_s == (half_width_s or 0.0)
+    assert "not-mine" not in ef.load_run(tmp_path / "run").run_meta.channels
