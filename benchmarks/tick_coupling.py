@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
 import sys
 import time
 from pathlib import Path
@@ -48,6 +47,8 @@ from energyframe.power.nvml.device import field_value
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from nvml_call_cost import handle  # noqa: E402  (the GPU CUDA numbers 0)
+
 ENERGY = 83
 #: the cheap readings watched as cues of a tick
 CUES = {186: "instant", 185: "average"}
@@ -56,14 +57,6 @@ COUNTER_PAUSE_S = 0.001
 NO_CUE_AFTER_S = 0.040
 #: a cue change this long before a tick's stamp still follows it: the stamps' brackets. Units: s.
 NO_CUE_BEFORE_S = 0.005
-
-
-def handle(nvml):
-    """The GPU CUDA numbers 0 (by UUID when CUDA_VISIBLE_DEVICES names one)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    if visible.startswith("GPU-"):
-        return nvml.nvmlDeviceGetHandleByUUID(visible)
-    return nvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
 
 
 def poll(fields: list[int], pause_s: float, path: str, ready, stop) -> None:
