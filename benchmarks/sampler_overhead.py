@@ -23,6 +23,14 @@ rounds) the meter-off run's own medians ranged 13.5-21.9 ms from round to round,
 configuration's 95 % interval was still ±10-12 %. The host's drift between runs is the noise:
 resolving 1 % needs the configurations interleaved more finely than a run each per round.
 
+``--paired PAIRS`` adds that design: one measurement with the nvml sampler, its windows (about
+``--paired-window-s``, 1 s) alternating between the sampler process running and stopped
+(SIGSTOP: no CPU, no driver call), each after 0.3 s of the workload untimed in the state it is
+timed in, the order within each pair drawn at random. Each pair's ratio holds the host's drift
+of a few seconds only; the table prints the geometric mean with its 95 % interval, how many pairs
+±1 % would need, the windows' CV with the sampler running and stopped, and the sampler's CPU share
+while it ran. ``--rounds 0 --cli-runs 0 --paired 60`` runs it alone (about 3 minutes a workload).
+
 Repetitions: the defaults (8 rounds x 12 windows of 0.2 s, per workload and configuration) give
 96 windows per configuration; simulated with a window CV of 1 / 2 / 2.5 % and rounds drifting by
 ±5 % (tests/benchmarks/test_sampler_overhead.py), the 95 % interval of a configuration's ratio to none is
@@ -52,6 +60,7 @@ import math
 import os
 import random
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -214,6 +223,95 @@ def one_run(config: str, step, sync, iterations: int, windows: int, warmup_s: fl
     }
 
 
+def paired_run(step, sync, iterations: int, pairs: int, settle_s: float = 0.3, seed: int = 0) -> dict:
+    """The meter on and off in alternate windows of one measurement: the nvml sampler process
+    runs (on) or is stopped (SIGSTOP: off: no CPU, no driver call), each window after ``settle_s``
+    of the workload untimed in the state it is timed in, the order within each pair drawn at
+    random. A drift of the host between pairs cancels in each pair's ratio. A stop of ~1 s costs
+    the sampler one tick stamped across it, and its grid holds (two ticks off it in a row would
+    lose it): the on windows see the sampler as it runs."""
+    source = NVMLPowerSource(name="nvml", gpus="0")
+    rng = random.Random(seed)
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    spans: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
+    stopped_s = 0.0
+    with ef.measure(power=[source], sync=sync) as m:
+        pid = source.sampler_process.pid
+        warm(step, sync, 1.0)  # the sampler finds the counter's grid
+        for _ in range(pairs):
+            for state in rng.sample(["on", "off"], 2):
+                if state == "off":
+                    os.kill(pid, signal.SIGSTOP)
+                    paused = time.monotonic()
+                try:
+                    warm(step, sync, settle_s)
+                    sync()
+                    t0 = time.perf_counter()
+                    w0 = time.monotonic()
+                    for _ in range(iterations):
+                        step()
+                    sync()
+                    times[state].append((time.perf_counter() - t0) / iterations)
+                    spans[state].append((w0, time.monotonic()))
+                finally:
+                    if state == "off":
+                        os.kill(pid, signal.SIGCONT)
+                        stopped_s += time.monotonic() - paused
+    sources = m.result.meta.get("sources") or []
+    cost = (dict(sources[0]["info"]) if sources else {}).get("acquisition") or {}
+    loop = (cost.get("loops") or {}).get("nvml-gpu0", {})
+    running_s = (cost.get("wall_s") or 0.0) - stopped_s
+    return {
+        "on": times["on"],
+        "off": times["off"],
+        "spans": spans,
+        "sampler_cpu_share_running": cost["cpu_s"] / running_s if cost.get("cpu_s") and running_s > 0 else None,
+        "polls_per_tick_on_grid": loop.get("polls_per_tick_on_grid"),
+        "grid_lost": loop.get("grid_lost"),
+        "result": m.result,
+    }
+
+
+def paired_ratio(on: list[float], off: list[float], draws: int = 4000) -> dict:
+    """On over off, pair by pair: the geometric mean of the ratios, its 95 % interval from
+    resampling pairs, and how many pairs would give an interval of ±1 % (it shrinks as their
+    square root)."""
+    logs = [math.log(a / b) for a, b in zip(on, off)]
+    if len(logs) < 2:
+        return {"ratio": float("nan"), "lo": float("nan"), "hi": float("nan"), "pairs": len(logs), "pairs_for_1pct": None}
+    rng = random.Random(0)
+    boot = sorted(statistics.fmean(rng.choice(logs) for _ in logs) for _ in range(draws))
+    lo, hi = boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]
+    half = (hi - lo) / 2
+    return {
+        "ratio": math.exp(statistics.fmean(logs)),
+        "lo": math.exp(lo),
+        "hi": math.exp(hi),
+        "pairs": len(logs),
+        "pairs_for_1pct": math.ceil(len(logs) * (half / math.log(1.01)) ** 2),
+    }
+
+
+def paired_table(rows: list[dict]) -> list[str]:
+    """One line per workload of the paired design."""
+    lines = [
+        "| workload | pairs | window | on / off [95 % interval] | pairs for ±1 % | CV across windows on / off | CV ratio | sampler CPU while running | polls/tick on grid |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        q = paired_ratio(r["on"], r["off"])
+        cv_on, cv_off = cv(r["on"]), cv(r["off"])
+        share = r.get("sampler_cpu_share_running")
+        ppt = r.get("polls_per_tick_on_grid")
+        lines.append(
+            f"| {r['workload']} | {q['pairs']} | {r['iterations']} it ({statistics.median(r['off']) * r['iterations']:.2f} s) | "
+            f"{q['ratio']:.4f} [{q['lo']:.4f}, {q['hi']:.4f}] | {q['pairs_for_1pct']} | "
+            f"{100 * cv_on:.2f} / {100 * cv_off:.2f} % | {cv_on / cv_off:.2f} | "
+            f"{f'{100 * share:.1f} %' if share is not None else '-'} | {f'{ppt:.2f}' if ppt is not None else '-'} |"
+        )
+    return lines
+
+
 def cv(values: list[float]) -> float:
     return statistics.pstdev(values) / statistics.fmean(values) if len(values) > 1 else float("nan")
 
@@ -311,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 rounds x 6 windows, no CLI runs: a smoke test")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test of this script without a GPU")
     ap.add_argument("--workloads", default="resnet50,launch", help="which of resnet50, launch (one per command: half the time)")
+    ap.add_argument("--paired", type=int, default=0, metavar="PAIRS",
+                    help="also the paired design: PAIRS windows each with the sampler running and stopped, alternated")
+    ap.add_argument("--paired-window-s", type=float, default=1.0, help="each paired window about this long. Units: s")
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.windows, args.cli_runs = 2, 6, 0
@@ -340,8 +441,18 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(run)
                 print(f"  round {k} {config}: median {1e3 * statistics.median(run['time_per_iter_s']):.3f} ms, "
                       f"sampler {run['sampler_cpu_share']}", flush=True)
+    paired: list[dict] = []
+    for workload, (step, sync) in ((w, loads[w]) for w in chosen if args.paired):
+        iterations = max(1, round(args.paired_window_s / per_iteration_s(step, sync)))
+        row = paired_run(step, sync, iterations, args.paired)
+        row.pop("result")
+        row.update(workload=workload, iterations=iterations)
+        paired.append(row)
+        print(f"  paired {workload}: {len(row['on'])} pairs", flush=True)
     cli = cli_runs(args.out, args.cli_runs) if args.cli_runs else []
-    lines = table(runs, configs)
+    lines = table(runs, configs) if runs else []
+    if paired:
+        lines += ["", *paired_table(paired)]
     header = (
         f"sampler overhead on {device_name(args.device)}, {time.strftime('%Y-%m-%d')}: "
         f"{args.rounds} rounds x {args.windows} windows of ~{args.window_s} s per workload and configuration "
@@ -357,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                 "args": {k: str(v) for k, v in vars(args).items()},
                 "configs": configs,
                 "runs": runs,
+                "paired": paired,
                 "cli": cli,
                 "table": lines,
             },

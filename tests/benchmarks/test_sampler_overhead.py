@@ -2,6 +2,7 @@
 round, and the tick-schedule summary against a known truth."""
 
 import random
+import time
 
 import numpy as np
 import pytest
@@ -53,3 +54,38 @@ def test_the_tick_schedule_summary_measures_stamps_against_the_fakes_truth():
     assert s["ticks"] == 100 and s["off_grid"] == 1 and s["widening"] == 1
     assert s["error_ms"][2] == pytest.approx(32.0, abs=2.1) and s["error_ms"][0] < 1.5
     assert s["instant_at_ticks"] == 1.0 and s["polls_per_tick"] == 3.0 and s["wide"] == 1
+
+
+def test_the_paired_ratio_resolves_one_percent_and_says_how_many_pairs_it_takes():
+    bench = load_benchmark("sampler_overhead")
+    rng = random.Random(4)
+    levels = [0.014 * (1 + rng.uniform(-0.25, 0.25)) for _ in range(60)]  # the host drifting ±25 %
+    off = [lv * (1 + rng.gauss(0, 0.01)) for lv in levels]
+    on = [lv * 1.01 * (1 + rng.gauss(0, 0.01)) for lv in levels]
+    q = bench.paired_ratio(on, off)
+    # each pair ran seconds apart: the drift between pairs cancels, the 1 % stands out
+    assert q["ratio"] == pytest.approx(1.01, abs=0.004) and 1.0 < q["lo"] < q["hi"] < 1.02
+    assert q["pairs"] == 60 and q["pairs_for_1pct"] < 60
+    same = bench.paired_ratio(off[1:] + off[:1], off)  # no effect, but pairs taken apart in time
+    assert same["lo"] < 1.0 < same["hi"] and same["pairs_for_1pct"] > 60
+    assert bench.paired_ratio([1.0], [1.0])["pairs_for_1pct"] is None
+
+
+@pytest.mark.slow
+def test_the_paired_design_stops_the_sampler_in_its_off_windows(fake_nvml):
+    fake_nvml()
+    bench = load_benchmark("sampler_overhead")
+    # windows of ~0.2 s: several of the sampler's 50-ms clock reads each, while it runs
+    row = bench.paired_run(lambda: time.sleep(0.001), lambda: None, iterations=150, pairs=3, settle_s=0.1)
+    assert len(row["on"]) == len(row["off"]) == 3
+    samples = row["result"].samples  # Unix seconds; the spans are monotonic
+    clocks = samples[samples["channel"] == "gpu0.sm_clock"]["time_s"].to_numpy()
+    mono = clocks - (time.time() - time.monotonic())
+
+    def inside(span, margin=0.02):
+        return int(((mono > span[0] + margin) & (mono < span[1] - margin)).sum())
+
+    # the sampler reads the clocks every 50 ms while it runs, and nothing while it is stopped
+    assert all(inside(span) == 0 for span in row["spans"]["off"])
+    assert sum(inside(span) for span in row["spans"]["on"]) > 0
+    assert row["result"].complete

@@ -1,22 +1,15 @@
 """benchmarks/serve_validation.py's summary of (b) over its repeats: the medians, the pairs within
 10 % and W's own run-to-run spread, from the per-pair rows."""
 
-import importlib.util
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "serve_validation.py"
+from tests.conftest import load_benchmark
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("serve_validation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("serve_validation")
 
 
 def row(kind, measured, attributed, w):
