@@ -31,7 +31,9 @@ def test_the_whole_model_is_one_cuda_graph(spec):
     result = ef.run(f"{spec},execution=graph", power=["nvml:gpus=0"], reporters=[])
     info = result.meta["workload"]["info"]
     # transformers checks its masks on the host when no stream captures: the capture is tried anyway
-    assert info["execution"] == "cuda graph"
+    # why it ran otherwise, if it did (once seen failing after the whole suite's earlier tests,
+    # 2026-11-29, passing alone: docs/validation.md)
+    assert info["execution"] == "cuda graph", info
     assert result.summary("forward", "gpu0").energy_per_iter_j.median > 0
 
 
