@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import load_benchmark, write_power_csv
 from tests.serving.server import FakeServer
 
-pytestmark = pytest.mark.slow  # eight short runs
+pytestmark = pytest.mark.slow  # several short runs
 
 
 def test_the_validation_runs_and_writes_its_tables(tmp_path):
@@ -26,8 +26,11 @@ def test_the_validation_runs_and_writes_its_tables(tmp_path):
         ("W+K prefill overlapping", 4),
         ("W+K decode after", 4),
         ("W+K long decode after", 4),
+        ("W+K long decode overlapping", 4),
         ("W+K decode overlapping", 4),
     ]
+    # each kind over its repeats, with W's own run-to-run spread (one repeat here: none to tell)
+    assert [r["kind"] for r in report["marginal_pooled"]] == [r["kind"] for r in report["marginal"]]
     for row in report["marginal"]:  # constant power: the K requests add only the span's difference
         assert row["measured_difference_j"] == pytest.approx(0.0, abs=2.0)
         assert row["attributed_dynamic_j"] == pytest.approx(0.0, abs=1e-6)
@@ -36,7 +39,7 @@ def test_the_validation_runs_and_writes_its_tables(tmp_path):
         assert 0.0 <= row["difference_bound_j"] < 0.5
     kinds = {(r["run"], r["kind"]) for r in report["leaderboard"]}
     assert ("WK-prefill-overlapping-0", "K") in kinds and ("WK-decode-after-0", "ordinary") in kinds
-    assert "## (b) marginal truth" in text and (tmp_path / "serve_validation.md").read_text().startswith(
+    assert "## (b) marginal truth" in text and "### (b) over the repeats" in text and (tmp_path / "serve_validation.md").read_text().startswith(
         "# serve-bench"
     )
     assert json.loads((tmp_path / "serve_validation.json").read_text())["parts"] == ["a", "b"]
