@@ -86,8 +86,10 @@ class Dedup(str, enum.Enum):
     #: load step is not spread over the flat stretch before it
     CHANGES = "changes"
     #: only changes are samples, and the first value is not one: a counter's tick times, which
-    #: an energy window interpolates between. Never repeated: a counter that stops changing has
-    #: stalled, and the run must notice
+    #: an energy window interpolates between. A change seen by polls more than an update period
+    #: apart is stamped midway through the period before the later one (the last tick between
+    #: them came within it). Never repeated: a counter that stops changing has stalled, and the
+    #: run must notice
     TICKS = "ticks"
 
 
@@ -608,6 +610,11 @@ class PollingSource(PowerSource):
         changed = (before + t) / 2 if before is not None else t
         if policy is Dedup.TICKS and before is not None:
             self._poll_brackets.setdefault(name, []).append(t - before)
+            if period > 0 and t - before > period:
+                # polls more than an update period apart (a poller held up): the counter may
+                # have ticked several times between them, and the value this poll shows is the
+                # last tick's, which lies within one period before it
+                changed = (t - period + t) / 2
         out = []
         held = changed - period
         if (

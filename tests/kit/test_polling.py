@@ -69,6 +69,19 @@ def test_dedup_stamps_changes_between_polls_holds_a_level_and_keeps_a_steady_cha
     assert by["changes"] == [(1.0, 5.0), (1.06, 6.0), (1.13, 6.0), (1.23, 7.0), (1.47, 7.0)]
 
 
+def test_a_tick_seen_across_polls_more_than_a_period_apart_is_stamped_within_a_period_of_the_later():
+    # the poller was held 0.35 s (a host that froze the process): the counter ticked three or
+    # four times meanwhile, and the value the later poll read is the last tick's, which came
+    # within one update period (0.1 s) before it. Midway between the polls (1.175) would put
+    # that value 0.1-0.2 s early; within the last period (1.30) it is at most half a period off
+    source = Scripted(name="s")
+    source._open_here()
+    by = stamp_all(source, [(1.00, 5.0), (1.35, 9.0), (1.39, 9.0), (1.43, 10.0)])
+    assert by["ticks"] == [(1.30, 9.0), (1.41, 10.0)]
+    # its bracket is still counted as it was: the polls 0.35 s apart
+    assert source._poll_brackets["ticks"] == pytest.approx([0.35, 0.04])
+
+
 def test_the_default_dedup_follows_the_poll_rate():
     class Auto(PollingSource):
         CHANNELS = [

@@ -131,7 +131,7 @@ def test_a_starved_pollers_late_ticks_flag_the_windows_beside_them(fake_nvml, tm
         # the host held the whole process beyond the scenario (a 0.35-s sleep that lasted 0.63 s
         # in a full suite on 2 cores): in thread mode the sampler was held with it, and the run
         # is made again. Such a stall put two adjacent windows 33 J (48 ms at 700 W) outside
-        # bounds of 10 J once: a case of its own (docs/validation.md), not this one
+        # bounds of 10 J once: a case of its own (benchmarks/held_sampler.py), not this one
         if (w["duration_s"] > 1.5 * 0.35).any() and attempt < STARVED_RUNS - 1:
             continue
         truth_j = 700.0 * w["duration_s"]
