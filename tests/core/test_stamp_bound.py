@@ -7,6 +7,7 @@ counted ±2 ms, 97-100 % once it counted the brackets (docs/validation.md)."""
 import math
 
 import numpy as np
+import pytest
 
 from energyframe.core.edge import CounterTicks, Evidence, Span, counter_window
 from energyframe.core.edge.errors import STAMP_S, STAMP_SD_S, stamp_sd_s
@@ -59,3 +60,12 @@ def test_a_channel_says_its_stamps_in_run_json_and_an_older_run_reads_as_before(
     assert Channel.from_json(wide.to_json()) == wide
     older = {k: v for k, v in COUNTER.to_json().items() if k != "stamp_s"}
     assert Channel.from_json(older).stamp_s == 0.0 and stamp_sd_s(Channel.from_json(older)) == STAMP_SD_S
+
+
+def test_a_counter_is_read_with_one_stamp_spread_evidence_or_not():
+    ticks, energy, fused = steady()
+    series = SampleSeries(ticks, energy)
+    wide = 0.0055 / math.sqrt(3.0)
+    CounterTicks(series=series, evidence=Evidence.of(fused, wide), stamp_sd_s=wide)  # one spread: fine
+    with pytest.raises(ValueError, match="differs from its evidence"):
+        CounterTicks(series=series, evidence=Evidence.of(fused, wide))  # built by hand, the default

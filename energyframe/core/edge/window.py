@@ -57,13 +57,23 @@ class CounterTicks:
         evidence: what its fused power says about each tick interval (``None``: no fine samples).
         grid: its ticks against their update grid (``None``: the check cannot tell, or the
             windows are read without it).
-        stamp_sd_s: its tick stamps' standard deviation (``errors.stamp_sd_s``). Units: s.
+        stamp_sd_s: its tick stamps' standard deviation (``errors.stamp_sd_s``): the one the
+            evidence was built with, where there is evidence. Units: s.
     """
 
     series: SampleSeries
     evidence: Evidence | None = None
     grid: TickGrid | None = None
     stamp_sd_s: float = STAMP_SD_S
+
+    def __post_init__(self) -> None:
+        # the edges are read with the evidence's stamps where it covers them, with these where
+        # it does not: one counter, one spread
+        if self.evidence is not None and self.evidence.stamp_sd_s != self.stamp_sd_s:
+            raise ValueError(
+                f"CounterTicks.stamp_sd_s ({self.stamp_sd_s!r} s) differs from its evidence's "
+                f"({self.evidence.stamp_sd_s!r} s)"
+            )
 
 
 def counter_window(*, channel: Channel, series: SampleSeries, span: Span, ticks: CounterTicks) -> WindowEnergy:
