@@ -1,5 +1,6 @@
 """benchmarks/tick_coupling.py: the lag from each counter tick to a cue's next change, the share
-of updates a cue repeated its value, and a recording through the fake NVML."""
+of updates a cue repeated its value (on given times), and a recording through the fake NVML
+(what it writes, not its timings)."""
 
 import json
 import subprocess
@@ -62,17 +63,17 @@ def test_it_records_the_cues_alone_and_beside_the_counter_on_the_fake_nvml(tmp_p
     env = {"FAKE_NVML_SCENARIO": str(tmp_path / "s.json"), "PYTHONPATH": f"{fake}:{BENCH}", "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = [line for line in done.stdout.splitlines() if line.startswith("| idle")]
-    assert len(rows) == 4  # two cues, cues alone and beside the counter
-    # the fake changes instant power on the counter's own 100-ms grid: lag about 0, never repeated
-    beside = [r for r in rows if "| yes | instant |" in r]
-    assert beside, done.stdout
-    cells = [c.strip() for c in beside[0].strip("|").split("|")]
     (head,) = [line for line in done.stdout.splitlines() if line.startswith("| load")]
     header = [c.strip() for c in head.strip("|").split("|")]
-    row = dict(zip(header, cells))
-    assert float(row["period ms"]) == pytest.approx(100, rel=0.05)
-    assert float(row["ticks"]) >= 8
-    p50 = float(row["lag ms p5/p50/p95"].split("/")[1])
-    assert abs(p50) < 5.0
-    assert float(row["ticks without cue"]) < 0.2
+    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split("|"))))
+            for line in done.stdout.splitlines() if line.startswith("| idle")]  # fmt: skip
+    # each cue, read alone and beside the counter; only the second pairs ticks with cue changes
+    assert [(r["counter read"], r["cue"]) for r in rows] == [
+        ("no", "instant"), ("no", "average"), ("yes", "instant"), ("yes", "average")
+    ]  # fmt: skip
+    assert all(r["ticks"] == "-" and r["lag ms p5/p50/p95"] == "-" for r in rows[:2])
+    for r in rows[2:]:
+        assert int(r["ticks"]) > 0 and int(r["cue changes"]) > 0
+        assert len(r["lag ms p5/p50/p95"].split(" / ")) == 3
+    # both processes' raw reads are kept, for --analyse
+    assert sorted(p.name for p in out.glob("*.npy")) == ["run0-cues.npy", "run1-counter.npy", "run1-cues.npy"]

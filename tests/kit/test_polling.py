@@ -591,7 +591,6 @@ def test_a_polled_counter_says_its_stamps_lie_within_half_its_median_bracket():
     source.stop()
     brackets = source.info()["acquisition"]["tick_brackets_s"]["ticks"]
     assert source.stamp_half_widths_s() == {"ticks": brackets["median"] / 2}
-    assert brackets["median"] >= 0.002  # two polls a pause apart at least: a sleep of that long
     # a source whose samples carry their own times stamps no tick
     signal = SignalSource(name="sig", period_s=0.005)
     signal.start(SourceContext())
