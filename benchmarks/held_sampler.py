@@ -27,20 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tick_schedule import use_fake  # noqa: E402  (the tests' fake NVML, here and in children)
+
 POWER_W = 700.0
 STOP_S = 0.28
 #: window: when the stop comes in it (s)
 STOPS = {2: 0.25, 5: 0.30, 8: 0.33, 11: 0.31}
-
-
-def use_fake() -> Path:
-    """``import pynvml`` is the tests' fake; returns its scenario file (written per run)."""
-    path = Path(tempfile.mkdtemp(prefix="held-sampler-")) / "scenario.json"
-    fake = str(ROOT / "tests" / "fake_nvml")
-    os.environ["FAKE_NVML_SCENARIO"] = str(path)
-    sys.path.insert(0, fake)
-    return path
 
 
 def one_run(scenario: Path, windows: int) -> np.ndarray:
@@ -73,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--windows", type=int, default=14, help="windows per run (at least 13: four of them stopped)")
     args = ap.parse_args(argv)
-    scenario = use_fake()
+    out = Path(tempfile.mkdtemp(prefix="held-sampler-"))
+    use_fake(out, cost_ms=1.0)  # the fake's default query; each run writes its own scenario
+    scenario = out / "fake-nvml-scenario.json"
     ratios = []
     print("| run | windows | outside their bound | largest |error| / bound |")
     print("|---|---|---|---|")

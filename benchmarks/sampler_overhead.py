@@ -279,17 +279,23 @@ def paired_ratio(on: list[float], off: list[float], draws: int = 4000) -> dict:
     logs = [math.log(a / b) for a, b in zip(on, off)]
     if len(logs) < 2:
         return {"ratio": float("nan"), "lo": float("nan"), "hi": float("nan"), "pairs": len(logs), "pairs_for_1pct": None}
-    rng = random.Random(0)
-    boot = sorted(statistics.fmean(rng.choice(logs) for _ in logs) for _ in range(draws))
-    lo, hi = boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]
-    half = (hi - lo) / 2
+    ratio, lo, hi = geomean_interval(logs, draws)
+    half = (math.log(hi) - math.log(lo)) / 2
     return {
-        "ratio": math.exp(statistics.fmean(logs)),
-        "lo": math.exp(lo),
-        "hi": math.exp(hi),
+        "ratio": ratio,
+        "lo": lo,
+        "hi": hi,
         "pairs": len(logs),
         "pairs_for_1pct": math.ceil(len(logs) * (half / math.log(1.01)) ** 2),
     }
+
+
+def geomean_interval(logs: list[float], draws: int = 4000) -> tuple[float, float, float]:
+    """The geometric mean of ratios given as their logs, and its 95 % interval from resampling
+    them (``draws`` times, seeded: the same logs give the same interval)."""
+    rng = random.Random(0)
+    boot = sorted(statistics.fmean(rng.choice(logs) for _ in logs) for _ in range(draws))
+    return math.exp(statistics.fmean(logs)), math.exp(boot[int(0.025 * draws)]), math.exp(boot[int(0.975 * draws) - 1])
 
 
 def paired_table(rows: list[dict]) -> list[str]:
@@ -328,9 +334,7 @@ def paired_interval(runs: list[dict], config: str, draws: int = 4000) -> tuple[f
     ]
     if not logs:
         return float("nan"), float("nan"), float("nan")
-    rng = random.Random(0)
-    boot = sorted(statistics.fmean(rng.choice(logs) for _ in logs) for _ in range(draws))
-    return math.exp(statistics.fmean(logs)), math.exp(boot[int(0.025 * draws)]), math.exp(boot[int(0.975 * draws) - 1])
+    return geomean_interval(logs, draws)
 
 
 def table(runs: list[dict], configs: list[str]) -> list[str]:

@@ -614,7 +614,7 @@ class PollingSource(PowerSource):
                 # polls more than an update period apart (a poller held up): the counter may
                 # have ticked several times between them, and the value this poll shows is the
                 # last tick's, which lies within one period before it
-                changed = (t - period + t) / 2
+                changed = t - period / 2
         out = []
         held = changed - period
         if (
