@@ -16,6 +16,13 @@ until the tick is seen: the same bracket around every tick at a small fraction o
 - ``LOST_AFTER`` ticks in a row off the grid (early, skipped, or seen more than the tolerance
   from it) lose the grid: dense polling until ``LOCK_TICKS`` tightly bracketed ticks show it
   again. Ticks that never lie on a grid (a spread beyond ``LOCK_SD_S``) keep the schedule dense.
+- Finding the grid is probed: once ``PROBE_TICKS`` dense ticks lie on a grid, the schedule
+  already sleeps between ticks, with the wide lead ``PROBE_LEAD_S``, until ``LOCK_TICKS`` show
+  it. Dense polling is a core's worth of driver calls (a read costs ~3-4 ms of CPU on an H200),
+  so this halves what each start costs; every tick is still bracketed by two polls a dense gap
+  apart. A tick the probe misses (before its guard opened, off it, or not there) ends probing
+  until the grid is found: dense polling as before, so ticks that lie on no grid cost at most
+  one tick stamped across a sleep before the schedule stays dense.
 
 Pure: it is told when each poll read and what it read, and answers how long to pause; the
 polling loop (``polling.PollingSource``) does the waiting. The tests drive it with simulated
@@ -44,10 +51,17 @@ LEAD_MAX_FRACTION = 0.25
 #: each tick caught inside the guard shrinks a widened lead by this factor, down to its floor
 LEAD_DECAY = 0.9
 #: tightly bracketed ticks that must lie on a grid before the schedule follows it (the first
-#: ~0.6 s of a run is polled densely). Ticks that lie on no grid (60-140 ms apart at random)
+#: ``PROBE_TICKS`` of them polled densely, the rest probed). Ticks that lie on no grid (60-140 ms apart at random)
 #: line up by chance 8 times in 6,000 ticks with 4, twice with 6 (tests/kit/test_schedule.py),
 #: each time costing a tick or two stamped across a sleep before the grid is dropped again
 LOCK_TICKS = 6
+#: tightly bracketed ticks on a grid after which the schedule probes it (sleeps with the wide
+#: lead ``PROBE_LEAD_S``) until ``LOCK_TICKS`` show it; ``0``: no probing
+PROBE_TICKS = 3
+#: the lead while probing: three stamps within ±2 ms of their ticks predict the next within
+#: ~2.5 ms (sd: the period fitted over two periods, carried one further), the wake allowance
+#: added. Units: s.
+PROBE_LEAD_S = 0.010
 #: the grid is fitted through the last this many tightly bracketed ticks
 FIT_TICKS = 16
 #: ticks whose robust spread about their grid exceeds this lie on none (``core/tickgrid.py``'s
@@ -110,9 +124,13 @@ class TickSchedule(Schedule):
         dense_s: the pause between polls while polling densely (inside a guard, and until the
             grid is found). Units: s.
         lead_s: the least time before an expected tick at which the guard opens. Units: s.
+        probe_ticks: dense ticks on a grid after which it is probed (``PROBE_TICKS``; 0: the
+            schedule stays dense until ``LOCK_TICKS`` show the grid).
     """
 
-    def __init__(self, channel: str, dense_s: float, lead_s: float = LEAD_S) -> None:
+    def __init__(
+        self, channel: str, dense_s: float, lead_s: float = LEAD_S, probe_ticks: int = PROBE_TICKS
+    ) -> None:
         self.channel = channel
         self.dense_s = float(dense_s)
         self.lead_floor_s = float(lead_s)
@@ -128,8 +146,16 @@ class TickSchedule(Schedule):
         self._allowance_s = 0.0  # the last wake allowance (read by stats from another thread)
         self._fit: deque[float] = deque(maxlen=FIT_TICKS)
         #: the grid followed: (period, a grid point, robust spread about it); None: polling densely
+        #: or probing
         self.grid: tuple[float, float, float] | None = None
+        #: the grid probed before it is followed (same form); None: not probing
+        self.probe: tuple[float, float, float] | None = None
+        self.probe_ticks = int(probe_ticks)
+        self._may_probe = self.probe_ticks > 0  # until a probe misses; again once the grid is found
+        self.probes = 0
+        self.probes_missed = 0
         self._awaited_s: float | None = None  # the grid point of the tick awaited
+        self._unsure = False  # whether that tick may have come already (before a held poll read)
         self._strikes = 0
         self.polls = 0
         self.ticks = 0
@@ -137,6 +163,7 @@ class TickSchedule(Schedule):
         self.early = 0
         self.wide = 0
         self.skipped = 0
+        self.held = 0
         self.off_grid = 0
         self.locks = 0
         self.losses = 0
@@ -152,16 +179,21 @@ class TickSchedule(Schedule):
         value = readings.get(self.channel) if isinstance(readings, Mapping) else None
         before, slept = self._read_s, self._slept
         self._read_s, self._slept = read_s, False
-        if slept and self._wake_s is not None:
-            self._late.append(max(0.0, read_s - self._wake_s))
-        elif before is not None:
-            self._gaps.append(read_s - before)
+        self._note_pause(before, read_s, slept)
         if value is not None:
             value = float(value)
             if self._value is not None and before is not None and value != self._value:
                 self._tick(before, read_s, slept)
             self._value = value
         return self._plan(now_s)
+
+    def _note_pause(self, before_s: float | None, read_s: float, slept: bool) -> None:
+        """Learn from the pause before the poll that read at ``read_s``: how late a sleep woke
+        (not a hold: ``_held_past``), or a dense gap."""
+        if slept and self._wake_s is not None and not self._held_past(read_s, before_s):
+            self._late.append(max(0.0, read_s - self._wake_s))
+        elif before_s is not None and not slept:
+            self._gaps.append(read_s - before_s)
 
     def stats(self) -> dict[str, Any]:
         grid = self.grid  # once: the poller's thread may drop it meanwhile
@@ -184,9 +216,16 @@ class TickSchedule(Schedule):
             "early": self.early,
             "wide": self.wide,
             "skipped": self.skipped,
+            # polls held past half a period after the tick awaited (a stopped process, a starved
+            # host): the tick they see is stamped across the hold (counted in ``wide``), and
+            # is evidence neither for nor against the grid
+            "held": self.held,
             "off_grid": self.off_grid,
             "grid_found": self.locks,
             "grid_lost": self.losses,
+            # grids probed before they were followed, and probes that missed a tick
+            "probes": self.probes,
+            "probes_missed": self.probes_missed,
         }
 
     # -- ticks -------------------------------------------------------------------------------------
@@ -195,34 +234,67 @@ class TickSchedule(Schedule):
         self.ticks += 1
         if self.grid is not None:
             self.grid_ticks += 1
+        self._unsure = False
         stamp = (before_s + after_s) / 2
-        if slept:  # it came before the guard opened: stamped across the sleep
-            self.early += 1
-            cap = LEAD_MAX_FRACTION * self.grid[0] if self.grid is not None else self.lead_s
-            self.lead_s = min(2.0 * self.lead_s, max(cap, self.lead_floor_s))
-            self._strike()
-            self._await_after(after_s)
-            return
-        if after_s - before_s > self._tight_s:  # a poll that blocked, or a starved poller
+        if self._held_past(after_s, before_s):  # stamped across the hold
+            self.wide += 1
+            self.held += 1
+            self._await_past(after_s)
+        elif slept:  # it came before the guard opened: stamped across the sleep
+            self._early(after_s)
+        elif after_s - before_s > self._tight_s:  # a poll that blocked, or a starved poller
             self.wide += 1
             self._await_after(stamp)
+        else:
+            self._tight(stamp)
+
+    def _early(self, after_s: float) -> None:
+        """A tick seen by the first poll after a sleep: the probe missed it, or the followed
+        grid's lead was too short (it doubles; two in a row lose the grid)."""
+        self.early += 1
+        if self.grid is None:
+            self._miss()
             return
+        self.lead_s = min(2.0 * self.lead_s, max(LEAD_MAX_FRACTION * self.grid[0], self.lead_floor_s))
+        self._strike()
+        self._await_after(after_s)
+
+    def _tight(self, stamp: float) -> None:
+        """A tightly bracketed tick: judged against the grid probed or followed, then fitted."""
         self.tight_ticks += 1
-        if self.grid is not None:
-            period, point, spread = self.grid
-            off = _residual(stamp, period, point)
-            if abs(off) > max(TOLERANCE_S, LEAD_SDS * spread):
-                self.off_grid += 1
-                self._strike()
-                if self.grid is None:  # lost: learn again from here
-                    self._fit.append(stamp)
-                    return
-            else:
-                self._strikes = 0
-                self.lead_s = max(self._lead_floor(), LEAD_DECAY * self.lead_s)
+        target = self._target()
+        off = target is not None and self._off(stamp, target)
+        if off:
+            self.off_grid += 1
+        if off and self.grid is None:  # the probe missed it: learn again from here
+            self._miss()
+            self._fit.append(stamp)
+            return
+        if off:
+            self._strike()
+            if self.grid is None:  # lost: learn again from here
+                self._fit.append(stamp)
+                return
+        elif self.grid is not None:
+            self._strikes = 0
+            self.lead_s = max(self._lead_floor(), LEAD_DECAY * self.lead_s)
         self._fit.append(stamp)
         self._refit()
         self._await_after(stamp)
+
+    @staticmethod
+    def _off(stamp: float, grid: tuple[float, float, float]) -> bool:
+        """Whether a tightly bracketed tick lies off ``grid``."""
+        period, point, spread = grid
+        return abs(_residual(stamp, period, point)) > max(TOLERANCE_S, LEAD_SDS * spread)
+
+    def _miss(self) -> None:
+        """The probe missed a tick: poll densely, and probe no more until the grid is found."""
+        self.probes_missed += 1
+        self.probe = None
+        self._may_probe = False
+        self._fit.clear()
+        self._awaited_s = None
 
     def _strike(self) -> None:
         self._strikes += 1
@@ -235,64 +307,136 @@ class TickSchedule(Schedule):
     def _refit(self) -> None:
         """Fit the grid through the recent tight ticks; follow it if they lie on one."""
         if len(self._fit) < LOCK_TICKS:
+            self._probe_grid()
             return
         ticks = list(self._fit)
         fitted = fit_grid(ticks, self.grid[0] if self.grid is not None else None)
         following = self.grid is not None
         if fitted is not None and not following and _ticks_off(ticks, fitted) > 1:
-            return  # a few ticks that line up by chance: wait for more
+            return  # a few ticks that line up by chance: wait for more (probing goes on)
         if fitted is None or _not_followed(fitted):
-            if following:  # the ticks no longer lie on a grid
-                self.losses += 1
-                self._fit.clear()
-            self.grid = None
+            self._no_grid(following)
             return
         self.grid = fitted
         if not following:
             self.locks += 1
             self._strikes = 0
+            self.probe = None
+            self._may_probe = self.probe_ticks > 0
             self.lead_s = max(self._lead_floor(), self.lead_s)
+
+    def _no_grid(self, following: bool) -> None:
+        """The recent tight ticks lie on no grid: the one followed is lost, a probe has missed."""
+        if following:
+            self.losses += 1
+            self._fit.clear()
+        elif self.probe is not None:
+            self._miss()
+        self.grid = None
+
+    def _probe_grid(self) -> None:
+        """Probe the grid the recent tight ticks lie on, once ``probe_ticks`` of them all lie
+        within ``LOCK_WITHIN_S`` of one; a probe whose ticks no longer do has missed."""
+        if not self._may_probe or len(self._fit) < self.probe_ticks:
+            return
+        ticks = list(self._fit)
+        fitted = fit_grid(ticks)
+        if fitted is None or _not_followed(fitted) or _ticks_off(ticks, fitted) > 0:
+            if self.probe is not None:
+                self._miss()
+            return
+        if self.probe is None:
+            self.probes += 1
+        self.probe = fitted
 
     def _lead_floor(self) -> float:
         spread = self.grid[2] if self.grid is not None else 0.0
         jitter = math.sqrt(max(0.0, spread**2 - self.gap_s() ** 2 / 12.0))
         return max(self.lead_floor_s, LEAD_SDS * jitter)
 
-    def _await_after(self, t: float) -> None:
-        """Await the first grid point more than half a period after ``t``."""
-        if self.grid is None:
+    def _held_past(self, read_s: float, before_s: float | None) -> bool:
+        """Whether the poll that read at ``read_s`` was held (a stopped process, a starved host):
+        it read more than half a period after the tick awaited, a wide bracket after the poll
+        before it (a tight one that late is a tick off the grid)."""
+        target = self._target()
+        if target is None or self._awaited_s is None or before_s is None:
+            return False
+        return read_s - before_s > self._tight_s and read_s > self._awaited_s + target[0] / 2
+
+    def _await_past(self, t: float) -> None:
+        """Await the first grid point after ``t``, where a poll held that long read: it has seen
+        every tick before. A point within the lead before ``t`` may be a tick still to come
+        (its jitter, the grid's error): it is awaited, and if it passes without a tick (it came
+        before ``t``), that is no skipped update."""
+        target = self._target()
+        if target is None:
             self._awaited_s = None
             return
-        period, point, _ = self.grid
+        period, point, _ = target
+        after = t - self.lead_s
+        self._awaited_s = point + (math.floor((after - point) / period) + 1) * period
+        self._unsure = self._awaited_s <= t
+
+    def _target(self) -> tuple[float, float, float] | None:
+        """The grid the guards open on: the one followed, else the one probed."""
+        return self.grid if self.grid is not None else self.probe
+
+    def _await_after(self, t: float) -> None:
+        """Await the first grid point more than half a period after ``t``."""
+        target = self._target()
+        if target is None:
+            self._awaited_s = None
+            return
+        period, point, _ = target
         k = math.floor((t + period / 2 - point) / period) + 1
         self._awaited_s = point + k * period
 
     # -- the next poll -----------------------------------------------------------------------------
     def _plan(self, now_s: float) -> float:
-        if self.grid is None or self._awaited_s is None:
+        target = self._target()
+        if target is None or self._awaited_s is None:
             self.dense_polls += 1
             return self.dense_s
-        period = self.grid[0]
+        period = target[0]
         # half a period without the tick: the counter skipped an update. Judged by when the last
         # poll read, not by the time now: a poll that read before the tick and then stalled (a
         # starved poller) has not seen the tick yet, and the next poll will
         read_s = self._read_s if self._read_s is not None else now_s
-        if read_s > self._awaited_s + period / 2:
-            self.skipped += 1
-            self._strike()
-            if self.grid is None:
-                self.dense_polls += 1
-                return self.dense_s
-            self._awaited_s += period * math.ceil((read_s - self._awaited_s - period / 2) / period)
+        if read_s > self._awaited_s + period / 2 and not self._skip(read_s, period):
+            self.dense_polls += 1
+            return self.dense_s
         dither = (self._guards * DITHER) % 1.0 * self.gap_s()
         self._allowance_s = self.wake_allowance_s()
-        opens = self._awaited_s - self.lead_s - self._allowance_s - dither
+        lead = self.lead_s
+        if self.grid is None:  # probing: the wide lead
+            lead = max(lead, min(PROBE_LEAD_S, LEAD_MAX_FRACTION * period))
+        opens = self._awaited_s - lead - self._allowance_s - dither
         if now_s + self.dense_s >= opens:
             self.dense_polls += 1
             return self.dense_s
         self._guards += 1
         self._slept, self._wake_s = True, opens
         return opens - now_s
+
+    def _skip(self, read_s: float, period: float) -> bool:
+        """Half a period passed after the awaited tick: await the next one. A tick that may have
+        come before a held poll read is no skipped update; a missing one is (a probe has then
+        missed, the followed grid takes a strike). Returns whether a grid is still awaited."""
+        assert self._awaited_s is not None
+        if self._unsure:  # it had come
+            self._unsure = False
+            self._awaited_s += period
+            if read_s <= self._awaited_s + period / 2:
+                return True
+        self.skipped += 1
+        if self.grid is None:
+            self._miss()
+            return False
+        self._strike()
+        if self.grid is None:
+            return False
+        self._awaited_s += period * math.ceil((read_s - self._awaited_s - period / 2) / period)
+        return True
 
     def gap_s(self) -> float:
         """The median time from one dense poll's read to the next's (a call and a pause). Units: s."""
@@ -302,10 +446,11 @@ class TickSchedule(Schedule):
         """How much earlier than ``lead_s`` the guard opens: how late the poller woke from its
         recent sleeps (the second-latest of the last ``WAKE_SLEEPS``, at most a quarter period
         less the lead). Units: s."""
-        if len(self._late) < 2 or self.grid is None:
+        target = self._target()
+        if len(self._late) < 2 or target is None:
             return 0.0
         late = sorted(self._late)[-2]
-        return min(late, max(0.0, LEAD_MAX_FRACTION * self.grid[0] - self.lead_s))
+        return min(late, max(0.0, LEAD_MAX_FRACTION * target[0] - self.lead_s))
 
 
 def _ratio(a: int, b: int) -> float | None:
