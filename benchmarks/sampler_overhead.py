@@ -223,14 +223,18 @@ def one_run(config: str, step, sync, iterations: int, windows: int, warmup_s: fl
     }
 
 
-def paired_run(step, sync, iterations: int, pairs: int, settle_s: float = 0.3, seed: int = 0) -> dict:
+def paired_run(
+    step, sync, iterations: int, pairs: int, settle_s: float = 0.3, seed: int = 0, sampler: str = "grid"
+) -> dict:
     """The meter on and off in alternate windows of one measurement: the nvml sampler process
     runs (on) or is stopped (SIGSTOP: off: no CPU, no driver call), each window after ``settle_s``
     of the workload untimed in the state it is timed in, the order within each pair drawn at
     random. A drift of the host between pairs cancels in each pair's ratio. A stop of ~1 s costs
-    the sampler one tick stamped across it, and its grid holds (two ticks off it in a row would
-    lose it): the on windows see the sampler as it runs."""
-    source = NVMLPowerSource(name="nvml", gpus="0")
+    the sampler the ticks it hid, seen at once and stamped across it (``held``); the grid schedule
+    keeps its grid across it (kit/schedule.py). Before that rule (the H200 runs of 2026-11-29) each
+    stop lost the grid 1 time in 3, and the on windows held its dense polling until it was found
+    again. ``sampler="dense"`` polls every 1 ms throughout: whether the cost grows with the reads."""
+    source = NVMLPowerSource(name="nvml", gpus="0", sampler=sampler)
     rng = random.Random(seed)
     times: dict[str, list[float]] = {"on": [], "off": []}
     spans: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
@@ -301,8 +305,8 @@ def geomean_interval(logs: list[float], draws: int = 4000) -> tuple[float, float
 def paired_table(rows: list[dict]) -> list[str]:
     """One line per workload of the paired design."""
     lines = [
-        "| workload | pairs | window | on / off [95 % interval] | pairs for ±1 % | CV across windows on / off | CV ratio | sampler CPU while running | polls/tick on grid |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| workload | pairs | window | on / off [95 % interval] | pairs for ±1 % | CV across windows on / off | CV ratio | sampler CPU while running | polls/tick on grid | grid lost |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         q = paired_ratio(r["on"], r["off"])
@@ -310,10 +314,10 @@ def paired_table(rows: list[dict]) -> list[str]:
         share = r.get("sampler_cpu_share_running")
         ppt = r.get("polls_per_tick_on_grid")
         lines.append(
-            f"| {r['workload']} | {q['pairs']} | {r['iterations']} it ({statistics.median(r['off']) * r['iterations']:.2f} s) | "
+            f"| {r['workload']}{' (dense)' if r.get('sampler') == 'dense' else ''} | {q['pairs']} | {r['iterations']} it ({statistics.median(r['off']) * r['iterations']:.2f} s) | "
             f"{q['ratio']:.4f} [{q['lo']:.4f}, {q['hi']:.4f}] | {q['pairs_for_1pct']} | "
             f"{100 * cv_on:.2f} / {100 * cv_off:.2f} % | {cv_on / cv_off:.2f} | "
-            f"{f'{100 * share:.1f} %' if share is not None else '-'} | {f'{ppt:.2f}' if ppt is not None else '-'} |"
+            f"{f'{100 * share:.1f} %' if share is not None else '-'} | {f'{ppt:.2f}' if ppt is not None else '-'} | {r.get('grid_lost', '-')} |"
         )
     return lines
 
@@ -415,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default="resnet50,launch", help="which of resnet50, launch (one per command: half the time)")
     ap.add_argument("--paired", type=int, default=0, metavar="PAIRS",
                     help="also the paired design: PAIRS windows each with the sampler running and stopped, alternated")
+    ap.add_argument("--paired-sampler", choices=("grid", "dense"), default="grid",
+                    help="the nvml sampler's schedule in the paired design (dense: every 1 ms, to see whether the cost scales with reads)")
     ap.add_argument("--paired-window-s", type=float, default=1.0, help="each paired window about this long. Units: s")
     args = ap.parse_args(argv)
     if args.quick:
@@ -448,9 +454,9 @@ def main(argv: list[str] | None = None) -> int:
     paired: list[dict] = []
     for workload, (step, sync) in ((w, loads[w]) for w in chosen if args.paired):
         iterations = max(1, round(args.paired_window_s / per_iteration_s(step, sync)))
-        row = paired_run(step, sync, iterations, args.paired)
+        row = paired_run(step, sync, iterations, args.paired, sampler=args.paired_sampler)
         row.pop("result")
-        row.update(workload=workload, iterations=iterations)
+        row.update(workload=workload, iterations=iterations, sampler=args.paired_sampler)
         paired.append(row)
         print(f"  paired {workload}: {len(row['on'])} pairs", flush=True)
     cli = cli_runs(args.out, args.cli_runs) if args.cli_runs else []
