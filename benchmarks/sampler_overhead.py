@@ -30,6 +30,9 @@ timed in, the order within each pair drawn at random. Each pair's ratio holds th
 of a few seconds only; the table prints the geometric mean with its 95 % interval, how many pairs
 ±1 % would need, the windows' CV with the sampler running and stopped, and the sampler's CPU share
 while it ran. ``--rounds 0 --cli-runs 0 --paired 60`` runs it alone (about 3 minutes a workload).
+``--paired-sampler dense`` runs the dense sampler instead (does the cost grow with the driver
+calls?), ``--paired-pin`` binds the sampler's threads to one CPU and the workload's to the others
+(do the sampler's wake-ups cost, landing on the workload's CPU?).
 
 Repetitions: the defaults (8 rounds x 12 windows of 0.2 s, per workload and configuration) give
 96 windows per configuration; simulated with a window CV of 1 / 2 / 2.5 % and rounds drifting by
@@ -223,8 +226,28 @@ def one_run(config: str, step, sync, iterations: int, windows: int, warmup_s: fl
     }
 
 
+def pin_tasks(pid: int, cpus: set[int]) -> list[set[int]]:
+    """Bind every thread of process ``pid`` to ``cpus`` (affinity is a thread's, not a
+    process's); returns each thread's affinity as read back."""
+    got = []
+    for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+            got.append(os.sched_getaffinity(int(task.name)))
+        except (ProcessLookupError, FileNotFoundError):  # a thread that ended meanwhile
+            continue
+    return got
+
+
 def paired_run(
-    step, sync, iterations: int, pairs: int, settle_s: float = 0.3, seed: int = 0, sampler: str = "grid"
+    step,
+    sync,
+    iterations: int,
+    pairs: int,
+    settle_s: float = 0.3,
+    seed: int = 0,
+    sampler: str = "grid",
+    pin: bool = False,
 ) -> dict:
     """The meter on and off in alternate windows of one measurement: the nvml sampler process
     runs (on) or is stopped (SIGSTOP: off: no CPU, no driver call), each window after ``settle_s``
@@ -233,14 +256,23 @@ def paired_run(
     the sampler the ticks it hid, seen at once and stamped across it (``held``); the grid schedule
     keeps its grid across it (kit/schedule.py). Before that rule (the H200 runs of 2026-11-29) each
     stop lost the grid 1 time in 3, and the on windows held its dense polling until it was found
-    again. ``sampler="dense"`` polls every 1 ms throughout: whether the cost grows with the reads."""
+    again. ``sampler="dense"`` polls every 1 ms throughout: whether the cost grows with the reads.
+    ``pin``: the sampler's threads bound to the last CPU this process may use and this process's
+    threads to the others, so that the sampler's wake-ups never land on the workload's CPU."""
     source = NVMLPowerSource(name="nvml", gpus="0", sampler=sampler)
     rng = random.Random(seed)
     times: dict[str, list[float]] = {"on": [], "off": []}
     spans: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
     stopped_s = 0.0
+    allowed = sorted(os.sched_getaffinity(0))
+    pinned: dict = {}
     with ef.measure(power=[source], sync=sync) as m:
         pid = source.sampler_process.pid
+        if pin and len(allowed) >= 2:
+            pinned = {
+                "sampler": [sorted(c) for c in pin_tasks(pid, {allowed[-1]})],
+                "workload": [sorted(c) for c in pin_tasks(os.getpid(), set(allowed[:-1]))],
+            }
         warm(step, sync, 1.0)  # the sampler finds the counter's grid
         for _ in range(pairs):
             for state in rng.sample(["on", "off"], 2):
@@ -261,6 +293,8 @@ def paired_run(
                     if state == "off":
                         os.kill(pid, signal.SIGCONT)
                         stopped_s += time.monotonic() - paused
+    if pinned:  # this process's threads may use every CPU again
+        pin_tasks(os.getpid(), set(allowed))
     sources = m.result.meta.get("sources") or []
     cost = (dict(sources[0]["info"]) if sources else {}).get("acquisition") or {}
     loop = (cost.get("loops") or {}).get("nvml-gpu0", {})
@@ -272,6 +306,7 @@ def paired_run(
         "sampler_cpu_share_running": cost["cpu_s"] / running_s if cost.get("cpu_s") and running_s > 0 else None,
         "polls_per_tick_on_grid": loop.get("polls_per_tick_on_grid"),
         "grid_lost": loop.get("grid_lost"),
+        "pinned": pinned,
         "result": m.result,
     }
 
@@ -314,7 +349,7 @@ def paired_table(rows: list[dict]) -> list[str]:
         share = r.get("sampler_cpu_share_running")
         ppt = r.get("polls_per_tick_on_grid")
         lines.append(
-            f"| {r['workload']}{' (dense)' if r.get('sampler') == 'dense' else ''} | {q['pairs']} | {r['iterations']} it ({statistics.median(r['off']) * r['iterations']:.2f} s) | "
+            f"| {r['workload']}{' (dense)' if r.get('sampler') == 'dense' else ''}{' (pinned)' if r.get('pinned') else ''} | {q['pairs']} | {r['iterations']} it ({statistics.median(r['off']) * r['iterations']:.2f} s) | "
             f"{q['ratio']:.4f} [{q['lo']:.4f}, {q['hi']:.4f}] | {q['pairs_for_1pct']} | "
             f"{100 * cv_on:.2f} / {100 * cv_off:.2f} % | {cv_on / cv_off:.2f} | "
             f"{f'{100 * share:.1f} %' if share is not None else '-'} | {f'{ppt:.2f}' if ppt is not None else '-'} | {r.get('grid_lost', '-')} |"
@@ -421,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also the paired design: PAIRS windows each with the sampler running and stopped, alternated")
     ap.add_argument("--paired-sampler", choices=("grid", "dense"), default="grid",
                     help="the nvml sampler's schedule in the paired design (dense: every 1 ms, to see whether the cost scales with reads)")
+    ap.add_argument("--paired-pin", action="store_true",
+                    help="bind the sampler to one CPU and this process to the others (whether its wake-ups cost)")
     ap.add_argument("--paired-window-s", type=float, default=1.0, help="each paired window about this long. Units: s")
     args = ap.parse_args(argv)
     if args.quick:
@@ -454,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     paired: list[dict] = []
     for workload, (step, sync) in ((w, loads[w]) for w in chosen if args.paired):
         iterations = max(1, round(args.paired_window_s / per_iteration_s(step, sync)))
-        row = paired_run(step, sync, iterations, args.paired, sampler=args.paired_sampler)
+        row = paired_run(step, sync, iterations, args.paired, sampler=args.paired_sampler, pin=args.paired_pin)
         row.pop("result")
         row.update(workload=workload, iterations=iterations, sampler=args.paired_sampler)
         paired.append(row)

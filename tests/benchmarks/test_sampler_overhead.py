@@ -1,6 +1,7 @@
 """The analysis of the sampler benchmarks (no GPU): the overhead ratio's interval, paired by
 round, and the tick-schedule summary against a known truth."""
 
+import os
 import random
 import time
 
@@ -90,3 +91,16 @@ def test_the_paired_design_stops_the_sampler_in_its_off_windows(fake_nvml):
     assert mono.size > 0
     assert all(inside(span) == 0 for span in row["spans"]["off"])
     assert row["result"].complete
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two CPUs")
+def test_the_paired_design_can_keep_the_sampler_off_the_workloads_cpus(fake_nvml):
+    fake_nvml()
+    bench = load_benchmark("sampler_overhead")
+    allowed = sorted(os.sched_getaffinity(0))
+    row = bench.paired_run(lambda: time.sleep(0.001), lambda: None, iterations=50, pairs=1, settle_s=0.05, pin=True)
+    # every thread of the sampler process on the last CPU, every thread here on the others
+    assert row["pinned"]["sampler"] and all(c == allowed[-1:] for c in row["pinned"]["sampler"])
+    assert row["pinned"]["workload"] and all(c == allowed[:-1] for c in row["pinned"]["workload"])
+    assert sorted(os.sched_getaffinity(0)) == allowed  # given back afterwards
+    assert len(row["on"]) == len(row["off"]) == 1
