@@ -128,11 +128,15 @@ def test_a_starved_pollers_late_ticks_flag_the_windows_beside_them(fake_nvml, tm
         source = NVMLPowerSource(name="nvml", mode=mode, channels="samples")
         result = run_windows(source, windows=8, seconds=0.35)
         w = result.windows[result.windows["channel"] == "gpu0"]
-        # the host held the whole process beyond the scenario (a 0.35-s sleep that lasted 0.63 s
-        # in a full suite on 2 cores): in thread mode the sampler was held with it, and the run
-        # is made again. Such a stall put two adjacent windows 33 J (48 ms at 700 W) outside
-        # bounds of 10 J once: a case of its own (benchmarks/held_sampler.py), not this one
-        if (w["duration_s"] > 1.5 * 0.35).any() and attempt < STARVED_RUNS - 1:
+        # the host held the sampler beyond the scenario (in a full suite on 2 cores a 0.35-s
+        # sleep once lasted 0.63 s, the whole process held; in thread mode the sampler with it):
+        # the sampler then saw more ticks across a stall or a sleep than the scenario starved
+        # (it counts them itself), and the run is made again. Such a stall put two adjacent
+        # windows 33 J (48 ms at 700 W) outside bounds of 10 J once: a case of its own
+        # (benchmarks/held_sampler.py), not this one
+        loop = result.meta["sources"][0]["info"]["acquisition"]["loops"]["nvml-gpu0"]
+        starved = {round(float(line) / 0.1) for line in log.read_text().split()}
+        if loop["wide"] + loop["early"] > len(starved) and attempt < STARVED_RUNS - 1:
             continue
         truth_j = 700.0 * w["duration_s"]
         assert ((w["energy_j"] - truth_j).abs() <= w["energy_bound_j"]).all()
@@ -143,11 +147,9 @@ def test_a_starved_pollers_late_ticks_flag_the_windows_beside_them(fake_nvml, tm
         assert any(m.startswith("gpu0: ") and "irregular" in m for m in result.meta["warnings"])
     else:
         pytest.fail(f"in {STARVED_RUNS} runs the host spread every stamp beyond a regular grid")
-    starved = {round(float(line) / 0.1) for line in log.read_text().split()}
     assert len(starved) >= 3
     # the default sampler followed the counter's grid, and its guard's poll was the one starved:
     # the schedule saw those ticks across the stall (wide), or, woken late, after it (early)
-    loop = result.meta["sources"][0]["info"]["acquisition"]["loops"]["nvml-gpu0"]
     assert loop["schedule"] == "grid" and loop["grid_ticks"] > 0
     assert loop["wide"] + loop["early"] >= len(starved) - 1
     # the ticks beside an edge are the two stamped either side of it (an edge a few ms past a
