@@ -51,9 +51,10 @@ LEAD_MAX_FRACTION = 0.25
 #: each tick caught inside the guard shrinks a widened lead by this factor, down to its floor
 LEAD_DECAY = 0.9
 #: tightly bracketed ticks that must lie on a grid before the schedule follows it (the first
-#: ``PROBE_TICKS`` of them polled densely, the rest probed). Ticks that lie on no grid (60-140 ms apart at random)
-#: line up by chance 8 times in 6,000 ticks with 4, twice with 6 (tests/kit/test_schedule.py),
-#: each time costing a tick or two stamped across a sleep before the grid is dropped again
+#: ``PROBE_TICKS`` of them polled densely, the rest probed). Ticks that lie on no grid (60-140 ms
+#: apart at random) line up by chance 8 times in 6,000 ticks with 4, twice with 6
+#: (tests/kit/test_schedule.py), each time costing a tick or two stamped across a sleep before
+#: the grid is dropped again
 LOCK_TICKS = 6
 #: tightly bracketed ticks on a grid after which the schedule probes it (sleeps with the wide
 #: lead ``PROBE_LEAD_S``) until ``LOCK_TICKS`` show it; ``0``: no probing
@@ -263,16 +264,13 @@ class TickSchedule(Schedule):
         """A tightly bracketed tick: judged against the grid probed or followed, then fitted."""
         self.tight_ticks += 1
         target = self._target()
-        off = target is not None and self._off(stamp, target)
-        if off:
+        if target is not None and self._off(stamp, target):
             self.off_grid += 1
-        if off and self.grid is None:  # the probe missed it: learn again from here
-            self._miss()
-            self._fit.append(stamp)
-            return
-        if off:
-            self._strike()
-            if self.grid is None:  # lost: learn again from here
+            if self.grid is None:
+                self._miss()
+            else:
+                self._strike()
+            if self.grid is None:  # the probe missed it, or the grid is lost: learn again from here
                 self._fit.append(stamp)
                 return
         elif self.grid is not None:
@@ -369,13 +367,8 @@ class TickSchedule(Schedule):
         (its jitter, the grid's error): it is awaited, and if it passes without a tick (it came
         before ``t``), that is no skipped update."""
         target = self._target()
-        if target is None:
-            self._awaited_s = None
-            return
-        period, point, _ = target
-        after = t - self.lead_s
-        self._awaited_s = point + (math.floor((after - point) / period) + 1) * period
-        self._unsure = self._awaited_s <= t
+        self._awaited_s = None if target is None else _next_point(target, t - self.lead_s)
+        self._unsure = self._awaited_s is not None and self._awaited_s <= t
 
     def _target(self) -> tuple[float, float, float] | None:
         """The grid the guards open on: the one followed, else the one probed."""
@@ -384,12 +377,7 @@ class TickSchedule(Schedule):
     def _await_after(self, t: float) -> None:
         """Await the first grid point more than half a period after ``t``."""
         target = self._target()
-        if target is None:
-            self._awaited_s = None
-            return
-        period, point, _ = target
-        k = math.floor((t + period / 2 - point) / period) + 1
-        self._awaited_s = point + k * period
+        self._awaited_s = None if target is None else _next_point(target, t + target[0] / 2)
 
     # -- the next poll -----------------------------------------------------------------------------
     def _plan(self, now_s: float) -> float:
@@ -455,6 +443,12 @@ class TickSchedule(Schedule):
 
 def _ratio(a: int, b: int) -> float | None:
     return round(a / b, 3) if b else None
+
+
+def _next_point(grid: tuple[float, float, float], t: float) -> float:
+    """The first point of ``grid`` after ``t``. Units: s."""
+    period, point, _ = grid
+    return point + (math.floor((t - point) / period) + 1) * period
 
 
 def _residual(t: float, period: float, point: float) -> float:
