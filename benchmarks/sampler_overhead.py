@@ -32,7 +32,13 @@ of a few seconds only; the table prints the geometric mean with its 95 % interva
 while it ran. ``--rounds 0 --cli-runs 0 --paired 60`` runs it alone (about 3 minutes a workload).
 ``--paired-sampler dense`` runs the dense sampler instead (does the cost grow with the driver
 calls?), ``--paired-pin`` binds the sampler's threads to one CPU and the workload's to the others
-(do the sampler's wake-ups cost, landing on the workload's CPU?).
+(do the sampler's wake-ups cost, landing on the workload's CPU?); ``--paired-states
+on,pinned,off`` times both in one measurement, each group of three windows in a random order,
+the pinned ones bound for their window only, so that both are paired with the same stopped
+windows. A paired run writes its times after each group (``OUT/paired-WORKLOAD.partial.json``),
+so a run cut short keeps its pairs; ``--pool FILE...`` prints the table of several runs (their
+``sampler_overhead.json`` or partial files) pooled, each pair still its own run's ratio: the
+pairs ±1 % needs can be gathered over several calls.
 
 Repetitions: the defaults (8 rounds x 12 windows of 0.2 s, per workload and configuration) give
 96 windows per configuration; simulated with a window CV of 1 / 2 / 2.5 % and rounds drifting by
@@ -248,6 +254,8 @@ def paired_run(
     seed: int = 0,
     sampler: str = "grid",
     pin: bool = False,
+    states: tuple[str, ...] = ("on", "off"),
+    on_group=None,
 ) -> dict:
     """The meter on and off in alternate windows of one measurement: the nvml sampler process
     runs (on) or is stopped (SIGSTOP: off: no CPU, no driver call), each window after ``settle_s``
@@ -258,11 +266,15 @@ def paired_run(
     stop lost the grid 1 time in 3, and the on windows held its dense polling until it was found
     again. ``sampler="dense"`` polls every 1 ms throughout: whether the cost grows with the reads.
     ``pin``: the sampler's threads bound to the last CPU this process may use and this process's
-    threads to the others, so that the sampler's wake-ups never land on the workload's CPU."""
+    threads to the others, so that the sampler's wake-ups never land on the workload's CPU.
+    ``states`` may add ``"pinned"``: the sampler running, bound that way for that window only
+    (both given every CPU again after it), so that pinned and unpinned are paired against the
+    same stopped windows of one measurement. ``on_group``, if given, is called after each group
+    with the times so far (``{state: [s per iteration, ...]}``): a run cut short keeps them."""
     source = NVMLPowerSource(name="nvml", gpus="0", sampler=sampler)
     rng = random.Random(seed)
-    times: dict[str, list[float]] = {"on": [], "off": []}
-    spans: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
+    times: dict[str, list[float]] = {state: [] for state in states}
+    spans: dict[str, list[tuple[float, float]]] = {state: [] for state in states}
     stopped_s = 0.0
     allowed = sorted(os.sched_getaffinity(0))
     pinned: dict = {}
@@ -275,10 +287,13 @@ def paired_run(
             }
         warm(step, sync, 1.0)  # the sampler finds the counter's grid
         for _ in range(pairs):
-            for state in rng.sample(["on", "off"], 2):
+            for state in rng.sample(list(states), len(states)):
                 if state == "off":
                     os.kill(pid, signal.SIGSTOP)
                     paused = time.monotonic()
+                if state == "pinned" and len(allowed) >= 2:
+                    pin_tasks(pid, {allowed[-1]})
+                    pin_tasks(os.getpid(), set(allowed[:-1]))
                 try:
                     warm(step, sync, settle_s)
                     sync()
@@ -293,6 +308,11 @@ def paired_run(
                     if state == "off":
                         os.kill(pid, signal.SIGCONT)
                         stopped_s += time.monotonic() - paused
+                    if state == "pinned" and not pinned:
+                        pin_tasks(pid, set(allowed))
+                        pin_tasks(os.getpid(), set(allowed))
+            if on_group is not None:
+                on_group(times)
     if pinned:  # this process's threads may use every CPU again
         pin_tasks(os.getpid(), set(allowed))
     sources = m.result.meta.get("sources") or []
@@ -300,13 +320,13 @@ def paired_run(
     loop = (cost.get("loops") or {}).get("nvml-gpu0", {})
     running_s = (cost.get("wall_s") or 0.0) - stopped_s
     return {
-        "on": times["on"],
-        "off": times["off"],
+        **times,
+        "states": list(states),
         "spans": spans,
         "sampler_cpu_share_running": cost["cpu_s"] / running_s if cost.get("cpu_s") and running_s > 0 else None,
         "polls_per_tick_on_grid": loop.get("polls_per_tick_on_grid"),
         "grid_lost": loop.get("grid_lost"),
-        "pinned": pinned,
+        "bound": pinned,  # the affinities set for the whole measurement (--paired-pin)
         "result": m.result,
     }
 
@@ -344,17 +364,31 @@ def paired_table(rows: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        q = paired_ratio(r["on"], r["off"])
-        cv_on, cv_off = cv(r["on"]), cv(r["off"])
-        share = r.get("sampler_cpu_share_running")
-        ppt = r.get("polls_per_tick_on_grid")
-        lines.append(
-            f"| {r['workload']}{' (dense)' if r.get('sampler') == 'dense' else ''}{' (pinned)' if r.get('pinned') else ''} | {q['pairs']} | {r['iterations']} it ({statistics.median(r['off']) * r['iterations']:.2f} s) | "
-            f"{q['ratio']:.4f} [{q['lo']:.4f}, {q['hi']:.4f}] | {q['pairs_for_1pct']} | "
-            f"{100 * cv_on:.2f} / {100 * cv_off:.2f} % | {cv_on / cv_off:.2f} | "
-            f"{f'{100 * share:.1f} %' if share is not None else '-'} | {f'{ppt:.2f}' if ppt is not None else '-'} | {r.get('grid_lost', '-')} |"
-        )
+        for state in [s for s in r.get("states", ("on", "off")) if s != "off"]:
+            lines.append(_paired_line(r, state))
     return lines
+
+
+def _paired_line(r: dict, state: str) -> str:
+    """The table's line of one running state (``on``, or ``pinned`` for that window) against the
+    stopped windows of the same measurement."""
+    off = r.get(f"off:{state}", r["off"])  # pooled: the stopped windows of the same runs
+    q = paired_ratio(r[state], off)
+    cv_on, cv_off = cv(r[state]), cv(off)
+    share = r.get("sampler_cpu_share_running")
+    ppt = r.get("polls_per_tick_on_grid")
+    label = r["workload"] + (" (dense)" if r.get("sampler") == "dense" else "")
+    label += " (pinned)" if r.get("bound") or state == "pinned" else ""
+    if r.get("iterations"):
+        window = f"{r['iterations']} it ({statistics.median(r['off']) * r['iterations']:.2f} s)"
+    else:
+        window = f"{r['runs'][state]} run{'s' if r['runs'][state] > 1 else ''} pooled"
+    return (
+        f"| {label} | {q['pairs']} | {window} | "
+        f"{q['ratio']:.4f} [{q['lo']:.4f}, {q['hi']:.4f}] | {q['pairs_for_1pct']} | "
+        f"{100 * cv_on:.2f} / {100 * cv_off:.2f} % | {cv_on / cv_off:.2f} | "
+        f"{f'{100 * share:.1f} %' if share is not None else '-'} | {f'{ppt:.2f}' if ppt is not None else '-'} | {r.get('grid_lost', '-')} |"
+    )
 
 
 def cv(values: list[float]) -> float:
@@ -440,6 +474,68 @@ def cli_runs(out: Path, n: int) -> list[dict]:
     return rows
 
 
+class Checkpoint:
+    """Writes a paired run's times so far after each group (``paired_run``'s ``on_group``), and
+    says how far it is every 10 groups: a run cut short (a time box, a fault) keeps its pairs,
+    which ``--pool`` reads."""
+
+    def __init__(self, path: Path, label: dict) -> None:
+        self.path, self.label, self.groups = path, label, 0
+
+    def __call__(self, times: dict[str, list[float]]) -> None:
+        self.groups += 1
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**self.label, "states": list(times), **times}))
+        tmp.replace(self.path)
+        if self.groups % 10 == 0:
+            q = paired_ratio(times[next(s for s in times if s != "off")], times["off"])
+            print(f"    {self.label['workload']}: {self.groups} groups, on / off {q['ratio']:.4f} "
+                  f"[{q['lo']:.4f}, {q['hi']:.4f}]", flush=True)
+
+
+def pool(paths: list[Path]) -> int:
+    """The paired table of several runs pooled: each workload's (and sampler's) pairs together,
+    each pair still its own run's ratio."""
+    rows: dict[tuple, dict] = {}
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--pool: cannot read {path}: {e}") from None
+        for r in data.get("paired", [data] if "off" in data else []):
+            key = (r["workload"], r.get("sampler", "grid"), bool(r.get("bound")))
+            _pool_into(rows.setdefault(key, {"workload": key[0], "sampler": key[1], "bound": r.get("bound"),
+                                             "iterations": None, "runs": {}, "states": ["off"], "off": []}), r)
+    if not rows:
+        raise SystemExit("--pool: no paired runs in " + ", ".join(map(str, paths)))
+    print("\n".join(paired_table(list(rows.values()))))
+    return 0
+
+
+def _pool_into(into: dict, r: dict) -> None:
+    """Add run ``r``'s whole groups to the pooled row ``into``: each running state with the
+    stopped windows of its own run (``off:STATE``), so that every pair stays a pair of one run."""
+    states = [s for s in r.get("states", ["on", "off"]) if s != "off"]
+    n = min(len(r[s]) for s in [*states, "off"])
+    into["off"] += r["off"][:n]
+    for state in states:
+        if state not in into:
+            into["states"].append(state)
+            into[state], into[f"off:{state}"] = [], []
+        into[state] += r[state][:n]
+        into[f"off:{state}"] += r["off"][:n]
+        into["runs"][state] = into["runs"].get(state, 0) + 1
+
+
+def paired_states(text: str) -> tuple[str, ...]:
+    """``--paired-states``: ``off`` and at least one running state, each once."""
+    states = tuple(s.strip() for s in text.split(",") if s.strip())
+    unknown = set(states) - {"on", "off", "pinned"}
+    if unknown or "off" not in states or len(states) < 2 or len(set(states)) != len(states):
+        raise SystemExit(f"--paired-states {text!r}: give off and on and/or pinned, each once")
+    return states
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("sampler-overhead"))
@@ -458,8 +554,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="the nvml sampler's schedule in the paired design (dense: every 1 ms, to see whether the cost scales with reads)")
     ap.add_argument("--paired-pin", action="store_true",
                     help="bind the sampler to one CPU and this process to the others (whether its wake-ups cost)")
+    ap.add_argument("--paired-states", default="on,off",
+                    help="the windows of each group, in a random order: on, off, and pinned (the sampler running, bound as by --paired-pin for that window only)")
+    ap.add_argument("--pool", nargs="+", type=Path, metavar="JSON",
+                    help="print the paired table of earlier runs pooled (their sampler_overhead.json, or the "
+                    "paired-WORKLOAD.partial.json of a run cut short), and run nothing")
     ap.add_argument("--paired-window-s", type=float, default=1.0, help="each paired window about this long. Units: s")
     args = ap.parse_args(argv)
+    if args.pool:
+        return pool(args.pool)
     if args.quick:
         args.rounds, args.windows, args.cli_runs = 2, 6, 0
     args.out.mkdir(parents=True, exist_ok=True)
@@ -491,11 +594,15 @@ def main(argv: list[str] | None = None) -> int:
     paired: list[dict] = []
     for workload, (step, sync) in ((w, loads[w]) for w in chosen if args.paired):
         iterations = max(1, round(args.paired_window_s / per_iteration_s(step, sync)))
-        row = paired_run(step, sync, iterations, args.paired, sampler=args.paired_sampler, pin=args.paired_pin)
+        label = {"workload": workload, "iterations": iterations, "sampler": args.paired_sampler}
+        print(f"{workload}: {iterations} iterations per paired window", flush=True)
+        partial = Checkpoint(args.out / f"paired-{workload}.partial.json", label)
+        row = paired_run(step, sync, iterations, args.paired, sampler=args.paired_sampler, pin=args.paired_pin,
+                         states=paired_states(args.paired_states), on_group=partial)
         row.pop("result")
-        row.update(workload=workload, iterations=iterations, sampler=args.paired_sampler)
+        row.update(label)
         paired.append(row)
-        print(f"  paired {workload}: {len(row['on'])} pairs", flush=True)
+        print(f"  paired {workload}: {len(row['off'])} groups", flush=True)
     cli = cli_runs(args.out, args.cli_runs) if args.cli_runs else []
     lines = table(runs, configs) if runs else []
     if paired:

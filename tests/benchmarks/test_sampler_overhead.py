@@ -1,6 +1,7 @@
 """The analysis of the sampler benchmarks (no GPU): the overhead ratio's interval, paired by
 round, and the tick-schedule summary against a known truth."""
 
+import json
 import os
 import random
 import time
@@ -73,12 +74,28 @@ def test_the_paired_ratio_resolves_one_percent_and_says_how_many_pairs_it_takes(
 
 
 @pytest.mark.slow
-def test_the_paired_design_stops_the_sampler_in_its_off_windows(fake_nvml):
+def test_the_paired_design_stops_the_sampler_in_its_off_windows(fake_nvml, tmp_path, capsys):
     fake_nvml()
     bench = load_benchmark("sampler_overhead")
+    partial = tmp_path / "paired-launch.partial.json"
+    kept = []
+    checkpoint = bench.Checkpoint(partial, {"workload": "launch", "iterations": 150, "sampler": "grid"})
+
+    def on_group(times):
+        checkpoint(times)
+        kept.append(json.loads(partial.read_text()))
+
     # windows of ~0.2 s, each after 0.1 s in its state
-    row = bench.paired_run(lambda: time.sleep(0.001), lambda: None, iterations=150, pairs=3, settle_s=0.1)
+    row = bench.paired_run(
+        lambda: time.sleep(0.001), lambda: None, iterations=150, pairs=3, settle_s=0.1, on_group=on_group
+    )
     assert len(row["on"]) == len(row["off"]) == 3
+    # what a run cut short keeps: every group so far, written as each ends
+    assert [len(k["off"]) for k in kept] == [1, 2, 3] and kept[-1]["on"] == row["on"]
+    capsys.readouterr()
+    assert bench.pool([partial, partial]) == 0  # two runs' pairs pooled
+    line = capsys.readouterr().out.splitlines()[2]
+    assert line.startswith("| launch | 6 | 2 runs pooled |")
     samples = row["result"].samples  # Unix seconds; the spans are monotonic
     clocks = samples[samples["channel"] == "gpu0.sm_clock"]["time_s"].to_numpy()
     mono = clocks - (time.time() - time.monotonic())
@@ -100,7 +117,35 @@ def test_the_paired_design_can_keep_the_sampler_off_the_workloads_cpus(fake_nvml
     allowed = sorted(os.sched_getaffinity(0))
     row = bench.paired_run(lambda: time.sleep(0.001), lambda: None, iterations=50, pairs=1, settle_s=0.05, pin=True)
     # every thread of the sampler process on the last CPU, every thread here on the others
-    assert row["pinned"]["sampler"] and all(c == allowed[-1:] for c in row["pinned"]["sampler"])
-    assert row["pinned"]["workload"] and all(c == allowed[:-1] for c in row["pinned"]["workload"])
+    assert row["bound"]["sampler"] and all(c == allowed[-1:] for c in row["bound"]["sampler"])
+    assert row["bound"]["workload"] and all(c == allowed[:-1] for c in row["bound"]["workload"])
     assert sorted(os.sched_getaffinity(0)) == allowed  # given back afterwards
     assert len(row["on"]) == len(row["off"]) == 1
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two CPUs")
+def test_pinned_windows_are_bound_for_their_window_only_and_paired_with_the_same_stopped_ones(fake_nvml):
+    fake_nvml()
+    bench = load_benchmark("sampler_overhead")
+    allowed = sorted(os.sched_getaffinity(0))
+    seen: list[tuple[float, list[int]]] = []
+
+    def step():
+        seen.append((time.monotonic(), sorted(os.sched_getaffinity(0))))
+        time.sleep(0.001)
+
+    states = ("on", "pinned", "off")
+    row = bench.paired_run(step, lambda: None, iterations=20, pairs=2, settle_s=0.02, states=states)
+    assert row["states"] == list(states) and all(len(row[s]) == 2 for s in states)
+
+    def bound_in(span):
+        return {tuple(a) for t, a in seen if span[0] <= t <= span[1]}
+
+    # the workload ran on all but the last CPU in its pinned windows, on all of them in the others
+    assert all(bound_in(span) == {tuple(allowed[:-1])} for span in row["spans"]["pinned"])
+    assert all(bound_in(span) == {tuple(allowed)} for span in row["spans"]["on"] + row["spans"]["off"])
+    assert sorted(os.sched_getaffinity(0)) == allowed
+    lines = bench.paired_table([{**row, "workload": "launch", "iterations": 20}])
+    assert [line.split(" |")[0] for line in lines[2:]] == ["| launch", "| launch (pinned)"]
+    with pytest.raises(SystemExit):
+        bench.paired_states("on,pinned")
