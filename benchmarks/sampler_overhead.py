@@ -38,7 +38,9 @@ the pinned ones bound for their window only, so that both are paired with the sa
 windows. A paired run writes its times after each group (``OUT/paired-WORKLOAD.partial.json``),
 so a run cut short keeps its pairs; ``--pool FILE...`` prints the table of several runs (their
 ``sampler_overhead.json`` or partial files) pooled, each pair still its own run's ratio: the
-pairs ±1 % needs can be gathered over several calls.
+pairs ±1 % needs can be gathered over several calls. ``--paired-seconds S`` begins no group
+that would end after about S seconds (each workload an even share of what is left) and writes
+the table: for a time box, where a killed run would print nothing.
 
 Repetitions: the defaults (8 rounds x 12 windows of 0.2 s, per workload and configuration) give
 96 windows per configuration; simulated with a window CV of 1 / 2 / 2.5 % and rounds drifting by
@@ -256,6 +258,7 @@ def paired_run(
     pin: bool = False,
     states: tuple[str, ...] = ("on", "off"),
     on_group=None,
+    until_s: float | None = None,
 ) -> dict:
     """The meter on and off in alternate windows of one measurement: the nvml sampler process
     runs (on) or is stopped (SIGSTOP: off: no CPU, no driver call), each window after ``settle_s``
@@ -270,7 +273,9 @@ def paired_run(
     ``states`` may add ``"pinned"``: the sampler running, bound that way for that window only
     (both given every CPU again after it), so that pinned and unpinned are paired against the
     same stopped windows of one measurement. ``on_group``, if given, is called after each group
-    with the times so far (``{state: [s per iteration, ...]}``): a run cut short keeps them."""
+    with the times so far (``{state: [s per iteration, ...]}``): a run cut short keeps them.
+    ``until_s``: no group starts that would end after this monotonic time (judged by the
+    longest group so far): fewer than ``pairs`` groups, each whole."""
     source = NVMLPowerSource(name="nvml", gpus="0", sampler=sampler)
     rng = random.Random(seed)
     times: dict[str, list[float]] = {state: [] for state in states}
@@ -286,7 +291,11 @@ def paired_run(
                 "workload": [sorted(c) for c in pin_tasks(os.getpid(), set(allowed[:-1]))],
             }
         warm(step, sync, 1.0)  # the sampler finds the counter's grid
+        longest_s = 0.0
         for _ in range(pairs):
+            begun = time.monotonic()
+            if until_s is not None and begun + longest_s > until_s:
+                break
             for state in rng.sample(list(states), len(states)):
                 if state == "off":
                     os.kill(pid, signal.SIGSTOP)
@@ -311,6 +320,7 @@ def paired_run(
                     if state == "pinned" and not pinned:
                         pin_tasks(pid, set(allowed))
                         pin_tasks(os.getpid(), set(allowed))
+            longest_s = max(longest_s, time.monotonic() - begun)
             if on_group is not None:
                 on_group(times)
     if pinned:  # this process's threads may use every CPU again
@@ -559,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pool", nargs="+", type=Path, metavar="JSON",
                     help="print the paired table of earlier runs pooled (their sampler_overhead.json, or the "
                     "paired-WORKLOAD.partial.json of a run cut short), and run nothing")
+    ap.add_argument("--paired-seconds", type=float, default=None, metavar="S",
+                    help="stop the paired design's groups after about S seconds in all (each workload an even share of "
+                    "what is left), each group whole, and write the table: for a time box")
     ap.add_argument("--paired-window-s", type=float, default=1.0, help="each paired window about this long. Units: s")
     args = ap.parse_args(argv)
     if args.pool:
@@ -581,7 +594,8 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(3):
             per_iteration_s(step, sync)  # warm: clocks, caches, allocator
         iterations = max(1, round(args.window_s / per_iteration_s(step, sync)))
-        print(f"{workload}: {iterations} iterations per window", flush=True)
+        if args.rounds:
+            print(f"{workload}: {iterations} iterations per window", flush=True)
         for k in range(args.rounds):
             order = list(configs)
             random.Random(k).shuffle(order)
@@ -592,13 +606,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  round {k} {config}: median {1e3 * statistics.median(run['time_per_iter_s']):.3f} ms, "
                       f"sampler {run['sampler_cpu_share']}", flush=True)
     paired: list[dict] = []
-    for workload, (step, sync) in ((w, loads[w]) for w in chosen if args.paired):
+    deadline = time.monotonic() + args.paired_seconds if args.paired_seconds else None
+    todo = [w for w in chosen if args.paired]
+    for k, workload in enumerate(todo):
+        step, sync = loads[workload]
+        until = None if deadline is None else time.monotonic() + (deadline - time.monotonic()) / (len(todo) - k)
         iterations = max(1, round(args.paired_window_s / per_iteration_s(step, sync)))
         label = {"workload": workload, "iterations": iterations, "sampler": args.paired_sampler}
         print(f"{workload}: {iterations} iterations per paired window", flush=True)
         partial = Checkpoint(args.out / f"paired-{workload}.partial.json", label)
         row = paired_run(step, sync, iterations, args.paired, sampler=args.paired_sampler, pin=args.paired_pin,
-                         states=paired_states(args.paired_states), on_group=partial)
+                         states=paired_states(args.paired_states), on_group=partial, until_s=until)
         row.pop("result")
         row.update(label)
         paired.append(row)

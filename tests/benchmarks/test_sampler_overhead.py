@@ -149,3 +149,15 @@ def test_pinned_windows_are_bound_for_their_window_only_and_paired_with_the_same
     assert [line.split(" |")[0] for line in lines[2:]] == ["| launch", "| launch (pinned)"]
     with pytest.raises(SystemExit):
         bench.paired_states("on,pinned")
+
+
+def test_a_paired_run_with_a_deadline_ends_on_a_whole_group(fake_nvml):
+    fake_nvml()
+    bench = load_benchmark("sampler_overhead")
+    row = bench.paired_run(
+        lambda: time.sleep(0.001), lambda: None, iterations=20, pairs=1000, settle_s=0.02,
+        until_s=time.monotonic() + 2.5,
+    )
+    # the deadline came long before 1000 groups of ~0.1 s; every group it began ended whole
+    assert len(row["on"]) == len(row["off"]) < 1000
+    assert row["result"].complete
