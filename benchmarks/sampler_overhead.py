@@ -26,7 +26,8 @@ resolving 1 % needs the configurations interleaved more finely than a run each p
 ``--paired PAIRS`` adds that design: one measurement with the nvml sampler, its windows (about
 ``--paired-window-s``, 1 s) alternating between the sampler process running and stopped
 (SIGSTOP: no CPU, no driver call), each after 0.3 s of the workload untimed in the state it is
-timed in, the order within each pair drawn at random. Each pair's ratio holds the host's drift
+timed in, the order within each pair drawn at random (between two stopped windows in a row the
+sampler runs 0.25 s, so that no stop outlasts the driver's power buffer). Each pair's ratio holds the host's drift
 of a few seconds only; the table prints the geometric mean with its 95 % interval, how many pairs
 ±1 % would need, the windows' CV with the sampler running and stopped, and the sampler's CPU share
 while it ran. ``--rounds 0 --cli-runs 0 --paired 60`` runs it alone (about 3 minutes a workload).
@@ -234,6 +235,12 @@ def one_run(config: str, step, sync, iterations: int, windows: int, warmup_s: fl
     }
 
 
+#: between two stopped windows in a row, the sampler runs this long (the workload untimed) before
+#: it is stopped again: two stops back to back (2-3.6 s) outlast the driver's power buffer
+#: (2.36 s), and samples were lost (H200, 2026-11-29). Its buffer is read every 0.1 s. Units: s.
+RESUME_S = 0.25
+
+
 def pin_tasks(pid: int, cpus: set[int]) -> list[set[int]]:
     """Bind every thread of process ``pid`` to ``cpus`` (affinity is a thread's, not a
     process's); returns each thread's affinity as read back."""
@@ -292,11 +299,15 @@ def paired_run(
             }
         warm(step, sync, 1.0)  # the sampler finds the counter's grid
         longest_s = 0.0
+        last = None
         for _ in range(pairs):
             begun = time.monotonic()
             if until_s is not None and begun + longest_s > until_s:
                 break
             for state in rng.sample(list(states), len(states)):
+                if state == "off" and last == "off":
+                    warm(step, sync, RESUME_S)  # the sampler reads what its stop left in the buffer
+                last = state
                 if state == "off":
                     os.kill(pid, signal.SIGSTOP)
                     paused = time.monotonic()
