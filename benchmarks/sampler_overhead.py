@@ -43,6 +43,14 @@ pairs ±1 % needs can be gathered over several calls. ``--paired-seconds S`` beg
 that would end after about S seconds (each workload an even share of what is left) and writes
 the table: for a time box, where a killed run would print nothing.
 
+How many pairs ±1 % takes depends on how the host's noise drifts. On an H200 (2026-11-29) the
+windows' time per iteration varied by 10-16 % and consecutive windows (~1.15 s apart) were
+correlated (lag 1: 0.67 for the launch loop, then ~0.75 a window further): most of the noise
+drifts over ~4 s, so each pair's ratio spread by ~11 % and ±1 % took ~600 pairs (~25 minutes of
+device time a workload). Shorter windows, closer together, cancel more of that drift: from those
+correlations, ``--paired-window-s 0.4 --paired-settle-s 0.1`` should give pairs as tight in less
+than half the time (an estimate, not yet measured).
+
 Repetitions: the defaults (8 rounds x 12 windows of 0.2 s, per workload and configuration) give
 96 windows per configuration; simulated with a window CV of 1 / 2 / 2.5 % and rounds drifting by
 ±5 % (tests/benchmarks/test_sampler_overhead.py), the 95 % interval of a configuration's ratio to none is
@@ -583,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paired-seconds", type=float, default=None, metavar="S",
                     help="stop the paired design's groups after about S seconds in all (each workload an even share of "
                     "what is left), each group whole, and write the table: for a time box")
+    ap.add_argument("--paired-settle-s", type=float, default=0.3,
+                    help="the workload untimed before each paired window, in that window's state. Units: s")
     ap.add_argument("--paired-window-s", type=float, default=1.0, help="each paired window about this long. Units: s")
     args = ap.parse_args(argv)
     if args.pool:
@@ -627,7 +637,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{workload}: {iterations} iterations per paired window", flush=True)
         partial = Checkpoint(args.out / f"paired-{workload}.partial.json", label)
         row = paired_run(step, sync, iterations, args.paired, sampler=args.paired_sampler, pin=args.paired_pin,
-                         states=paired_states(args.paired_states), on_group=partial, until_s=until)
+                         states=paired_states(args.paired_states), on_group=partial, until_s=until,
+                         settle_s=args.paired_settle_s)
         row.pop("result")
         row.update(label)
         paired.append(row)
