@@ -597,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.pool:
         return pool(args.pool)
+    states = paired_states(args.paired_states)  # bad input stops here, before any run
     if args.quick:
         args.rounds, args.windows, args.cli_runs = 2, 6, 0
     args.out.mkdir(parents=True, exist_ok=True)
@@ -637,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{workload}: {iterations} iterations per paired window", flush=True)
         partial = Checkpoint(args.out / f"paired-{workload}.partial.json", label)
         row = paired_run(step, sync, iterations, args.paired, sampler=args.paired_sampler, pin=args.paired_pin,
-                         states=paired_states(args.paired_states), on_group=partial, until_s=until,
+                         states=states, on_group=partial, until_s=until,
                          settle_s=args.paired_settle_s)
         row.pop("result")
         row.update(label)
