@@ -45,7 +45,7 @@ the table: for a time box, where a killed run would print nothing.
 
 How many pairs ±1 % takes depends on how the host's noise drifts. On an H200 (2026-11-29) the
 windows' time per iteration varied by 10-16 % and consecutive windows (~1.15 s apart) were
-correlated (lag 1: 0.67 for the launch loop, then ~0.75 a window further): most of the noise
+correlated (lag 1: 0.67 for the launch loop, falling by a quarter or a third a window further): most of the noise
 drifts over ~4 s, so each pair's ratio spread by ~11 % and ±1 % took ~600 pairs (~25 minutes of
 device time a workload). Shorter windows, closer together, cancel more of that drift: from those
 correlations, ``--paired-window-s 0.4 --paired-settle-s 0.1`` should give pairs as tight in less
