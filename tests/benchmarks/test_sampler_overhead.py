@@ -5,6 +5,7 @@ import json
 import os
 import random
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,3 +174,16 @@ def test_two_stopped_windows_in_a_row_lose_no_power_samples(fake_nvml):
     assert len(row["off"]) == 3
     warnings = row["result"].meta.get("warnings") or []
     assert not [w for w in warnings if "lost" in str(w)], warnings
+
+
+def test_the_h200_pairs_pool_to_the_figures_in_the_docs(capsys):
+    # the paired runs of docs/validation.md ("2026-11-29 (evening)"), kept so that later runs can
+    # be pooled with them: one cut short by its time box, one with pinned windows, resnet50
+    bench = load_benchmark("sampler_overhead")
+    recorded = Path(__file__).parents[1] / "fixtures" / "sampler-overhead-h200"
+    names = ["launch-cut-short.partial.json", "launch-on-pinned-off.json", "resnet50.json"]
+    assert bench.pool([recorded / n for n in names]) == 0
+    rows = {line.split(" | ")[0]: line.split(" | ")[1:4] for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["| launch"] == ["179", "2 runs pooled", "0.9989 [0.9811, 1.0176]"]
+    assert rows["| launch (pinned)"] == ["100", "1 run pooled", "0.9853 [0.9627, 1.0078]"]
+    assert rows["| resnet50"] == ["90", "1 run pooled", "0.9948 [0.9709, 1.0195]"]
