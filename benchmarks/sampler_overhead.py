@@ -401,7 +401,7 @@ def paired_table(rows: list[dict]) -> list[str]:
 def _paired_line(r: dict, state: str) -> str:
     """The table's line of one running state (``on``, or ``pinned`` for that window) against the
     stopped windows of the same measurement."""
-    off = r.get(f"off:{state}", r["off"])  # pooled: the stopped windows of the same runs
+    off = r[f"off:{state}"] if f"off:{state}" in r else r["off"]  # pooled: those of its own runs
     q = paired_ratio(r[state], off)
     cv_on, cv_off = cv(r[state]), cv(off)
     share = r.get("sampler_cpu_share_running")
@@ -534,7 +534,7 @@ def pool(paths: list[Path]) -> int:
         for r in data.get("paired", [data] if "off" in data else []):
             key = (r["workload"], r.get("sampler", "grid"), bool(r.get("bound")))
             _pool_into(rows.setdefault(key, {"workload": key[0], "sampler": key[1], "bound": r.get("bound"),
-                                             "iterations": None, "runs": {}, "states": ["off"], "off": []}), r)
+                                             "iterations": None, "runs": {}, "states": ["off"]}), r)
     if not rows:
         raise SystemExit("--pool: no paired runs in " + ", ".join(map(str, paths)))
     print("\n".join(paired_table(list(rows.values()))))
@@ -546,7 +546,6 @@ def _pool_into(into: dict, r: dict) -> None:
     stopped windows of its own run (``off:STATE``), so that every pair stays a pair of one run."""
     states = [s for s in r.get("states", ["on", "off"]) if s != "off"]
     n = min(len(r[s]) for s in [*states, "off"])
-    into["off"] += r["off"][:n]
     for state in states:
         if state not in into:
             into["states"].append(state)
